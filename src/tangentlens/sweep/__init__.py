@@ -1,0 +1,1 @@
+"""tangentlens.sweep."""
