@@ -1,0 +1,269 @@
+"""Cosine anisotropy, drift, correlations and centred anisotropy against brute force and numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from tangentlens.metrics.geometry import (
+    Correlation,
+    centred_anisotropy,
+    centred_anisotropy_from_moments,
+    correlations,
+    cosine_anisotropy,
+    cosine_anisotropy_from_sums,
+    cosine_anisotropy_sampled,
+    covariance,
+    drift_norm,
+    drift_norm_from_sums,
+    relative_drift,
+    relative_drift_from_sums,
+    unit_row_sum,
+)
+
+
+def _pair_cosines(H: np.ndarray) -> np.ndarray:
+    """All n(n − 1) cosines of distinct ordered pairs, by brute force."""
+    U = H / np.linalg.norm(H, axis=1, keepdims=True)
+    G = U @ U.T
+    return G[~np.eye(len(H), dtype=bool)]
+
+
+def _drifted(n: int, d: int, seed: int, offset: float = 1.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)) + offset * rng.standard_normal(d)
+
+
+# ------------------------------------------------------------------------ cosine anisotropy
+
+
+@pytest.mark.parametrize("kind", ["numpy64", "numpy32", "torch32"])
+def test_cosine_equals_all_pairs_brute_force(kind: str) -> None:
+    H = _drifted(250, 16, seed=0)
+    expected = _pair_cosines(H).mean()
+    X = {"numpy64": H, "numpy32": H.astype(np.float32), "torch32": torch.tensor(H).float()}[kind]
+    tol = 1e-13 if kind == "numpy64" else 1e-6
+    assert cosine_anisotropy(X) == pytest.approx(expected, abs=tol)
+
+
+def test_cosine_known_answers() -> None:
+    v = np.random.default_rng(1).standard_normal(8)
+    assert cosine_anisotropy(np.tile(v, (30, 1))) == pytest.approx(1.0, abs=1e-14)
+    assert cosine_anisotropy(np.stack([v, -v])) == pytest.approx(-1.0, abs=1e-14)
+    # m antipodal pairs: Σ ûᵢ = 0, so the mean over i ≠ j is −n / (n(n − 1)) = −1/(n − 1).
+    V = np.random.default_rng(2).standard_normal((50, 8))
+    assert cosine_anisotropy(np.concatenate([V, -V])) == pytest.approx(-1 / 99, abs=1e-14)
+    # Scaling rows by positive factors changes nothing.
+    H = _drifted(40, 5, seed=3)
+    scaled = H * np.random.default_rng(4).uniform(0.1, 10, (40, 1))
+    assert cosine_anisotropy(scaled) == pytest.approx(cosine_anisotropy(H), abs=1e-14)
+
+
+def test_cosine_of_isotropic_gaussian_is_zero_within_derived_bound() -> None:
+    # Unit vectors uniform on the sphere: E[ûᵢ·ûⱼ] = 0, Var = 1/d, and distinct pair products are
+    # uncorrelated, so Var(Σ_{i≠j} ûᵢ·ûⱼ) = 2n(n − 1)/d and sd(mean) = √(2 / (d n (n − 1))).
+    n, d = 2000, 64
+    sd = math.sqrt(2 / (d * n * (n - 1)))
+    H = torch.randn(n, d, generator=torch.Generator().manual_seed(0))
+    assert abs(cosine_anisotropy(H)) < 5 * sd
+    # …and a common offset is detected far outside that bound.
+    assert cosine_anisotropy(H + 0.5) > 100 * sd
+
+
+def test_sampled_agrees_with_exact_within_standard_errors() -> None:
+    H = _drifted(400, 8, seed=5, offset=0.7)
+    cos = _pair_cosines(H)
+    exact = cosine_anisotropy(H)
+    assert exact == pytest.approx(cos.mean(), abs=1e-13)
+    n_pairs = 20000
+    se = cos.std() / math.sqrt(n_pairs)
+    estimates = [cosine_anisotropy_sampled(H, n_pairs, seed) for seed in range(3)]
+    for est in estimates:
+        assert abs(est - exact) < 4 * se
+    assert len(set(estimates)) == 3  # seeds matter…
+    assert cosine_anisotropy_sampled(H, n_pairs, 1) == estimates[1]  # …and reproduce
+
+
+def test_sampled_pairs_are_distinct() -> None:
+    v = np.array([1.0, 2.0, 3.0])
+    # With i = j allowed, some pairs would score +1; distinct pairs of {v, −v} are all −1.
+    assert cosine_anisotropy_sampled(np.stack([v, -v]), 500, 0) == -1.0
+
+
+def test_cosine_from_streaming_sums_equals_direct() -> None:
+    H = _drifted(1000, 12, seed=6)
+    total = sum(unit_row_sum(chunk) for chunk in np.array_split(H, 7))
+    assert cosine_anisotropy_from_sums(total, 1000) == pytest.approx(
+        cosine_anisotropy(H), abs=1e-14
+    )
+
+
+def test_cosine_validation() -> None:
+    with pytest.raises(ValueError, match="zero rows"):
+        cosine_anisotropy(np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="zero rows"):
+        cosine_anisotropy_sampled(np.array([[1.0, 0.0], [0.0, 0.0]]), 10, 0)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        cosine_anisotropy(np.array([[1.0, np.inf], [1.0, 2.0]]))
+    with pytest.raises(ValueError, match="2-D"):
+        cosine_anisotropy(np.ones(5))
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        cosine_anisotropy(np.ones((1, 5)))
+    with pytest.raises(ValueError, match="n must be an integer ≥ 2"):
+        cosine_anisotropy_from_sums(np.ones(3), 1)
+    with pytest.raises(ValueError, match="exceeds n²"):
+        cosine_anisotropy_from_sums(np.array([3.0, 0.0]), 2)
+    with pytest.raises(ValueError, match="n_pairs"):
+        cosine_anisotropy_sampled(np.eye(3), 0, 0)
+    with pytest.raises(ValueError, match="real-valued"):
+        cosine_anisotropy(torch.ones(3, 3, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------------- drift
+
+
+def test_drift_against_numpy_and_known_answers() -> None:
+    H = _drifted(300, 10, seed=7, offset=2.0)
+    mean = H.mean(axis=0)
+    assert drift_norm(H) == pytest.approx(np.linalg.norm(mean), rel=1e-14)
+    expected = np.linalg.norm(mean) / np.linalg.norm(H, axis=1).mean()
+    assert relative_drift(H) == pytest.approx(expected, rel=1e-14)
+    v = np.array([3.0, 4.0])
+    assert drift_norm(np.tile(v, (5, 1))) == pytest.approx(5.0)
+    assert relative_drift(np.tile(v, (5, 1))) == pytest.approx(1.0)
+    V = np.random.default_rng(8).standard_normal((20, 4))
+    assert relative_drift(np.concatenate([V, -V])) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_drift_from_sums_equals_direct() -> None:
+    H = torch.tensor(_drifted(500, 6, seed=9)).float()
+    s = H.double().sum(0)
+    norms = float(torch.linalg.vector_norm(H.double(), dim=1).sum())
+    assert drift_norm_from_sums(s, norms, 500) == pytest.approx(drift_norm(H), rel=1e-12)
+    assert drift_norm_from_sums(s, None, 500) == pytest.approx(drift_norm(H), rel=1e-12)
+    assert relative_drift_from_sums(s, norms, 500) == pytest.approx(relative_drift(H), rel=1e-12)
+
+
+def test_drift_validation() -> None:
+    with pytest.raises(ValueError, match="all rows are zero"):
+        relative_drift(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="sum_norms"):
+        relative_drift_from_sums(np.ones(3), -1.0, 4)
+    with pytest.raises(ValueError, match="n must be"):
+        drift_norm_from_sums(np.ones(3), None, 0)
+
+
+# ----------------------------------------------------------------------------- correlations
+
+
+def test_correlations_equal_scipy_with_ties() -> None:
+    rng = np.random.default_rng(10)
+    x = rng.integers(0, 6, 80).astype(float)  # many ties
+    y = 0.5 * x + rng.normal(0, 1, 80).round(1)
+    c = correlations(x, y)
+    assert isinstance(c, Correlation) and c.n == 80
+    assert c.pearson == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-14)
+    assert c.spearman == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-14)
+
+
+def test_correlations_known_answers() -> None:
+    # x = 1, 2, 3 and y = 1, 3, 2 (already ranks): deviations dx = (−1, 0, 1), dy = (−1, 1, 0),
+    # Σ dx·dy = 1, Σ dx² = Σ dy² = 2 → Pearson = Spearman = 1/2.
+    c = correlations(torch.tensor([1, 2, 3]), np.array([1.0, 3.0, 2.0]))
+    assert (c.pearson, c.spearman) == pytest.approx((0.5, 0.5), abs=1e-15)
+    x = np.linspace(0.1, 3, 30)
+    c = correlations(x, x**3)
+    assert c.spearman == pytest.approx(1.0, abs=1e-15) and c.pearson < 0.95
+    assert correlations(x, -np.exp(x)).spearman == pytest.approx(-1.0, abs=1e-15)
+
+
+def test_correlations_validation() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        correlations(np.arange(4.0), np.arange(5.0))
+    with pytest.raises(ValueError, match="constant"):
+        correlations(np.ones(5), np.arange(5.0))
+    with pytest.raises(ValueError, match="at least 2"):
+        correlations(np.ones(1), np.ones(1))
+
+
+# ----------------------------------------------------------------------- centred anisotropy
+
+
+def _numpy_share(H: np.ndarray) -> float:
+    s = np.linalg.svd(H - H.mean(axis=0), compute_uv=False)
+    return float(s[0] ** 2 / (s**2).sum())
+
+
+def _planted(n: int, singular_values: np.ndarray, seed: int, offset: float = 5.0) -> np.ndarray:
+    """Rows whose centred matrix has exactly the given singular values (orthonormal design)."""
+    rng = np.random.default_rng(seed)
+    d = len(singular_values)
+    A = rng.standard_normal((n, d))
+    U = np.linalg.qr(A - A.mean(axis=0))[0]  # orthonormal columns, each orthogonal to 1
+    V = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    return U @ np.diag(singular_values) @ V.T + offset * rng.standard_normal(d)
+
+
+@pytest.mark.parametrize(("n", "d"), [(400, 12), (10, 30)])
+def test_centred_anisotropy_equals_numpy_svd(n: int, d: int) -> None:
+    H = _drifted(n, d, seed=11) * np.linspace(3, 0.2, d)
+    assert centred_anisotropy(H) == pytest.approx(_numpy_share(H), rel=1e-12)
+    assert centred_anisotropy(torch.tensor(H).float()) == pytest.approx(_numpy_share(H), rel=1e-5)
+
+
+def test_centred_anisotropy_planted_spectra() -> None:
+    d = 10
+    s = np.ones(d)
+    s[0] = 3.0  # top eigenvalue share 9 / (9 + 9)
+    assert centred_anisotropy(_planted(200, s, seed=12)) == pytest.approx(0.5, rel=1e-12)
+    assert centred_anisotropy(_planted(200, np.ones(d), seed=13)) == pytest.approx(1 / d, rel=1e-12)
+    line = np.outer(np.random.default_rng(14).standard_normal(50), np.arange(1.0, 6.0)) + 7.0
+    assert centred_anisotropy(line) == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(("offset", "rel"), [(0.0, 1e-13), (1e2, 1e-10), (1e3, 1e-7)])
+def test_centred_anisotropy_from_moments_equals_direct(offset: float, rel: float) -> None:
+    # Uncentred moments cancel: the documented error is ~10 ε ‖mean‖² / tr(cov) — about 3e-11 at
+    # offset 1e2 (‖mean‖²/tr ≈ 1.4e4) and 3e-9 at 1e3 (≈ 1.4e6).
+    H = _drifted(3000, 16, seed=15, offset=offset) * np.linspace(2, 0.5, 16)
+    sums, second = np.zeros(16), np.zeros((16, 16))
+    for chunk in np.array_split(H, 5):
+        sums += chunk.sum(axis=0)
+        second += chunk.T @ chunk
+    direct = centred_anisotropy(H)
+    assert direct == pytest.approx(_numpy_share(H), rel=1e-12)
+    assert centred_anisotropy_from_moments(3000, sums, second) == pytest.approx(direct, rel=rel)
+
+
+def test_covariance_equals_numpy() -> None:
+    H = _drifted(100, 7, seed=16, offset=50.0)
+    np.testing.assert_allclose(covariance(H).numpy(), np.cov(H.T), rtol=1e-12)
+    np.testing.assert_allclose(covariance(H, ddof=0).numpy(), np.cov(H.T, ddof=0), rtol=1e-12)
+
+
+def test_centred_anisotropy_validation() -> None:
+    with pytest.raises(ValueError, match="zero variance"):
+        centred_anisotropy(np.ones((5, 3)))
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        centred_anisotropy(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="must be 3 × 3"):
+        centred_anisotropy_from_moments(4, np.ones(3), np.eye(4))
+    with pytest.raises(ValueError, match="NaN"):
+        centred_anisotropy_from_moments(4, np.array([1.0, np.nan, 0.0]), np.eye(3))
+    with pytest.raises(ValueError, match="ddof"):
+        covariance(np.ones((2, 3)), ddof=2)
+
+
+def test_accepts_read_only_and_non_native_arrays_without_copying_semantics() -> None:
+    H = _drifted(30, 4, seed=17)
+    frozen = H.copy()
+    frozen.flags.writeable = False
+    expected = cosine_anisotropy(H)
+    assert cosine_anisotropy(frozen) == expected
+    assert cosine_anisotropy(H.astype(">f8")) == expected
+    with pytest.raises(ValueError, match="numeric array"):
+        drift_norm(np.array([["a", "b"]]))
