@@ -1,1 +1,66 @@
-"""tangentlens.data."""
+"""tangentlens.data: corpora, tokenizer training, packing, token frequencies and masks.
+
+No model library is imported here: only ``tokenizers``, numpy and torch.
+"""
+
+from tangentlens.data.corpus import (
+    CORPUS_SPEC_FORMS,
+    Corpus,
+    CorpusSplit,
+    Document,
+    corpus_from_records,
+    from_hf_dataset,
+    from_path,
+    load_corpus,
+    shakespeare,
+)
+from tangentlens.data.frequency import FrequencyBins, FrequencyTable
+from tangentlens.data.masks import EXCLUSION_REASONS, MaskPolicy, MaskResult, token_mask
+from tangentlens.data.packing import (
+    BatchEncoder,
+    SpecialTokens,
+    iter_batches,
+    limit_tokens,
+    pack_causal,
+    pack_encoder,
+    tokenize_corpus,
+)
+from tangentlens.data.tokenizer import (
+    DECODER_SPECIAL_TOKENS,
+    ENCODER_SPECIAL_TOKENS,
+    batch_encoder,
+    decoder_special_ids,
+    encoder_special_ids,
+    train_bpe_tokenizer,
+)
+
+__all__ = [
+    "CORPUS_SPEC_FORMS",
+    "DECODER_SPECIAL_TOKENS",
+    "ENCODER_SPECIAL_TOKENS",
+    "EXCLUSION_REASONS",
+    "BatchEncoder",
+    "Corpus",
+    "CorpusSplit",
+    "Document",
+    "FrequencyBins",
+    "FrequencyTable",
+    "MaskPolicy",
+    "MaskResult",
+    "SpecialTokens",
+    "batch_encoder",
+    "corpus_from_records",
+    "decoder_special_ids",
+    "encoder_special_ids",
+    "from_hf_dataset",
+    "from_path",
+    "iter_batches",
+    "limit_tokens",
+    "load_corpus",
+    "pack_causal",
+    "pack_encoder",
+    "shakespeare",
+    "token_mask",
+    "tokenize_corpus",
+    "train_bpe_tokenizer",
+]

@@ -1,0 +1,201 @@
+import numpy as np
+import pytest
+import torch
+
+from tangentlens.data import Corpus, Document
+from tangentlens.data.packing import (
+    SpecialTokens,
+    iter_batches,
+    limit_tokens,
+    pack_causal,
+    pack_encoder,
+    tokenize_corpus,
+)
+
+
+def random_docs(seed: int, n_docs: int = 12, vocab: int = 50) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(5, vocab, size=rng.integers(0, 40)) for _ in range(n_docs)]
+
+
+def reference_stream(docs, sep, *, after_each):
+    """Python-loop reference: separator after each non-empty doc, or between them."""
+    out = []
+    for doc in docs:
+        if len(doc) == 0:
+            continue
+        if out and not after_each:
+            out.append(sep)
+        out.extend(int(t) for t in doc)
+        if after_each:
+            out.append(sep)
+    return out
+
+
+# --------------------------------------------------------------------------- SpecialTokens
+
+
+def test_special_tokens_all_ids():
+    assert SpecialTokens().all_ids() == frozenset()
+    s = SpecialTokens(bos_id=0, eos_id=0, pad_id=1, other_ids=frozenset({7, 9}))
+    assert s.all_ids() == {0, 1, 7, 9}
+    s = SpecialTokens(pad_id=0, cls_id=2, sep_id=3, mask_id=4, other_ids={1})
+    assert s.all_ids() == {0, 1, 2, 3, 4} and isinstance(s.other_ids, frozenset)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"bos_id": -1}, {"pad_id": 1.5}, {"sep_id": True}, {"other_ids": {-3}}]
+)
+def test_special_tokens_reject_bad_ids(kwargs):
+    with pytest.raises(ValueError, match="non-negative integer"):
+        SpecialTokens(**kwargs)
+
+
+# --------------------------------------------------------------------------- tokenize_corpus
+
+
+def test_tokenize_corpus_encodes_every_document_in_batches():
+    corpus = Corpus("c", tuple(Document(f"d{i}", "ab"[: i % 3] + "xyz"[:i]) for i in range(5)))
+    calls = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return [[ord(ch) for ch in t] for t in texts]
+
+    docs = tokenize_corpus(corpus, encode, batch_size=2)
+    assert calls == [2, 2, 1]
+    assert len(docs) == 5
+    for doc, text in zip(docs, corpus.texts(), strict=True):
+        assert doc.dtype == np.int64 and doc.ndim == 1
+        assert doc.tolist() == [ord(ch) for ch in text]
+
+
+def test_tokenize_corpus_rejects_bad_encoders_and_batch_sizes():
+    corpus = Corpus("c", (Document("a", "x"), Document("b", "y")))
+    with pytest.raises(ValueError, match="one list per text"):
+        tokenize_corpus(corpus, lambda texts: [[1]])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        tokenize_corpus(corpus, lambda texts: [[1]] * len(texts), batch_size=0)
+
+
+# --------------------------------------------------------------------------- pack_causal
+
+
+def test_pack_causal_hand_built():
+    docs = [np.array([1, 2, 3]), np.array([4, 5])]
+    # stream 1 2 3 E 4 5 E → two rows of 3, the trailing E dropped
+    assert pack_causal(docs, 3, eos_id=0).tolist() == [[1, 2, 3], [0, 4, 5]]
+    assert pack_causal(docs, 3, eos_id=0, bos_id=9).tolist() == [[9, 1, 2], [9, 3, 0], [9, 4, 5]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seq_len", [1, 2, 7, 16])
+def test_pack_causal_reconstructs_the_stream(seed, seq_len):
+    docs = random_docs(seed)
+    stream = reference_stream(docs, 0, after_each=True)
+    rows = pack_causal(docs, seq_len, eos_id=0)
+    assert rows.dtype == np.int64 and rows.shape == (len(stream) // seq_len, seq_len)
+    assert rows.ravel().tolist() == stream[: rows.size]
+    if seq_len >= 2:
+        rows = pack_causal(docs, seq_len, eos_id=0, bos_id=1)
+        body = seq_len - 1
+        assert rows.shape == (len(stream) // body, seq_len)
+        assert (rows[:, 0] == 1).all()
+        assert rows[:, 1:].ravel().tolist() == stream[: rows.shape[0] * body]
+
+
+def test_pack_causal_short_stream_gives_zero_rows():
+    rows = pack_causal([np.array([1, 2])], 8, eos_id=0)
+    assert rows.shape == (0, 8) and rows.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "docs, kwargs, match",
+    [
+        ([], {"eos_id": 0}, "docs is empty"),
+        ([np.array([], dtype=np.int64)], {"eos_id": 0}, "no tokens to pack"),
+        ([np.array([[1, 2]])], {"eos_id": 0}, "1-D integer array"),
+        ([np.array([1.0, 2.0])], {"eos_id": 0}, "1-D integer array"),
+        ([np.array([1, -2])], {"eos_id": 0}, "negative token id"),
+        ([np.array([1, 2])], {"eos_id": -1}, "eos_id"),
+        ([np.array([1, 2])], {"eos_id": 0, "bos_id": -1}, "bos_id"),
+    ],
+)
+def test_pack_causal_rejects_bad_input(docs, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pack_causal(docs, 4, **kwargs)
+
+
+@pytest.mark.parametrize("seq_len", [0, -3])
+def test_pack_rejects_non_positive_lengths(seq_len):
+    with pytest.raises(ValueError, match="seq_len must be a positive integer"):
+        pack_causal([np.array([1])], seq_len, eos_id=0)
+    with pytest.raises(ValueError, match="seq_len must be a positive integer"):
+        pack_encoder([np.array([1])], seq_len, cls_id=2, sep_id=3)
+    with pytest.raises(ValueError, match="at least 2"):
+        pack_causal([np.array([1])], 1, eos_id=0, bos_id=1)
+    with pytest.raises(ValueError, match="at least 3"):
+        pack_encoder([np.array([1])], 2, cls_id=2, sep_id=3)
+
+
+# --------------------------------------------------------------------------- pack_encoder
+
+
+def test_pack_encoder_hand_built():
+    docs = [np.array([10, 11, 12]), np.array([], dtype=np.int64), np.array([13, 14, 15])]
+    # stream 10 11 12 S 13 14 15 → pieces of 2: (10 11) (12 S) (13 14), 15 dropped
+    assert pack_encoder(docs, 4, cls_id=2, sep_id=3).tolist() == [
+        [2, 10, 11, 3],
+        [2, 12, 3, 3],
+        [2, 13, 14, 3],
+    ]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seq_len", [3, 8, 33])
+def test_pack_encoder_reconstructs_the_stream(seed, seq_len):
+    docs = random_docs(seed)
+    stream = reference_stream(docs, 3, after_each=False)
+    rows = pack_encoder(docs, seq_len, cls_id=2, sep_id=3)
+    body = seq_len - 2
+    assert rows.dtype == np.int64 and rows.shape == (len(stream) // body, seq_len)
+    assert (rows[:, 0] == 2).all() and (rows[:, -1] == 3).all()
+    assert rows[:, 1:-1].ravel().tolist() == stream[: rows.shape[0] * body]
+
+
+# --------------------------------------------------------------------------- limit and batches
+
+
+def test_limit_tokens_takes_whole_rows():
+    rows = np.arange(40).reshape(10, 4)
+    assert limit_tokens(rows, 12).tolist() == rows[:3].tolist()
+    assert limit_tokens(rows, 15).shape == (3, 4)
+    assert limit_tokens(rows, 1).shape == (1, 4)  # at least one row
+    assert limit_tokens(rows, 1000).shape == (10, 4)
+
+
+def test_limit_tokens_rejects_empty_rows_and_bad_budgets():
+    with pytest.raises(ValueError, match="rows is empty"):
+        limit_tokens(np.zeros((0, 4), dtype=np.int64), 10)
+    with pytest.raises(ValueError, match="2-D"):
+        limit_tokens(np.zeros(4, dtype=np.int64), 10)
+    with pytest.raises(ValueError, match="max_tokens"):
+        limit_tokens(np.zeros((2, 4), dtype=np.int64), 0)
+
+
+def test_iter_batches_covers_all_rows_as_int64_copies():
+    rows = np.arange(70, dtype=np.int32).reshape(10, 7)
+    batches = list(iter_batches(rows, 4))
+    assert [tuple(b.shape) for b in batches] == [(4, 7), (4, 7), (2, 7)]
+    assert all(b.dtype == torch.int64 for b in batches)
+    assert torch.equal(torch.cat(batches), torch.from_numpy(rows).long())
+    batches[0][0, 0] = -1
+    assert rows[0, 0] == 0
+
+
+def test_iter_batches_checks_arguments_when_called():
+    rows = np.zeros((3, 2), dtype=np.int64)
+    with pytest.raises(ValueError, match="batch_size"):
+        iter_batches(rows, 0)
+    with pytest.raises(ValueError, match="rows is empty"):
+        iter_batches(np.zeros((0, 2), dtype=np.int64), 2)
