@@ -27,7 +27,7 @@ PYTHIA_TOKENS_PER_STEP = 2_097_152
 
 SELECTION_FORMS = (
     '"all", "first", "last", "log:N", "A..B", "A..", "..B", an integer step, '
-    'a comma-separated list of those, or a list of integers'
+    "a comma-separated list of those, or a list of integers"
 )
 
 _RANGE = re.compile(r"^(\d*)\.\.(\d*)$")
@@ -88,7 +88,8 @@ def _parse_term(term: str, available: Sequence[int]) -> list[int]:
         stop = int(match.group(2)) if match.group(2) else available[-1]
         if start > stop:
             raise ValueError(f"step range {term!r} is empty: start {start} > end {stop}")
-        picked = available[bisect.bisect_left(available, start) : bisect.bisect_right(available, stop)]
+        lo, hi = bisect.bisect_left(available, start), bisect.bisect_right(available, stop)
+        picked = available[lo:hi]
         if not picked:
             raise ValueError(
                 f"step range {term!r} holds no checkpoint; the suite's steps run from "
@@ -123,7 +124,9 @@ def select_steps(available: Sequence[int], selection: str | int | Sequence[int])
     if isinstance(selection, str):
         terms = [t.strip() for t in selection.split(",")]
         if not all(terms):
-            raise ValueError(f"empty term in step selection {selection!r}; allowed: {SELECTION_FORMS}")
+            raise ValueError(
+                f"empty term in step selection {selection!r}; allowed: {SELECTION_FORMS}"
+            )
         picked = {s for term in terms for s in _parse_term(term, available)}
     else:
         steps = list(selection)

@@ -1,0 +1,74 @@
+"""The ``tangentlens`` command line: ``suite``, ``train-suite``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from tangentlens.report.console import fail
+
+
+def _suite(args: argparse.Namespace) -> None:
+    from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite, open_suite
+    from tangentlens.report.progress import training_progress
+    from tangentlens.report.suite_summary import render_suite
+
+    if args.name in MINI_SUITE_CONFIGS:
+        with training_progress(args.name) as progress:
+            suite = ensure_mini_suite(args.name, progress=progress)
+    else:
+        suite = open_suite(args.name, offline=True if args.offline else None)
+    render_suite(suite, suite.select(args.steps))
+
+
+def _train_suite(args: argparse.Namespace) -> None:
+    from tangentlens.models.suites import MINI_SUITE_CONFIGS
+
+    if args.name not in MINI_SUITE_CONFIGS:
+        raise ValueError(
+            f"only built-in mini suites can be trained, got {args.name!r}; allowed: "
+            f"{', '.join(MINI_SUITE_CONFIGS)}"
+        )
+    _suite(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tangentlens", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+    show = commands.add_parser(
+        "suite", help="show a checkpoint suite (training a mini suite on first use)"
+    )
+    show.add_argument(
+        "name", help="mini-pythia, mini-bert, a Pythia model (EleutherAI/pythia-160m) or a folder"
+    )
+    show.add_argument("--offline", action="store_true", help="use only the local caches")
+    show.set_defaults(handler=_suite)
+    train = commands.add_parser(
+        "train-suite", help="train a built-in mini suite into the cache (no-op when cached)"
+    )
+    train.add_argument("name", help="mini-pythia, mini-bert (or micro-pythia, micro-bert)")
+    train.set_defaults(handler=_train_suite, offline=True)
+    for sub in (show, train):
+        sub.add_argument("--steps", default="all", help="step selection: all, log:N, A..B, 0,1000")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    try:
+        args.handler(args)
+    except ValueError as error:
+        fail(str(error))
+        return 2
+    except KeyboardInterrupt:
+        fail("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

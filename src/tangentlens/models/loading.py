@@ -1,0 +1,269 @@
+"""Load checkpoints into TransformerLens with no weight processing.
+
+No LayerNorm folding, no centring of writing weights or of the unembedding, no value-bias
+folding: centring deletes exactly the mean direction this toolkit measures. The loaded model
+reproduces the Hugging Face model's hidden states and logits (tested to ≤ 1e-4 in float32).
+
+* :func:`load_local_checkpoint` reads a Hugging Face-format folder (config, safetensors or bin
+  weights, tokenizer files) and makes no hub call of any kind. Decoders: the architectures in
+  :data:`DECODER_ARCHITECTURES`; BERT-style MLM encoders become ``HookedEncoder`` with their MLM
+  head.
+* :func:`load_pythia_checkpoint` loads ``EleutherAI/pythia-*`` at a training step through
+  TransformerLens, from the local cache only when offline (see :mod:`tangentlens.models.hub`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
+from transformer_lens.loading_from_pretrained import (
+    convert_hf_model_config,
+    get_pretrained_state_dict,
+)
+from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BertForMaskedLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import logging as hf_logging
+
+from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
+from tangentlens.models.weights import verify_weight_files
+
+logger = logging.getLogger(__name__)
+
+HookedModel = HookedTransformer | HookedEncoder
+
+#: Hugging Face decoder architectures that load from local folders (TransformerLens converters).
+DECODER_ARCHITECTURES: tuple[str, ...] = (
+    "GPTNeoXForCausalLM",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+)
+#: BERT-style encoders (loaded with their MLM head into ``HookedEncoder``).
+ENCODER_ARCHITECTURES: tuple[str, ...] = ("BertForMaskedLM",)
+#: Files that hold a tokenizer's vocabulary (one of them must be in a checkpoint folder).
+TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model")
+NO_PROCESSING: dict[str, bool] = {
+    "fold_ln": False,
+    "center_writing_weights": False,
+    "center_unembed": False,
+    "fold_value_biases": False,
+    "refactor_factored_attn_matrices": False,
+}
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """TransformerLens announces loads with print() and transformers draws progress bars: route
+    the announcements to our log and switch the bars off while loading."""
+    announced = io.StringIO()
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with contextlib.redirect_stdout(announced):
+            yield
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+        if announced.getvalue().strip():
+            logger.info(announced.getvalue().strip())
+
+
+def read_hf_config(folder: Path) -> dict[str, Any]:
+    """The folder's ``config.json`` as a dict, with a clear error when missing or malformed."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError as error:
+        raise ValueError(
+            f"{str(folder)!r} is not a Hugging Face checkpoint: no config.json (expected "
+            "config.json, weights and tokenizer files)"
+        ) from error
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+def checkpoint_architecture(folder: Path) -> str:
+    """The folder's Hugging Face architecture, refused unless this module can load it."""
+    architectures = read_hf_config(folder).get("architectures") or []
+    supported = (*DECODER_ARCHITECTURES, *ENCODER_ARCHITECTURES)
+    for name in architectures:
+        if name in supported:
+            return name
+    raise ValueError(
+        f"checkpoint {str(folder)!r} has architectures {architectures}; allowed: {list(supported)}"
+    )
+
+
+def _tl_config(folder: Path, device: str, dtype: torch.dtype) -> HookedTransformerConfig:
+    # TransformerLens picks some architectures from substrings of the name ("llama", "gemma"),
+    # without reading the config: convert from a copy of config.json in a neutral folder.
+    with tempfile.TemporaryDirectory(prefix="tangentlens-config-") as neutral:
+        shutil.copy(Path(folder) / "config.json", Path(neutral) / "config.json")
+        cfg_dict = convert_hf_model_config(neutral)
+    cfg_dict.update(
+        model_name=Path(folder).name, device=device, dtype=dtype, init_weights=False, n_devices=1
+    )
+    return HookedTransformerConfig(**cfg_dict)
+
+
+def _bert_state_dict(hf_model: BertForMaskedLM, cfg: HookedTransformerConfig) -> dict:
+    """TransformerLens' BERT converter expects BertForPreTraining; an MLM checkpoint has no
+    pooler and no next-sentence head, which HookedEncoder holds but never uses for MLM: they get
+    zero weights."""
+    d_model = cfg.d_model
+    zeros = SimpleNamespace(weight=torch.zeros(d_model, d_model), bias=torch.zeros(d_model))
+    nsp = SimpleNamespace(weight=torch.zeros(2, d_model), bias=torch.zeros(2))
+    view = SimpleNamespace(
+        bert=SimpleNamespace(
+            embeddings=hf_model.bert.embeddings,
+            encoder=hf_model.bert.encoder,
+            pooler=SimpleNamespace(dense=zeros),
+        ),
+        cls=SimpleNamespace(predictions=hf_model.cls.predictions, seq_relationship=nsp),
+    )
+    return {k: v.detach() for k, v in convert_bert_weights(view, cfg).items()}
+
+
+def _load_encoder_weights(model: HookedEncoder, state_dict: dict) -> None:
+    # HookedEncoder leaves its parameters uninitialised (NaN): every parameter must be loaded;
+    # only the attention buffers (causal mask, IGNORE constant) are built by the module itself.
+    result = model.load_state_dict(state_dict, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith(("attn.mask", "attn.IGNORE"))]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"encoder weights do not match HookedEncoder: missing {missing}, unexpected "
+            f"{result.unexpected_keys}"
+        )
+
+
+def _local_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
+    # transformers 5 builds an empty two-token tokenizer from the model type when the files are
+    # missing, without a word: check that the folder holds a vocabulary first.
+    if not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"checkpoint {str(folder)!r} has no tokenizer files; expected one of {TOKENIZER_FILES}"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(
+            f"cannot load the tokenizer of {str(folder)!r} (expected tokenizer.json or the "
+            f"tokenizer files save_pretrained writes): {error}"
+        ) from error
+
+
+def check_vocabulary(tokenizer: PreTrainedTokenizerBase, d_vocab: int, where: str) -> None:
+    """Refuse a tokenizer whose ids do not fit the model's embedding (``len(tokenizer) >
+    d_vocab``); a larger embedding than the tokenizer (padded vocabularies, as Pythia's) is fine."""
+    if len(tokenizer) > d_vocab:
+        raise ValueError(
+            f"tokenizer of {where} has {len(tokenizer)} tokens but the model's vocabulary holds "
+            f"{d_vocab}; tokenizer and model must match (allowed: at most {d_vocab} tokens)"
+        )
+
+
+def _load_hf_model(folder: Path, architecture: str, dtype: torch.dtype) -> PreTrainedModel:
+    cls = BertForMaskedLM if architecture in ENCODER_ARCHITECTURES else AutoModelForCausalLM
+    try:
+        return cls.from_pretrained(folder, local_files_only=True, dtype=dtype).eval()
+    except (OSError, ValueError, RuntimeError) as error:
+        raise ValueError(f"cannot load the weights of {str(folder)!r}: {error}") from error
+
+
+def load_local_checkpoint(
+    folder: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> HookedModel:
+    """A Hugging Face-format checkpoint folder as a TransformerLens model, tokenizer attached.
+
+    Reads only ``folder`` (the hub is switched off while loading).
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder")
+    architecture = checkpoint_architecture(folder)
+    verify_weight_files(folder)
+    with hf_offline_mode(), _quiet():
+        tokenizer = _local_tokenizer(folder)
+        hf_model = _load_hf_model(folder, architecture, dtype)
+        cfg = _tl_config(folder, device, dtype)
+        check_vocabulary(tokenizer, cfg.d_vocab, repr(str(folder)))
+        if architecture in ENCODER_ARCHITECTURES:
+            model: HookedModel = HookedEncoder(cfg, tokenizer=tokenizer, move_to_device=False)
+            _load_encoder_weights(model, _bert_state_dict(hf_model, cfg))
+        else:
+            state_dict = get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=dtype)
+            model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+            model.load_and_process_state_dict(state_dict, **NO_PROCESSING)
+        del hf_model
+        return model.to(device).eval()
+
+
+def _require_cached(model_name: str, revision: str) -> None:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    how = (
+        f"download it where the hub is reachable (`hf download {model_name} --revision "
+        f"{revision}`) or run without offline mode"
+    )
+    try:
+        folder = Path(snapshot_download(model_name, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError) as error:
+        raise ValueError(
+            f"{model_name} at step {revision.removeprefix('step')} (revision {revision!r}) is not "
+            f"in the local Hugging Face cache ({hub_cache_dir()}); {how}"
+        ) from error
+    if not (folder / "config.json").exists():
+        raise ValueError(f"cached {model_name} revision {revision!r} has no config.json; {how}")
+    verify_weight_files(folder)
+
+
+def _from_pretrained(
+    model_name: str, step: int, device: str, dtype: torch.dtype
+) -> HookedTransformer:
+    with _quiet():
+        return HookedTransformer.from_pretrained_no_processing(
+            model_name, checkpoint_value=step, device=device, dtype=dtype
+        )
+
+
+def load_pythia_checkpoint(
+    model_name: str,
+    step: int,
+    *,
+    offline: bool | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> HookedTransformer:
+    """``EleutherAI/pythia-*`` at training ``step`` (revision ``step{step}``), no processing.
+
+    Offline (see :func:`~tangentlens.models.hub.offline_requested`), only the local Hugging Face
+    cache is read; a revision missing from it is a ``ValueError`` saying how to get it.
+    """
+    if offline_requested(offline):
+        with hf_offline_mode():
+            _require_cached(model_name, f"step{step}")
+            model = _from_pretrained(model_name, step, device, dtype)
+    else:
+        model = _from_pretrained(model_name, step, device, dtype)
+    return model.eval()

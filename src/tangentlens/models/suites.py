@@ -1,0 +1,360 @@
+"""Checkpoint suites: one interface over Pythia on the hub, local folders and the mini suites.
+
+A suite lists its steps and the tokens seen at each, resolves step selections (see
+:mod:`tangentlens.models.schedule`) and yields a TransformerLens model at a step, loaded with no
+weight processing.
+
+>>> suite = open_suite("mini-pythia")                    # doctest: +SKIP
+>>> steps = suite.select("log:8")                        # doctest: +SKIP
+>>> model = suite.load(steps[-1])                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformer_lens import HookedEncoder, HookedTransformer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from tangentlens.data import Corpus
+from tangentlens.models.hub import hf_offline_mode, offline_requested
+from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
+from tangentlens.models.schedule import (
+    PYTHIA_STEPS,
+    PYTHIA_TOKENS_PER_STEP,
+    select_steps,
+)
+from tangentlens.models.training import (
+    MINI_SUITE_CONFIGS,
+    MiniSuiteConfig,
+    ProgressCallback,
+    corpus_fingerprint,
+    heldout_corpus,
+    train_mini_suite,
+)
+from tangentlens.models.weights import verify_weight_files, weights_hash
+from tangentlens.paths import cache_root
+
+logger = logging.getLogger(__name__)
+
+Family = Literal["decoder", "encoder"]
+HookedModel = HookedTransformer | HookedEncoder
+
+SUITE_KINDS: tuple[str, ...] = ("pythia", "local", *MINI_SUITE_CONFIGS)
+PYTHIA_SIZES: tuple[str, ...] = (
+    "14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b",
+)  # fmt: skip
+PYTHIA_MODELS: tuple[str, ...] = tuple(
+    f"EleutherAI/pythia-{size}{suffix}" for size in PYTHIA_SIZES for suffix in ("", "-deduped")
+)
+ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert", "roberta", "distilbert", "modernbert"})
+_STEP_DIR = re.compile(r"^(?:step|checkpoint-)(\d+)$")
+
+
+@dataclass(frozen=True)
+class DuplicateCheckpoints:
+    """Two consecutive steps whose weights are identical (same weights hash)."""
+
+    previous: int
+    step: int
+    weights_hash: str
+
+
+class CheckpointSuite(ABC):
+    """A model's checkpoints across training."""
+
+    kind: str
+    name: str
+    family: Family
+
+    @property
+    @abstractmethod
+    def steps(self) -> tuple[int, ...]:
+        """Every step of the suite, ascending."""
+
+    @abstractmethod
+    def tokens_seen(self, step: int) -> int | None:
+        """Training tokens seen at ``step`` (None when the suite does not know)."""
+
+    @abstractmethod
+    def load(
+        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> HookedModel:
+        """The TransformerLens model at ``step``, with no weight processing."""
+
+    @abstractmethod
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The suite's tokenizer (the same at every step)."""
+
+    @abstractmethod
+    def weights_hash(self, step: int) -> str | None:
+        """Hash of the weights at ``step`` (None when they are not on disk)."""
+
+    def select(self, selection: str | int | Sequence[int] = "all") -> list[int]:
+        """Resolve a step selection ("all", "log:N", "A..B", lists …) to steps of this suite."""
+        return select_steps(self.steps, selection)
+
+    def check_step(self, step: int) -> None:
+        select_steps(self.steps, [step])
+
+    def duplicate_steps(self, steps: Sequence[int] | None = None) -> list[DuplicateCheckpoints]:
+        """Consecutive steps (within ``steps``, default all) whose weights are identical."""
+        chosen = sorted(steps) if steps is not None else list(self.steps)
+        hashes = [(s, self.weights_hash(s)) for s in chosen]
+        return [
+            DuplicateCheckpoints(prev, step, digest)
+            for (prev, prev_digest), (step, digest) in itertools.pairwise(hashes)
+            if digest is not None and digest == prev_digest
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """What a results manifest records about the suite."""
+        return {"kind": self.kind, "name": self.name, "family": self.family}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {len(self.steps)} steps)"
+
+
+class PythiaSuite(CheckpointSuite):
+    """``EleutherAI/pythia-*`` at any of its 154 revisions, through TransformerLens.
+
+    With ``offline=True``, ``TANGENTLENS_OFFLINE=1`` or an unreachable hub only the local Hugging
+    Face cache is used, without network retries.
+    """
+
+    kind = "pythia"
+    family: Family = "decoder"
+
+    def __init__(self, model_name: str = "EleutherAI/pythia-160m", *, offline: bool | None = None):
+        if model_name not in PYTHIA_MODELS:
+            raise ValueError(f"unknown Pythia model {model_name!r}; allowed: {list(PYTHIA_MODELS)}")
+        self.name = model_name
+        self.offline = offline
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return PYTHIA_STEPS
+
+    def tokens_seen(self, step: int) -> int:
+        self.check_step(step)
+        return step * PYTHIA_TOKENS_PER_STEP
+
+    def load(
+        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> HookedModel:
+        self.check_step(step)
+        return load_pythia_checkpoint(
+            self.name, step, offline=self.offline, device=device, dtype=dtype
+        )
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        if offline_requested(self.offline):
+            with hf_offline_mode():
+                return AutoTokenizer.from_pretrained(self.name)
+        return AutoTokenizer.from_pretrained(self.name)
+
+    def weights_hash(self, step: int) -> str | None:
+        """Hash of the cached revision's weights; None when the revision is not cached."""
+        from huggingface_hub import snapshot_download
+
+        self.check_step(step)
+        try:
+            folder = snapshot_download(self.name, revision=f"step{step}", local_files_only=True)
+        except Exception:  # not cached: nothing to hash without downloading
+            return None
+        return weights_hash(Path(folder))
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}
+
+
+class LocalSuite(CheckpointSuite):
+    """A folder with one Hugging Face-format subfolder per checkpoint (``step1000/`` or
+    ``checkpoint-1000/``). No hub call of any kind.
+
+    ``tokens_per_step`` comes from the argument, else from the folder's ``suite.json``, else the
+    suite reports tokens seen as unknown.
+    """
+
+    kind = "local"
+
+    def __init__(self, path: str | Path, *, tokens_per_step: int | None = None):
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise ValueError(
+                f"checkpoint folder {str(root)!r} does not exist or is not a folder; expected a "
+                "folder with one Hugging Face checkpoint per subfolder (step1000/, step2000/, …)"
+            )
+        self.root = root
+        self.name = str(root)
+        self.metadata: dict[str, Any] = self._read_metadata(root)
+        self._folders = self._discover(root)
+        per_step = tokens_per_step or self.metadata.get("tokens_per_step")
+        if per_step is not None and int(per_step) < 1:
+            raise ValueError(f"tokens_per_step must be a positive integer, got {per_step}")
+        self.tokens_per_step: int | None = int(per_step) if per_step is not None else None
+        self.family = self._family()
+        self._hashes: dict[int, str] = {}
+
+    @staticmethod
+    def _read_metadata(root: Path) -> dict[str, Any]:
+        meta = root / "suite.json"
+        if not meta.exists():
+            return {}
+        try:
+            return json.loads(meta.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{meta} is not valid JSON: {error}") from error
+
+    @staticmethod
+    def _discover(root: Path) -> dict[int, Path]:
+        folders = {}
+        for child in root.iterdir():
+            match = _STEP_DIR.match(child.name)
+            if match and child.is_dir():
+                folders[int(match.group(1))] = child
+        if not folders:
+            raise ValueError(
+                f"no checkpoints found in {str(root)!r}: expected subfolders named step<N> or "
+                "checkpoint-<N>, each holding config.json, weights (safetensors or bin) and "
+                "tokenizer files"
+            )
+        return dict(sorted(folders.items()))
+
+    def _family(self) -> Family:
+        config_path = next(iter(self._folders.values())) / "config.json"
+        try:
+            model_type = json.loads(config_path.read_text()).get("model_type", "")
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read {config_path}: {error}") from error
+        return "encoder" if model_type in ENCODER_MODEL_TYPES else "decoder"
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(self._folders)
+
+    def folder(self, step: int) -> Path:
+        self.check_step(step)
+        return self._folders[step]
+
+    def tokens_seen(self, step: int) -> int | None:
+        self.check_step(step)
+        return step * self.tokens_per_step if self.tokens_per_step is not None else None
+
+    def load(
+        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> HookedModel:
+        return load_local_checkpoint(self.folder(step), device=device, dtype=dtype)
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return AutoTokenizer.from_pretrained(self.folder(self.steps[-1]), local_files_only=True)
+
+    def weights_hash(self, step: int) -> str:
+        if step not in self._hashes:
+            folder = self.folder(step)
+            verify_weight_files(folder)
+            self._hashes[step] = weights_hash(folder)
+        return self._hashes[step]
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "tokens_per_step": self.tokens_per_step}
+
+
+class MiniSuite(LocalSuite):
+    """A built-in suite the toolkit trains itself (``mini-pythia``, ``mini-bert``), cached in the
+    user cache directory under a hash of its training config and corpus."""
+
+    def __init__(self, path: Path, name: str, config: MiniSuiteConfig):
+        super().__init__(path)
+        self.kind = name if name in MINI_SUITE_CONFIGS else "mini"
+        self.name = name
+        self.config = config
+
+    def analysis_corpus(self) -> Corpus:
+        """The held-out split of the training corpus: never trained on; analysis default."""
+        return heldout_corpus(self.config)
+
+    def validation_loss(self) -> dict[int, float]:
+        return {int(s): c["val_loss"] for s, c in self.metadata["checkpoints"].items()}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "path": str(self.root),
+            "config": self.config.to_dict(),
+        }
+
+
+def mini_suite_dir(name: str, config: MiniSuiteConfig, cache_dir: Path | None = None) -> Path:
+    """Where the trained suite lives: ``<cache>/suites/<name>-<hash of config and corpus>``."""
+    root = cache_dir if cache_dir is not None else cache_root() / "suites"
+    return root / f"{name}-{config.cache_key(corpus_fingerprint(config))}"
+
+
+def ensure_mini_suite(
+    name: str = "mini-pythia",
+    *,
+    config: MiniSuiteConfig | None = None,
+    cache_dir: Path | None = None,
+    train: bool = True,
+    progress: ProgressCallback | None = None,
+) -> MiniSuite:
+    """The mini suite ``name`` (or a custom ``config``), trained on first use and cached.
+
+    Training writes into a temporary folder that is renamed into place only when complete, so an
+    interrupted training leaves no half-written suite behind.
+    """
+    if config is None:
+        if name not in MINI_SUITE_CONFIGS:
+            raise ValueError(f"unknown mini suite {name!r}; allowed: {list(MINI_SUITE_CONFIGS)}")
+        config = MINI_SUITE_CONFIGS[name]
+    target = mini_suite_dir(name, config, cache_dir)
+    if not (target / "suite.json").exists():
+        if not train:
+            raise ValueError(
+                f"mini suite {name!r} is not trained yet (expected at {target}); run "
+                f"`tangentlens train-suite {name}`"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+        try:
+            logger.info("training mini suite %s into %s", name, target)
+            train_mini_suite(config, staging, name, progress)
+            try:
+                os.rename(staging, target)
+            except OSError:  # another process finished the same suite first
+                if not (target / "suite.json").exists():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return MiniSuite(target, name, config)
+
+
+def open_suite(spec: str, *, offline: bool | None = None, train: bool = True) -> CheckpointSuite:
+    """A suite from a short spec: ``"mini-pythia"``, ``"mini-bert"``, a Pythia model name
+    (``"EleutherAI/pythia-160m"``, optionally prefixed ``"pythia:"``), or a folder of checkpoints
+    (optionally prefixed ``"local:"``)."""
+    kind, _, rest = spec.partition(":") if ":" in spec else ("", "", spec)
+    if kind == "pythia" or (not kind and rest.startswith("EleutherAI/pythia")):
+        return PythiaSuite(rest, offline=offline)
+    if kind == "local" or (not kind and (Path(rest).expanduser().exists() or os.sep in rest)):
+        return LocalSuite(rest)
+    if not kind and rest in MINI_SUITE_CONFIGS:
+        return ensure_mini_suite(rest, train=train)
+    raise ValueError(
+        f"unknown suite {spec!r}; allowed: {', '.join(repr(k) for k in MINI_SUITE_CONFIGS)}, "
+        "a Pythia model ('pythia:EleutherAI/pythia-160m'; models: "
+        f"{', '.join(PYTHIA_MODELS)}), or a checkpoint folder ('local:/path/to/folder')"
+    )

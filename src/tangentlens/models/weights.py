@@ -1,0 +1,119 @@
+"""Weight files of a Hugging Face checkpoint folder: find them, check them, hash them.
+
+A truncated or corrupted file is reported as a ``ValueError`` naming the file and what is wrong,
+before any model library tries to read it. The hash identifies identical checkpoints (a suite
+that saved the same weights at two steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+__all__ = ["WEIGHT_FILE_FORMS", "verify_weight_files", "weight_files", "weights_hash"]
+
+WEIGHT_FILE_FORMS = (
+    "model.safetensors",
+    "model-00001-of-0000N.safetensors (+ model.safetensors.index.json)",
+    "pytorch_model.bin",
+    "pytorch_model-00001-of-0000N.bin (+ pytorch_model.bin.index.json)",
+)
+_HASH_CHUNK = 8 << 20
+_SAFETENSORS_MAX_HEADER = 100 << 20
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files of a checkpoint folder, safetensors preferred, shards in order."""
+    folder = Path(folder)
+    for index_name, single in (
+        ("model.safetensors.index.json", "model.safetensors"),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+    ):
+        index = folder / index_name
+        if index.exists():
+            return _sharded_files(index)
+        if (folder / single).exists():
+            return [folder / single]
+    raise ValueError(
+        f"no weight files in {str(folder)!r}; expected one of: {', '.join(WEIGHT_FILE_FORMS)}"
+    )
+
+
+def _sharded_files(index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"shard index {index} is unreadable or has no weight_map: {error}"
+        ) from error
+    files = [index.parent / name for name in sorted(set(weight_map.values()))]
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        raise ValueError(f"shard index {index} names missing files: {missing}")
+    return files
+
+
+def _verify_safetensors(path: Path) -> None:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise ValueError(
+                f"weight file {path} is truncated: {size} bytes, no safetensors header"
+            )
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > min(_SAFETENSORS_MAX_HEADER, size - 8):
+            raise ValueError(
+                f"weight file {path} is corrupted or truncated: header length {header_len} does "
+                f"not fit in the file ({size} bytes)"
+            )
+        try:
+            header = json.loads(handle.read(header_len))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"weight file {path} has a corrupted header: {error}") from error
+    ends = [
+        entry["data_offsets"][1]
+        for key, entry in header.items()
+        if key != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry
+    ]
+    expected = 8 + header_len + max(ends, default=0)
+    if size != expected:
+        state = "truncated" if size < expected else "longer than its header says (corrupted)"
+        raise ValueError(f"weight file {path} is {state}: {size} bytes, expected {expected}")
+
+
+def _verify_bin(path: Path) -> None:
+    # torch.save writes a zip archive; its central directory sits at the end, so a truncated
+    # file fails here, and testzip checks every member's CRC.
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ValueError(f"weight file {path} is corrupted or truncated: {error}") from error
+    if bad is not None:
+        raise ValueError(f"weight file {path} is corrupted: member {bad} fails its CRC check")
+
+
+def verify_weight_files(folder: Path) -> list[Path]:
+    """Check every weight file of ``folder`` for truncation and corruption; returns the files."""
+    files = weight_files(folder)
+    for path in files:
+        if path.suffix == ".safetensors":
+            _verify_safetensors(path)
+        else:
+            _verify_bin(path)
+    return files
+
+
+def weights_hash(folder: Path) -> str:
+    """BLAKE2b digest of the bytes of every weight file of ``folder`` (hex, 32 characters)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for path in weight_files(folder):
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()

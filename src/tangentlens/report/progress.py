@@ -1,0 +1,51 @@
+"""Rich live progress for long steps (suite training)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from tangentlens.models.training import TrainingEvent
+from tangentlens.report.console import console
+
+
+@contextmanager
+def training_progress(name: str) -> Iterator[callable]:
+    """A progress callback for :func:`tangentlens.models.suites.ensure_mini_suite`."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task: TaskID | None = None
+
+    def on_event(event: TrainingEvent) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task(f"training {name}", total=event.total_steps, status="")
+        if event.phase == "data":
+            progress.update(task, status="tokenizer and data")
+        elif event.phase == "train":
+            progress.update(task, completed=event.step, status=f"loss {event.loss:.3f}")
+        elif event.phase == "checkpoint":
+            progress.console.log(
+                f"checkpoint step {event.step:>6}: held-out loss {event.val_loss:.3f}"
+            )
+
+    with progress:
+        yield on_event

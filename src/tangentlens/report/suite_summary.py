@@ -1,0 +1,61 @@
+"""A rich summary of a checkpoint suite: steps, tokens seen, held-out loss per checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from tangentlens.models.suites import CheckpointSuite, MiniSuite
+from tangentlens.report.console import console
+
+
+def _tokens(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> None:
+    """Print the suite's header facts and a table of its (selected) checkpoints."""
+    steps = list(steps) if steps is not None else list(suite.steps)
+    console.rule(f"[bold]{suite.name}[/] · {suite.kind} · {suite.family}")
+    facts = [f"{len(suite.steps)} checkpoints ({steps[0]} … {steps[-1]} shown: {len(steps)})"]
+    losses: dict[int, float] = {}
+    train_losses: dict[int, float | None] = {}
+    if isinstance(suite, MiniSuite):
+        meta = suite.metadata
+        data = meta["data"]
+        facts += [
+            f"{suite.tokens_per_step} tokens per step; {_tokens(data['train_tokens'])} training "
+            f"tokens, {_tokens(data['heldout_tokens'])} held-out tokens "
+            f"({data['train_documents']} / {data['heldout_documents']} documents)",
+            f"unigram entropy of the corpus: {meta['unigram_entropy']:.3f} nats; "
+            f"trained in {meta['training_seconds']:.0f} s; cached at {suite.root}",
+        ]
+        losses = suite.validation_loss()
+        train_losses = {int(s): c["train_loss"] for s, c in meta["checkpoints"].items()}
+    for line in facts:
+        console.print(f"  {line}")
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("step", justify="right")
+    table.add_column("tokens seen", justify="right")
+    if losses:
+        table.add_column("train loss", justify="right")
+        table.add_column("held-out loss", justify="right")
+    for step in steps:
+        row = [str(step), _tokens(suite.tokens_seen(step))]
+        if losses:
+            train = train_losses.get(step)
+            row += ["–" if train is None else f"{train:.3f}", f"{losses[step]:.3f}"]
+        table.add_row(*row)
+    console.print(table)
+    duplicates = suite.duplicate_steps(steps) if suite.kind != "pythia" else []
+    for dup in duplicates:
+        console.print(
+            f"[yellow]identical checkpoints:[/] step {dup.step} has the same weights as step "
+            f"{dup.previous} ({dup.weights_hash[:12]})"
+        )

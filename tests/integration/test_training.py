@@ -1,0 +1,179 @@
+"""Mini-suite training: schedule, determinism, learning, MLM masking, cache atomicity."""
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tangentlens.models.suites import ensure_mini_suite, mini_suite_dir
+from tangentlens.models.training import (
+    MINI_SUITE_CONFIGS,
+    MiniSuiteConfig,
+    _learning_rate,
+    mask_for_mlm,
+    train_mini_suite,
+    wrap_tokenizer,
+)
+
+
+def _weights(folder):
+    return load_file(folder / "model.safetensors")
+
+
+def test_micro_suite_has_the_log_spaced_schedule_and_metadata(micro_pythia):
+    assert micro_pythia.steps == (0, 1, 2, 4, 8, 10, 20, 30, 40)
+    meta = json.loads((micro_pythia.root / "suite.json").read_text())
+    assert meta["tokens_per_step"] == 8 * 32
+    assert micro_pythia.tokens_seen(20) == 20 * 8 * 32
+    for step in micro_pythia.steps:
+        folder = micro_pythia.folder(step)
+        assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+    config = json.loads((micro_pythia.folder(0) / "config.json").read_text())
+    assert config["model_type"] == "gpt_neox"
+    assert config["use_parallel_residual"] is True
+    assert config["rope_parameters"]["partial_rotary_factor"] == 0.25  # Pythia's partial rotary
+    assert config["tie_word_embeddings"] is False
+
+
+def test_training_is_deterministic(tmp_path, micro_config):
+    config = micro_config("pythia", total_steps=10, checkpoint_every=10)
+    train_mini_suite(config, tmp_path / "a", "a")
+    train_mini_suite(config, tmp_path / "b", "b")
+    for step in (0, 10):
+        first, second = (
+            _weights(tmp_path / "a" / f"step{step}"),
+            _weights(tmp_path / "b" / f"step{step}"),
+        )
+        assert first.keys() == second.keys()
+        assert all(torch.equal(first[k], second[k]) for k in first)
+    # a different seed gives different weights
+    train_mini_suite(
+        micro_config("pythia", total_steps=10, checkpoint_every=10, seed=1), tmp_path / "c", "c"
+    )
+    other = _weights(tmp_path / "c" / "step0")
+    assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_training_does_not_touch_the_global_rng(tmp_path, micro_config):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    train_mini_suite(micro_config("bert", total_steps=2, checkpoint_every=1), tmp_path / "s", "s")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_decoder_learns_far_below_the_unigram_entropy(tmp_path, micro_config):
+    config = micro_config(
+        "pythia",
+        d_model=64,
+        n_heads=4,
+        d_mlp=256,
+        total_steps=300,
+        checkpoint_every=100,
+        learning_rate=3e-3,
+        batch_size=16,
+        seq_len=64,
+        max_documents=300,
+        eval_sequences=32,
+    )
+    meta = train_mini_suite(config, tmp_path / "s", "s")
+    losses = {int(s): c["val_loss"] for s, c in meta["checkpoints"].items()}
+    assert losses[0] == pytest.approx(math.log(config.vocab_size), rel=0.05)  # untrained: uniform
+    assert losses[300] < meta["unigram_entropy"] - 0.5
+    assert losses[300] < losses[100] < losses[0]
+
+
+def test_encoder_loss_falls(micro_bert):
+    losses = micro_bert.validation_loss()
+    assert micro_bert.family == "encoder"
+    assert losses[40] < losses[0] - 0.2
+
+
+def test_mlm_masking_follows_bert(micro_config):
+    config = micro_config("bert")
+    tokenizer = wrap_tokenizer(config, ["some text to train a tokenizer on " * 20])
+    rows = torch.randint(5, len(tokenizer), (200, 64))
+    rows[:, 0], rows[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id
+    inputs, labels = mask_for_mlm(rows, tokenizer, 0.15, torch.Generator().manual_seed(0))
+    chosen = labels != -100
+    assert not chosen[:, [0, -1]].any()  # special tokens are never scored
+    assert torch.equal(labels[chosen], rows[chosen])
+    share = chosen[:, 1:-1].float().mean().item()
+    n = chosen[:, 1:-1].numel()
+    assert abs(share - 0.15) < 4 * math.sqrt(0.15 * 0.85 / n)
+    masked = (inputs == tokenizer.mask_token_id) & chosen
+    kept = (inputs == rows) & chosen
+    n_chosen = int(chosen.sum())
+    assert abs(masked.sum().item() / n_chosen - 0.8) < 0.03
+    # 10 % unchanged plus the random replacements that happen to hit the same token
+    assert abs(kept.sum().item() / n_chosen - 0.1) < 0.03
+    assert torch.equal(inputs[~chosen], rows[~chosen])  # unscored positions are untouched
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    config = MiniSuiteConfig(
+        architecture="pythia",
+        total_steps=100,
+        warmup_steps=10,
+        checkpoint_every=10,
+        learning_rate=1.0,
+        min_learning_rate_ratio=0.1,
+    )
+    assert _learning_rate(config, 5) == pytest.approx(0.5)
+    assert _learning_rate(config, 10) == pytest.approx(1.0)
+    assert _learning_rate(config, 100) == pytest.approx(0.1)
+    assert _learning_rate(config, 55) == pytest.approx(0.55)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"architecture": "gpt2"}, "allowed"),
+        ({"d_model": 30, "n_heads": 4}, "divisible"),
+        ({"total_steps": 0}, "positive"),
+        ({"checkpoint_every": 500, "total_steps": 100}, "every"),
+        ({"mlm_probability": 1.5}, "mlm_probability"),
+    ],
+)
+def test_bad_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        MiniSuiteConfig(**{"architecture": "pythia", **overrides})
+
+
+def test_cached_suite_is_reused_and_interrupted_training_leaves_nothing(tmp_path, micro_config):
+    config = micro_config("pythia", total_steps=4, checkpoint_every=2)
+    calls = []
+
+    def interrupt(event):
+        calls.append(event)
+        if event.phase == "checkpoint" and event.step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ensure_mini_suite("t", config=config, cache_dir=tmp_path, progress=interrupt)
+    assert list(tmp_path.iterdir()) == []  # no half-written suite, no staging folder
+
+    suite = ensure_mini_suite("t", config=config, cache_dir=tmp_path)
+    stamp = (suite.root / "suite.json").stat().st_mtime_ns
+    again = ensure_mini_suite("t", config=config, cache_dir=tmp_path)
+    assert again.root == suite.root == mini_suite_dir("t", config, tmp_path)
+    assert (again.root / "suite.json").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="not trained yet"):
+        ensure_mini_suite(
+            "t", config=micro_config("pythia", seed=5), cache_dir=tmp_path, train=False
+        )
+
+
+def test_cache_key_depends_on_config_and_corpus():
+    base = MINI_SUITE_CONFIGS["mini-pythia"]
+    assert base.cache_key("abc") == base.cache_key("abc")
+    assert base.cache_key("abc") != base.cache_key("abd")
+    other = MiniSuiteConfig(architecture="pythia", seed=1)
+    assert base.cache_key("abc") != other.cache_key("abc")
+
+
+def test_unknown_mini_suite_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="mini-pythia"):
+        ensure_mini_suite("mini-gpt", cache_dir=tmp_path)
