@@ -5,14 +5,13 @@
 * Exact O(n·d) mean pairwise cosine vs an all-pairs computation (row chunks of the Gram matrix of
   the unit rows, so memory stays bounded).
 
-Run ``.venv/bin/python benchmarks/bench_geometry.py [--quick]``; ``run(quick)`` returns the rows.
+Run ``python -m benchmarks geometry [--quick]``; ``run(quick)`` returns the rows.
 The points are an anisotropic Gaussian with a common offset (a spectrum decaying over three
 decades plus a drift), float32 — the shape of transformer activations.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 from collections.abc import Callable
@@ -72,7 +71,6 @@ def bench_twonn(n: int, d: int, repeats: int) -> dict[str, Any]:
         "reference_name": "scikit-dimension TwoNN",
         "ours_s": ours_s,
         "reference_s": ref_s,
-        "speedup": ref_s / ours_s,
         "difference": abs(ours - ref) / abs(ref),
         "difference_kind": "relative",
         "goal": "≥ 4× faster, rel. diff ≤ 1e-6",
@@ -91,7 +89,6 @@ def bench_cosine(n: int, d: int, repeats: int) -> dict[str, Any]:
         "reference_name": "all pairs (chunked Gram)",
         "ours_s": ours_s,
         "reference_s": ref_s,
-        "speedup": ref_s / ours_s,
         "difference": abs(ours - ref),
         "difference_kind": "absolute",
         "goal": "exact in O(n·d)",
@@ -105,42 +102,3 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         bench_twonn(cfg["twonn_n"], cfg["d"], cfg["repeats"]),
         bench_cosine(cfg["cosine_n"], cfg["d"], cfg["repeats"]),
     ]
-
-
-def _render(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title="geometry metrics vs references",
-        caption=f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of repeats",
-    )
-    for col in ("metric", "n × d", "reference", "ours s", "ref s", "speedup", "ours", "ref"):
-        table.add_column(col, justify="left" if col in ("metric", "reference") else "right")
-    table.add_column("difference", justify="right")
-    table.add_column("goal")
-    for r in rows:
-        table.add_row(
-            r["benchmark"],
-            r["shape"],
-            r["reference_name"],
-            f"{r['ours_s']:.3f}",
-            f"{r['reference_s']:.3f}",
-            f"{r['speedup']:.1f}×",
-            f"{r['ours']:.10g}",
-            f"{r['reference']:.10g}",
-            f"{r['difference']:.1e} {r['difference_kind'][:3]}.",
-            r["goal"],
-        )
-    Console(width=160).print(table)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    args = parser.parse_args()
-    _render(run(quick=args.quick))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -14,7 +15,7 @@ def test_pythia_has_154_revisions_with_the_published_shape():
     assert len(PYTHIA_STEPS) == 154
     assert PYTHIA_STEPS[:12] == (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
     assert PYTHIA_STEPS[-1] == 143_000
-    gaps = {b - a for a, b in zip(PYTHIA_STEPS[11:], PYTHIA_STEPS[12:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(PYTHIA_STEPS[11:])}
     assert gaps == {1000}
 
 
@@ -58,7 +59,7 @@ def test_log_selection_includes_ends_and_is_log_spaced():
     assert chosen[0] == 0 and chosen[-1] == 143_000
     # brute force: each chosen interior step is the available step nearest its log target
     coords = [math.log1p(s) for s in chosen]
-    gaps = [b - a for a, b in zip(coords, coords[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(coords)]
     ideal = math.log1p(143_000) / 7
     assert max(abs(g - ideal) for g in gaps) < 0.5 * ideal
     assert select_steps(steps, "log:1000") == steps

@@ -1,1 +1,39 @@
-"""tangentlens.capture."""
+"""tangentlens.capture: activations and per-token gradients at hook sites in one pass, streamed
+into float64 accumulators and a seeded row reservoir."""
+
+from tangentlens.capture.accumulators import (
+    MomentAccumulator,
+    SiteStatistics,
+    StatisticsConfig,
+    TypeSums,
+)
+from tangentlens.capture.engine import (
+    LOSSES,
+    REDUCTIONS,
+    AttentionTensors,
+    CaptureConfig,
+    CapturedBatch,
+    capture_batch,
+    frozen_parameters,
+)
+from tangentlens.capture.reservoir import RowReservoir, row_priorities
+from tangentlens.capture.stream import AttentionStatistics, CaptureStatistics, capture_statistics
+
+__all__ = [
+    "LOSSES",
+    "REDUCTIONS",
+    "AttentionStatistics",
+    "AttentionTensors",
+    "CaptureConfig",
+    "CaptureStatistics",
+    "CapturedBatch",
+    "MomentAccumulator",
+    "RowReservoir",
+    "SiteStatistics",
+    "StatisticsConfig",
+    "TypeSums",
+    "capture_batch",
+    "capture_statistics",
+    "frozen_parameters",
+    "row_priorities",
+]

@@ -16,6 +16,7 @@ from tangentlens.data.corpus import (
 )
 from tangentlens.data.frequency import FrequencyBins, FrequencyTable
 from tangentlens.data.masks import EXCLUSION_REASONS, MaskPolicy, MaskResult, token_mask
+from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import (
     BatchEncoder,
     SpecialTokens,
@@ -39,6 +40,7 @@ __all__ = [
     "DECODER_SPECIAL_TOKENS",
     "ENCODER_SPECIAL_TOKENS",
     "EXCLUSION_REASONS",
+    "IGNORE_INDEX",
     "BatchEncoder",
     "Corpus",
     "CorpusSplit",
@@ -57,6 +59,7 @@ __all__ = [
     "iter_batches",
     "limit_tokens",
     "load_corpus",
+    "mlm_corrupt",
     "pack_causal",
     "pack_encoder",
     "shakespeare",

@@ -1,5 +1,12 @@
 """Pure tensor → number metrics (no model library); inputs are tensors or arrays (n × d)."""
 
+from tangentlens.metrics.attention import (
+    QKDrift,
+    attention_entropy,
+    attention_entropy_sums,
+    qk_drift,
+    qk_drift_from_means,
+)
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
@@ -24,7 +31,10 @@ from tangentlens.metrics.twonn import TwoNNEstimate, twonn_dimension, twonn_esti
 
 __all__ = [
     "Correlation",
+    "QKDrift",
     "TwoNNEstimate",
+    "attention_entropy",
+    "attention_entropy_sums",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
     "correlations",
@@ -38,6 +48,8 @@ __all__ = [
     "isoscore_from_covariance",
     "isoscore_star",
     "isoscore_star_from_covariance",
+    "qk_drift",
+    "qk_drift_from_means",
     "relative_drift",
     "relative_drift_from_sums",
     "twonn_dimension",

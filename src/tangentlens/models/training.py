@@ -42,6 +42,7 @@ from tangentlens.data import (
     tokenize_corpus,
     train_bpe_tokenizer,
 )
+from tangentlens.data.mlm import mlm_corrupt
 from tangentlens.models.schedule import log_spaced_schedule
 
 TRAINING_FORMAT = 1
@@ -342,17 +343,16 @@ def mask_for_mlm(
     probability: float,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking: choose ``probability`` of the non-special positions; of those 80 % become
-    [MASK], 10 % a random token, 10 % stay. Returns (inputs, labels) with −100 where unscored."""
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=rows.dtype)
-    candidates = ~torch.isin(rows, special)
-    chosen = (torch.rand(rows.shape, generator=generator) < probability) & candidates
-    labels = torch.where(chosen, rows, torch.full_like(rows, -100))
-    action = torch.rand(rows.shape, generator=generator)
-    random_ids = torch.randint(len(tokenizer), rows.shape, generator=generator, dtype=rows.dtype)
-    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_token_id, rows)
-    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
-    return inputs, labels
+    """BERT masking of ``rows`` (see :func:`tangentlens.data.mlm.mlm_corrupt`) with the
+    tokenizer's special ids, mask id and vocabulary. Returns (inputs, labels)."""
+    return mlm_corrupt(
+        rows,
+        special_ids=tokenizer.all_special_ids,
+        mask_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        probability=probability,
+        generator=generator,
+    )
 
 
 def _loss(

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of tangentlens against reference implementations (``make bench``)."""

@@ -1,0 +1,74 @@
+"""Run every ``benchmarks/bench_*.py`` (or the named ones) and print one table of ratios.
+
+``python -m benchmarks [--quick] [geometry capture ...]``. Each module exposes
+``run(quick: bool) -> list[dict]`` whose rows carry: ``benchmark``, ``shape``,
+``reference_name``, ``ours_s``, ``reference_s``, ``ours``, ``reference``, ``difference``,
+``difference_kind`` ("absolute" / "relative") and ``goal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+MODULES = sorted(
+    m.name.removeprefix("bench_")
+    for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+    if m.name.startswith("bench_")
+)
+
+
+def render(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(
+        title="tangentlens vs references",
+        caption=f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of repeats",
+    )
+    for col in ("benchmark", "shape", "reference", "ours s", "ref s", "ours/ref", "speedup"):
+        table.add_column(col, justify="left" if col in ("benchmark", "reference") else "right")
+    for col in ("ours", "ref", "difference", "goal"):
+        table.add_column(col, justify="left" if col == "goal" else "right")
+    for r in rows:
+        table.add_row(
+            r["benchmark"],
+            r["shape"],
+            r["reference_name"],
+            f"{r['ours_s']:.3f}",
+            f"{r['reference_s']:.3f}",
+            f"{r['ours_s'] / r['reference_s']:.3f}",
+            f"{r['reference_s'] / r['ours_s']:.1f}×",
+            f"{r['ours']:.8g}",
+            f"{r['reference']:.8g}",
+            f"{r['difference']:.1e} {r['difference_kind'][:3]}.",
+            r["goal"],
+        )
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {MODULES}")
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; allowed: {MODULES}")
+    console = Console(width=180)
+    rows: list[dict[str, Any]] = []
+    for name in args.names or MODULES:
+        module = importlib.import_module(f"benchmarks.bench_{name}")
+        with console.status(f"running bench_{name}"):
+            rows.extend(module.run(quick=args.quick))
+    render(rows, console)
+
+
+if __name__ == "__main__":
+    main()

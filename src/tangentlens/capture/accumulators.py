@@ -1,0 +1,270 @@
+"""Streaming float64 statistics of captured rows: memory does not grow with the number of tokens.
+
+* :class:`MomentAccumulator` — moments of a stream of rows ``x`` (d,): count, ``Σx``, ``Σ‖x‖``,
+  ``Σ‖x‖²``, ``Σ x/‖x‖`` (over nonzero rows) and optionally ``Σ x xᵀ`` (d × d).
+* :class:`TypeSums` — per token type: count, ``Σh`` and ``Σ‖h‖²`` (centroids and spreads).
+* :class:`SiteStatistics` — everything one hook site accumulates: moments of ``H`` and ``G``
+  overall and per frequency bin, optional per-type sums, an optional row reservoir.
+
+Every accumulator merges: statistics of two disjoint halves of a stream merge to those of the
+whole (exactly, up to float64 summation order).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+
+from tangentlens.capture.reservoir import RowReservoir
+
+__all__ = ["MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"]
+
+Rows = Float[torch.Tensor, "n d"]
+TokenIds = Int[torch.Tensor, " n"]
+
+
+def _check_rows(x: torch.Tensor, d: int, name: str) -> None:
+    if x.ndim != 2 or x.shape[1] != d:
+        raise ValueError(f"{name} must be (n, {d}), got shape {tuple(x.shape)}")
+
+
+class MomentAccumulator:
+    """Streaming moments of rows of width ``d`` in float64 (on ``device``).
+
+    Attributes: ``count`` rows, ``sum`` (d,), ``sum_norms`` / ``sum_sq_norms`` (floats),
+    ``sum_unit`` (d,) and ``n_nonzero`` (rows with a direction), ``second_moment`` (d, d) or None.
+    """
+
+    def __init__(
+        self, d: int, *, second_moment: bool = True, device: torch.device | str = "cpu"
+    ) -> None:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ValueError(f"d must be an integer ≥ 1, got {d!r}")
+        f64 = {"dtype": torch.float64, "device": device}
+        self.d = d
+        self.count = 0
+        self.n_nonzero = 0
+        self.sum = torch.zeros(d, **f64)
+        self.sum_unit = torch.zeros(d, **f64)
+        self.sum_norms = torch.zeros((), **f64)
+        self.sum_sq_norms = torch.zeros((), **f64)
+        self.second_moment = torch.zeros(d, d, **f64) if second_moment else None
+
+    def update(self, x: Rows, gram: Float[torch.Tensor, "d d"] | None = None) -> None:
+        """Add rows ``x`` (n, d) of any float dtype; converted to float64 on this device.
+
+        ``gram``: ``xᵀx`` in float64 when the caller already has it (saves the GEMM).
+        """
+        _check_rows(x, self.d, "rows")
+        x = x.detach().to(self.sum.device, torch.float64)
+        norms = torch.linalg.vector_norm(x, dim=1)
+        nonzero = norms > 0
+        self.count += x.shape[0]
+        self.n_nonzero += int(nonzero.sum())
+        self.sum += x.sum(dim=0)
+        self.sum_norms += norms.sum()
+        self.sum_sq_norms += (norms * norms).sum()
+        self.sum_unit += torch.where(nonzero, norms, 1.0).reciprocal().mul(nonzero) @ x
+        if self.second_moment is not None:
+            if gram is None:
+                self.second_moment.addmm_(x.T, x)
+            else:
+                self.second_moment += gram
+
+    def merge(self, other: MomentAccumulator) -> None:
+        """Add ``other``'s statistics (same ``d`` and the same second-moment setting)."""
+        if other.d != self.d or (other.second_moment is None) != (self.second_moment is None):
+            raise ValueError("accumulators merge only with equal d and second-moment setting")
+        self.count += other.count
+        self.n_nonzero += other.n_nonzero
+        self.sum += other.sum
+        self.sum_unit += other.sum_unit
+        self.sum_norms += other.sum_norms
+        self.sum_sq_norms += other.sum_sq_norms
+        if self.second_moment is not None and other.second_moment is not None:
+            self.second_moment += other.second_moment
+
+    @property
+    def mean(self) -> Float[torch.Tensor, " d"]:
+        if self.count == 0:
+            raise ValueError("no rows accumulated: the mean is undefined")
+        return self.sum / self.count
+
+    def covariance(self, ddof: int = 1) -> Float[torch.Tensor, "d d"]:
+        """Centred covariance ``(Σxxᵀ − Σx Σxᵀ/n) / (n − ddof)`` (needs the second moment)."""
+        if self.second_moment is None:
+            raise ValueError("this accumulator keeps no second moment (second_moment=False)")
+        if self.count <= ddof:
+            raise ValueError(f"covariance with ddof={ddof} needs more than {ddof} rows")
+        scatter = self.second_moment - torch.outer(self.sum, self.sum) / self.count
+        return scatter / (self.count - ddof)
+
+
+class TypeSums:
+    """Per token type (``vocab_size`` types): occurrence count, ``Σh`` (vocab, d) and ``Σ‖h‖²``,
+    in float64. ``vocab_size × d × 8`` bytes: keep it for the sites that need centroids."""
+
+    def __init__(self, vocab_size: int, d: int, device: torch.device | str = "cpu") -> None:
+        self.count = torch.zeros(vocab_size, dtype=torch.int64, device=device)
+        self.sum = torch.zeros(vocab_size, d, dtype=torch.float64, device=device)
+        self.sum_sq_norms = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+
+    def update(self, tokens: TokenIds, x: Rows) -> None:
+        """Add rows ``x`` (n, d) of token types ``tokens`` (n,)."""
+        tokens = tokens.to(self.count.device)
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= len(self.count)):
+            raise ValueError(f"token ids must lie in [0, {len(self.count)})")
+        x = x.detach().to(self.sum.device, torch.float64)
+        self.count.index_add_(0, tokens, torch.ones_like(tokens))
+        self.sum.index_add_(0, tokens, x)
+        self.sum_sq_norms.index_add_(0, tokens, (x * x).sum(dim=1))
+
+    def merge(self, other: TypeSums) -> None:
+        if other.sum.shape != self.sum.shape:
+            raise ValueError("type sums merge only with equal vocabulary size and d")
+        self.count += other.count
+        self.sum += other.sum
+        self.sum_sq_norms += other.sum_sq_norms
+
+
+@dataclass(frozen=True)
+class StatisticsConfig:
+    """What a site accumulates besides the overall moments of ``H`` (and ``G``).
+
+    ``n_bins``: frequency bins (0 = none); ``bin_second_moments``: keep d × d moments per bin
+    (12 matrices per site at 5 bins: 56 MB at d 768); ``type_sums``: per-type centroid sums of
+    ``H`` (needs ``vocab_size``); ``reservoir_size``: rows sampled for point-based metrics
+    (0 = none); ``seed``: of the reservoir's priorities.
+    """
+
+    gradients: bool = True
+    n_bins: int = 0
+    bin_second_moments: bool = True
+    type_sums: bool = False
+    vocab_size: int | None = None
+    reservoir_size: int = 16384
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_bins", "reservoir_size", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
+        if self.type_sums and (not isinstance(self.vocab_size, int) or self.vocab_size < 1):
+            raise ValueError(
+                f"type_sums needs vocab_size as an integer ≥ 1, got {self.vocab_size!r}"
+            )
+
+
+def _update_binned(
+    overall: MomentAccumulator, per_bin: list[MomentAccumulator], x: Rows, edges: list[int]
+) -> None:
+    """Fold rows ``x`` sorted by bin (bin ``b`` = ``x[edges[b]:edges[b+1]]``, rows before
+    ``edges[0]`` have none) into ``per_bin`` and ``overall``; the overall second moment is the sum
+    of the bins' Gram matrices, so the d × d products are computed once."""
+    slices = [x[lo:hi] for lo, hi in itertools.pairwise(edges)]
+    if per_bin[0].second_moment is None:
+        overall.update(x)
+        for acc, rows in zip(per_bin, slices, strict=True):
+            acc.update(rows)
+        return
+    grams = [rows.T @ rows for rows in slices]
+    unbinned = x[: edges[0]]
+    total = unbinned.T @ unbinned
+    for gram in grams:
+        total += gram
+    overall.update(x, gram=total)
+    for acc, rows, gram in zip(per_bin, slices, grams, strict=True):
+        acc.update(rows, gram=gram)
+
+
+class SiteStatistics:
+    """Statistics of one hook site of width ``d``.
+
+    ``h`` / ``g``: overall :class:`MomentAccumulator` of activations / gradients (``g`` is None
+    without gradients); ``h_bins`` / ``g_bins``: one per frequency bin; ``types``: per-type sums
+    of ``H`` or None; ``reservoir``: a :class:`RowReservoir` with columns ``H``, ``G`` (float32),
+    ``token`` and ``bin`` (int64), or None.
+    """
+
+    def __init__(self, d: int, config: StatisticsConfig) -> None:
+        self.d = d
+        self.config = config
+        grads = config.gradients
+        bin_moments = config.bin_second_moments
+        self.h = MomentAccumulator(d)
+        self.g = MomentAccumulator(d) if grads else None
+        self.h_bins = [
+            MomentAccumulator(d, second_moment=bin_moments) for _ in range(config.n_bins)
+        ]
+        self.g_bins = (
+            [MomentAccumulator(d, second_moment=bin_moments) for _ in range(config.n_bins)]
+            if grads
+            else []
+        )
+        self.types = TypeSums(config.vocab_size, d) if config.type_sums else None  # type: ignore[arg-type]
+        self.reservoir = (
+            RowReservoir(config.reservoir_size, config.seed) if config.reservoir_size else None
+        )
+
+    @property
+    def count(self) -> int:
+        return self.h.count
+
+    def update(
+        self,
+        h: Rows,
+        g: Rows | None,
+        tokens: TokenIds,
+        row_ids: TokenIds,
+        bins: TokenIds | None = None,
+    ) -> None:
+        """Add kept rows: activations ``h`` (n, d), gradients ``g`` (n, d) or None, their token
+        ids, global row ids (for the reservoir) and frequency bins (n,) (needed if ``n_bins``)."""
+        _check_rows(h, self.d, "activations")
+        if (g is None) != (self.g is None):
+            raise ValueError("gradients must be given exactly when the statistics keep them")
+        if g is not None:
+            _check_rows(g, self.d, "gradients")
+        if self.config.n_bins and bins is None:
+            raise ValueError(f"bins are required: the statistics keep {self.config.n_bins} bins")
+        h64 = h.detach().to(self.h.sum.device, torch.float64)
+        g64 = None if g is None else g.detach().to(self.h.sum.device, torch.float64)
+        if self.config.n_bins:  # one sort, then a contiguous slice per bin (unseen types: −1)
+            sorted_bins, order = torch.sort(bins.to(h64.device), stable=True)  # type: ignore[union-attr]
+            edges = torch.searchsorted(sorted_bins, torch.arange(self.config.n_bins + 1)).tolist()
+            _update_binned(self.h, self.h_bins, h64[order], edges)
+            if self.g is not None:
+                _update_binned(self.g, self.g_bins, g64[order], edges)  # type: ignore[index]
+        else:
+            self.h.update(h64)
+            if self.g is not None:
+                self.g.update(g64)  # type: ignore[arg-type]
+        if self.types is not None:
+            self.types.update(tokens, h64)
+        if self.reservoir is not None:
+            columns = {"H": h.detach().float(), "token": tokens.to(torch.int64)}
+            if g is not None:
+                columns["G"] = g.detach().float()
+            if bins is not None:
+                columns["bin"] = bins.to(torch.int64)
+            self.reservoir.add(row_ids, columns)
+
+    def merge(self, other: SiteStatistics) -> None:
+        """Absorb the statistics of a disjoint part of the stream (same d and config)."""
+        if other.d != self.d or other.config != self.config:
+            raise ValueError("site statistics merge only with equal d and StatisticsConfig")
+        self.h.merge(other.h)
+        if self.g is not None and other.g is not None:
+            self.g.merge(other.g)
+        for mine, theirs in zip(
+            self.h_bins + self.g_bins, other.h_bins + other.g_bins, strict=True
+        ):
+            mine.merge(theirs)
+        if self.types is not None and other.types is not None:
+            self.types.merge(other.types)
+        if self.reservoir is not None and other.reservoir is not None:
+            self.reservoir.merge(other.reservoir)

@@ -1,0 +1,180 @@
+"""Stream token batches through :func:`capture_batch` into per-site accumulators.
+
+Each batch is captured, its kept rows are folded into the statistics, and the batch is dropped:
+memory is that of one batch plus the accumulators, whatever the number of tokens. Rows are
+identified by ``sequence index × seq_len + position`` (sequence index counted over the whole
+stream), which makes the row reservoir independent of the batch size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from tangentlens.capture.accumulators import SiteStatistics, StatisticsConfig
+from tangentlens.capture.engine import AttentionTensors, CaptureConfig, capture_batch
+from tangentlens.data.frequency import FrequencyBins
+from tangentlens.data.packing import SpecialTokens
+from tangentlens.metrics.attention import QKDrift, attention_entropy_sums, qk_drift_from_means
+from tangentlens.typing import TokenMask, Tokens
+
+__all__ = ["AttentionStatistics", "CaptureStatistics", "capture_statistics"]
+
+
+class AttentionStatistics:
+    """Per-head sums of one layer: queries and keys at kept positions, and attention entropy of
+    the kept query rows, all float64."""
+
+    def __init__(self, n_heads: int, d_head: int) -> None:
+        self.sum_q = torch.zeros(n_heads, d_head, dtype=torch.float64)
+        self.sum_k = torch.zeros(n_heads, d_head, dtype=torch.float64)
+        self.entropy_sum = torch.zeros(n_heads, dtype=torch.float64)
+        self.count = 0
+
+    def update(self, tensors: AttentionTensors, keep: TokenMask) -> None:
+        keep = keep.to(tensors.q.device)
+        self.sum_q += tensors.q[keep].to(torch.float64).sum(dim=0).cpu()
+        self.sum_k += tensors.k[keep].to(torch.float64).sum(dim=0).cpu()
+        entropy, n = attention_entropy_sums(tensors.pattern, keep)
+        self.entropy_sum += entropy.cpu()
+        self.count += n
+
+    def merge(self, other: AttentionStatistics) -> None:
+        self.sum_q += other.sum_q
+        self.sum_k += other.sum_k
+        self.entropy_sum += other.entropy_sum
+        self.count += other.count
+
+    def drift(self) -> QKDrift:
+        """Q/K drift per head from the mean query and key."""
+        if self.count == 0:
+            raise ValueError("no kept positions were accumulated for this layer")
+        return qk_drift_from_means(self.sum_q / self.count, self.sum_k / self.count)
+
+    def entropy(self) -> torch.Tensor:
+        """Mean attention entropy per head (nats), ``(head,)``."""
+        if self.count == 0:
+            raise ValueError("no kept positions were accumulated for this layer")
+        return self.entropy_sum / self.count
+
+
+@dataclass
+class CaptureStatistics:
+    """Everything a capture stream accumulated.
+
+    ``sites``: :class:`SiteStatistics` per hook name; ``attention``: per layer; ``excluded``:
+    positions excluded per reason (see :class:`CapturedBatch`); ``n_positions`` and
+    ``n_sequences`` read; ``loss_sum`` the summed token loss over ``n_scored`` scored tokens.
+    """
+
+    config: CaptureConfig
+    statistics: StatisticsConfig
+    sites: dict[str, SiteStatistics] = field(default_factory=dict)
+    attention: dict[int, AttentionStatistics] = field(default_factory=dict)
+    excluded: Counter[str] = field(default_factory=Counter)
+    n_positions: int = 0
+    n_sequences: int = 0
+    loss_sum: float = 0.0
+    n_scored: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Positions kept for the statistics."""
+        return self.n_positions - self.excluded["total"]
+
+    @property
+    def mean_loss(self) -> float:
+        if self.n_scored == 0:
+            raise ValueError("no token was scored: the mean loss is undefined")
+        return self.loss_sum / self.n_scored
+
+    def merge(self, other: CaptureStatistics) -> None:
+        """Absorb the statistics of a disjoint part of the stream (same configs and sites)."""
+        if (other.config, other.statistics) != (self.config, self.statistics):
+            raise ValueError("capture statistics merge only with equal capture configs")
+        for site, stats in other.sites.items():
+            if site in self.sites:
+                self.sites[site].merge(stats)
+            else:
+                self.sites[site] = stats
+        for layer, stats in other.attention.items():
+            if layer in self.attention:
+                self.attention[layer].merge(stats)
+            else:
+                self.attention[layer] = stats
+        self.excluded.update(other.excluded)
+        self.n_positions += other.n_positions
+        self.n_sequences += other.n_sequences
+        self.loss_sum += other.loss_sum
+        self.n_scored += other.n_scored
+
+
+def capture_statistics(
+    model: torch.nn.Module,
+    batches: Iterable[Tokens],
+    config: CaptureConfig,
+    special: SpecialTokens,
+    statistics: StatisticsConfig,
+    *,
+    bins: FrequencyBins | None = None,
+    first_sequence: int = 0,
+    step: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> CaptureStatistics:
+    """Capture every batch of ``batches`` ((batch, pos) token tensors of one width) and
+    accumulate the kept rows.
+
+    Args:
+        bins: token-frequency bins (required when ``statistics.n_bins > 0``, same number).
+        first_sequence: stream index of the first sequence (for row ids and masked-LM seeds).
+        step: the checkpoint step, named in error messages.
+        on_batch: called with the number of positions of each finished batch (progress).
+    """
+    if statistics.gradients and not config.gradients:
+        raise ValueError("statistics keep gradients but the capture config computes none")
+    if statistics.n_bins and (bins is None or bins.n_bins != statistics.n_bins):
+        raise ValueError(
+            f"statistics keep {statistics.n_bins} frequency bins: give FrequencyBins with "
+            f"n_bins={statistics.n_bins}, got {None if bins is None else bins.n_bins}"
+        )
+    out = CaptureStatistics(config=config, statistics=statistics)
+    sequence = first_sequence
+    seq_len: int | None = None
+    for tokens in batches:
+        if seq_len is None:
+            seq_len = tokens.shape[1]
+        elif tokens.shape[1] != seq_len:
+            raise ValueError(f"every batch must have {seq_len} positions, got {tokens.shape[1]}")
+        batch = capture_batch(model, tokens, config, special, first_sequence=sequence, step=step)
+        n_rows, n_pos = tokens.shape
+        row_ids = (
+            torch.arange(sequence, sequence + n_rows)[:, None] * n_pos + torch.arange(n_pos)
+        ).to(batch.keep.device)[batch.keep]
+        kept_tokens = batch.tokens[batch.keep]
+        kept_bins = bins.assign(kept_tokens) if statistics.n_bins else None  # type: ignore[union-attr]
+        for site in config.sites:
+            h, g = batch.rows(site)
+            if site not in out.sites:
+                out.sites[site] = SiteStatistics(h.shape[1], statistics)
+            out.sites[site].update(
+                h, g if statistics.gradients else None, kept_tokens, row_ids, kept_bins
+            )
+        for layer, tensors in batch.attention.items():
+            if layer not in out.attention:
+                out.attention[layer] = AttentionStatistics(tensors.q.shape[2], tensors.q.shape[3])
+            out.attention[layer].update(tensors, batch.keep)
+        out.excluded.update(batch.excluded)
+        out.n_positions += n_rows * n_pos
+        out.n_sequences += n_rows
+        reduction_scale = batch.n_scored if config.reduction == "mean" else 1
+        out.loss_sum += batch.loss * reduction_scale
+        out.n_scored += batch.n_scored
+        sequence += n_rows
+        if on_batch is not None:
+            on_batch(n_rows * n_pos)
+    if out.n_sequences == 0:
+        raise ValueError("no token batch was given: the capture stream is empty")
+    return out

@@ -1,0 +1,168 @@
+"""Streaming accumulators and the row reservoir against brute force on the whole stream."""
+
+import numpy as np
+import pytest
+import torch
+
+from tangentlens.capture import (
+    MomentAccumulator,
+    RowReservoir,
+    SiteStatistics,
+    StatisticsConfig,
+    TypeSums,
+    row_priorities,
+)
+from tangentlens.metrics import centred_anisotropy, centred_anisotropy_from_moments
+
+
+def _stream(seed=0, n=600, d=12):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float32) + 3.0
+    x[5] = 0.0  # a zero row has no direction
+    return x
+
+
+def test_moments_match_numpy():
+    x = _stream()
+    acc = MomentAccumulator(12)
+    for chunk in x.split(97):
+        acc.update(chunk)
+    ref = x.double().numpy()
+    norms = np.linalg.norm(ref, axis=1)
+    nz = norms > 0
+    assert acc.count == 600 and acc.n_nonzero == 599
+    np.testing.assert_allclose(acc.sum.numpy(), ref.sum(0), rtol=1e-12)
+    np.testing.assert_allclose(acc.second_moment.numpy(), ref.T @ ref, rtol=1e-12)
+    np.testing.assert_allclose(float(acc.sum_norms), norms.sum(), rtol=1e-12)
+    np.testing.assert_allclose(float(acc.sum_sq_norms), (norms**2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(acc.sum_unit.numpy(), (ref[nz] / norms[nz, None]).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(acc.covariance().numpy(), np.cov(ref.T), rtol=1e-9, atol=1e-12)
+    assert centred_anisotropy_from_moments(acc.count, acc.sum, acc.second_moment) == pytest.approx(
+        centred_anisotropy(x), rel=1e-9
+    )
+
+
+def test_two_halves_merge_to_the_whole():
+    x = _stream(1)
+    whole, first, second = (MomentAccumulator(12) for _ in range(3))
+    whole.update(x)
+    first.update(x[:250])
+    second.update(x[250:])
+    first.merge(second)
+    assert (first.count, first.n_nonzero) == (whole.count, whole.n_nonzero)
+    for name in ("sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
+        torch.testing.assert_close(getattr(first, name), getattr(whole, name), rtol=1e-13, atol=0)
+
+
+def test_moment_accumulator_rejects_bad_input():
+    acc = MomentAccumulator(4, second_moment=False)
+    with pytest.raises(ValueError, match=r"\(n, 4\)"):
+        acc.update(torch.ones(3, 5))
+    with pytest.raises(ValueError, match="no second moment"):
+        acc.covariance()
+    with pytest.raises(ValueError, match="undefined"):
+        _ = acc.mean
+    with pytest.raises(ValueError, match="merge only"):
+        acc.merge(MomentAccumulator(4))
+
+
+def test_type_sums_match_brute_force():
+    x = _stream(2, n=200, d=6)
+    tokens = torch.randint(10, (200,), generator=torch.Generator().manual_seed(0))
+    sums = TypeSums(10, 6)
+    half = TypeSums(10, 6)
+    sums.update(tokens[:120], x[:120])
+    half.update(tokens[120:], x[120:])
+    sums.merge(half)
+    for t in range(10):
+        rows = x[tokens == t].double()
+        assert int(sums.count[t]) == rows.shape[0]
+        torch.testing.assert_close(sums.sum[t], rows.sum(0))
+        torch.testing.assert_close(sums.sum_sq_norms[t], (rows**2).sum())
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        sums.update(torch.tensor([10]), x[:1])
+
+
+def test_priorities_are_uniform_and_seeded():
+    ids = torch.arange(200_000)
+    p = row_priorities(0, ids)
+    assert float(p.min()) >= 0 and float(p.max()) < 1
+    counts = np.histogram(p.numpy(), bins=20, range=(0, 1))[0]
+    expected = 200_000 / 20
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 45  # 19 dof: p ≈ 0.001
+    assert torch.equal(row_priorities(0, ids[:10]), p[:10])
+    assert not torch.equal(row_priorities(1, ids[:10]), p[:10])
+
+
+def _fill(reservoir, ids, splits):
+    for chunk in ids.split(splits):
+        reservoir.add(chunk, {"x": chunk.double()[:, None] * 2, "id": chunk})
+
+
+def test_reservoir_is_independent_of_batching_and_merges():
+    ids = torch.arange(5000)
+    a, b = RowReservoir(300, seed=3), RowReservoir(300, seed=3)
+    _fill(a, ids, 1000)
+    _fill(b, ids, 37)
+    left, right = RowReservoir(300, seed=3), RowReservoir(300, seed=3)
+    _fill(left, ids[:1234], 100)
+    _fill(right, ids[1234:], 500)
+    left.merge(right)
+    expected = torch.topk(row_priorities(3, ids), 300, largest=False).indices.sort().values
+    for r in (a, b, left):
+        assert len(r) == 300
+        assert torch.equal(r.ids, expected)
+        cols = r.columns()
+        assert torch.equal(cols["id"], expected)
+        assert torch.equal(cols["x"][:, 0], expected.double() * 2)
+
+
+def test_reservoir_below_capacity_keeps_everything_and_checks_columns():
+    r = RowReservoir(100, seed=0)
+    r.add(torch.arange(10), {"x": torch.zeros(10, 2)})
+    assert torch.equal(r.ids, torch.arange(10))
+    with pytest.raises(ValueError, match="columns must stay"):
+        r.add(torch.arange(10, 12), {"y": torch.zeros(2)})
+    with pytest.raises(ValueError, match="rows but"):
+        r.add(torch.arange(3), {"x": torch.zeros(2, 2)})
+    with pytest.raises(ValueError, match="capacity"):
+        RowReservoir(0, seed=0)
+    with pytest.raises(ValueError, match="equal capacity"):
+        r.merge(RowReservoir(5, seed=0))
+
+
+def test_site_statistics_per_bin_and_merge():
+    gen = torch.Generator().manual_seed(4)
+    h, g = torch.randn(300, 8, generator=gen), torch.randn(300, 8, generator=gen)
+    tokens = torch.randint(20, (300,), generator=gen)
+    bins = tokens % 3
+    bins[:7] = -1  # unseen types belong to no bin, but to the overall moments
+    ids = torch.arange(300)
+    config = StatisticsConfig(n_bins=3, type_sums=True, vocab_size=20, reservoir_size=50)
+    whole, part = SiteStatistics(8, config), SiteStatistics(8, config)
+    whole.update(h, g, tokens, ids, bins)
+    rest = SiteStatistics(8, config)
+    part.update(h[:100], g[:100], tokens[:100], ids[:100], bins[:100])
+    rest.update(h[100:], g[100:], tokens[100:], ids[100:], bins[100:])
+    part.merge(rest)
+    for b in range(3):
+        rows = g[bins == b].double()
+        torch.testing.assert_close(whole.g_bins[b].second_moment, rows.T @ rows)
+        torch.testing.assert_close(part.g_bins[b].second_moment, rows.T @ rows)
+        assert whole.h_bins[b].count == int((bins == b).sum())
+    for stats in (whole, part):
+        torch.testing.assert_close(stats.g.second_moment, g.double().T @ g.double())
+        torch.testing.assert_close(stats.h.second_moment, h.double().T @ h.double())
+        assert stats.h.count == 300
+    assert torch.equal(part.reservoir.ids, whole.reservoir.ids)
+    torch.testing.assert_close(part.types.sum, whole.types.sum)
+    assert sorted(whole.reservoir.columns()) == ["G", "H", "bin", "token"]
+    with pytest.raises(ValueError, match="bins are required"):
+        whole.update(h, g, tokens, ids)
+    with pytest.raises(ValueError, match="exactly when"):
+        whole.update(h, None, tokens, ids, bins)
+    with pytest.raises(ValueError, match="vocab_size"):
+        StatisticsConfig(type_sums=True)
+    with pytest.raises(ValueError, match="n_bins"):
+        StatisticsConfig(n_bins=-1)
