@@ -1,1 +1,26 @@
-"""tangentlens.dictionaries."""
+"""tangentlens.dictionaries: concept dictionaries fitted on activations (semi-NMF, PCA, SAEs via
+SAELens) whose span is the tangent proxy, and float64 subspace tools."""
+
+from tangentlens.dictionaries.base import ConceptDictionary, check_rank
+from tangentlens.dictionaries.pca import PCA
+from tangentlens.dictionaries.seminmf import SOLVERS, SemiNMF
+from tangentlens.dictionaries.subspace import (
+    DEFAULT_RANK_RTOL,
+    check_basis,
+    principal_angles,
+    projector,
+    span_basis,
+)
+
+__all__ = [
+    "DEFAULT_RANK_RTOL",
+    "PCA",
+    "SOLVERS",
+    "ConceptDictionary",
+    "SemiNMF",
+    "check_basis",
+    "check_rank",
+    "principal_angles",
+    "projector",
+    "span_basis",
+]
