@@ -4,7 +4,7 @@ SAELens) whose span is the tangent proxy, and float64 subspace tools."""
 from tangentlens.dictionaries.base import ConceptDictionary, check_rank
 from tangentlens.dictionaries.pca import PCA
 from tangentlens.dictionaries.seminmf import SOLVERS, SemiNMF
-from tangentlens.dictionaries.subspace import (
+from tangentlens.metrics.subspace import (
     DEFAULT_RANK_RTOL,
     check_basis,
     principal_angles,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from tangentlens.dictionaries.base import check_rank
-from tangentlens.dictionaries.subspace import DEFAULT_RANK_RTOL
 from tangentlens.metrics._validate import (
     check_count,
     check_matrix,
@@ -19,6 +18,7 @@ from tangentlens.metrics._validate import (
     to_float64,
 )
 from tangentlens.metrics.geometry import centred_scatter
+from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Moment
 
 __all__ = ["PCA"]

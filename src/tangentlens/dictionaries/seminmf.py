@@ -25,13 +25,14 @@ below (``svd_bound_``); semi-NMF can never beat it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from tangentlens.dictionaries.base import check_rank
-from tangentlens.dictionaries.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.metrics._validate import check_choice, check_count, check_fraction, check_matrix
+from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
 __all__ = ["SOLVERS", "SemiNMF"]
@@ -119,8 +120,14 @@ class SemiNMF:
         pinv = torch.linalg.pinv(B.to(torch.float64), hermitian=True).to(X.dtype)
         return (A @ pinv).clamp_(min=0), D
 
-    def fit(self, H: ArrayLike) -> SemiNMF:
-        """Fit ``H`` (n × d, finite, n ≥ rank)."""
+    def fit(
+        self, H: ArrayLike, on_iteration: Callable[[int, float], None] | None = None
+    ) -> SemiNMF:
+        """Fit ``H`` (n × d, finite, n ≥ rank).
+
+        ``on_iteration(i, objective)`` is called after each iteration with the relative objective
+        ``‖H − ZD‖²/‖H‖²`` (progress reporting).
+        """
         X = self._prepare(H)
         sq_norm = float(X.to(torch.float64).pow(2).sum())
         if not sq_norm > 0:
@@ -134,6 +141,8 @@ class SemiNMF:
             A, B = X @ D.T, D @ D.T
             Z = step(Z, A, B)
             history.append(self._objective(Z, A, B, sq_norm))
+            if on_iteration is not None:
+                on_iteration(len(history), history[-1])
             D = _directions(Z, X)
             exact = history[-1] <= _OBJECTIVE_FLOOR
             if exact or (len(history) > 1 and history[-2] - history[-1] <= self.tol * history[-2]):

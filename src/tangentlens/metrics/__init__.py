@@ -7,6 +7,17 @@ from tangentlens.metrics.attention import (
     qk_drift,
     qk_drift_from_means,
 )
+from tangentlens.metrics.attribution import (
+    EnergyComparison,
+    anisotropy_share_spectral,
+    compare_energy,
+    delta_isoscore_star,
+    energy_fraction,
+    energy_fraction_from_moment,
+    energy_fractions_from_moment,
+    null_energy_mean,
+)
+from tangentlens.metrics.controls import complement_frames, data_matched_frames, draw_generator
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
@@ -27,31 +38,52 @@ from tangentlens.metrics.isoscore import (
     isoscore_star,
     isoscore_star_from_covariance,
 )
+from tangentlens.metrics.subspace import (
+    check_basis,
+    principal_angles,
+    projector,
+    span_basis,
+)
 from tangentlens.metrics.twonn import TwoNNEstimate, twonn_dimension, twonn_estimate
 
 __all__ = [
     "Correlation",
+    "EnergyComparison",
     "QKDrift",
     "TwoNNEstimate",
+    "anisotropy_share_spectral",
     "attention_entropy",
     "attention_entropy_sums",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
+    "check_basis",
+    "compare_energy",
+    "complement_frames",
     "correlations",
     "cosine_anisotropy",
     "cosine_anisotropy_from_sums",
     "cosine_anisotropy_sampled",
     "covariance",
+    "data_matched_frames",
+    "delta_isoscore_star",
+    "draw_generator",
     "drift_norm",
     "drift_norm_from_sums",
+    "energy_fraction",
+    "energy_fraction_from_moment",
+    "energy_fractions_from_moment",
     "isoscore",
     "isoscore_from_covariance",
     "isoscore_star",
     "isoscore_star_from_covariance",
+    "null_energy_mean",
+    "principal_angles",
+    "projector",
     "qk_drift",
     "qk_drift_from_means",
     "relative_drift",
     "relative_drift_from_sums",
+    "span_basis",
     "twonn_dimension",
     "twonn_estimate",
 ]

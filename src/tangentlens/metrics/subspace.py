@@ -1,6 +1,7 @@
 """Subspaces in float64: orthonormal bases with a rank tolerance, projectors, principal angles.
 
-A subspace is represented by an orthonormal basis ``Q`` (d × r): ``QᵀQ = I``, projector
+Used by the dictionaries (which re-export these names) and by the controls. A subspace is
+represented by an orthonormal basis ``Q`` (d × r): ``QᵀQ = I``, projector
 ``P = Q Qᵀ``. Dictionaries hand their directions as rows (``D``, k × d, the ``H ≈ Z D``
 convention); :func:`span_basis` turns them into ``Q``.
 """

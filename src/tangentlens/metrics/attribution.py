@@ -1,0 +1,181 @@
+"""How much gradient energy and gradient anisotropy a subspace holds (METHODS.md §1.3–1.4).
+
+With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
+
+* energy fraction ``E(Q) = ‖G Q‖²_F / ‖G‖²_F`` — pooled over tokens; equal to
+  ``tr(Qᵀ M Q) / tr(M)`` with the accumulated second moment ``M = GᵀG``, so any number of
+  subspaces is scored from one d × d matrix. Chance level ``k/d``;
+* the closed-form null mean of Haar controls in the proxy's complement:
+  ``E[E(N)] = k/(d − k_T) · (1 − E(T))``;
+* :func:`compare_energy` — the proxy against its controls: ratio, enrichment ``E/(k/d)``,
+  z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
+* spectral anisotropy share **(ours)** — with ``C = GᵀG/n`` and ``A = C − (tr C / d) I``,
+  ``tr(Qᵀ A₊ Q) / tr(A₊)`` (``A₊`` keeps the positive eigenvalues);
+* ΔIsoScore* — ``IsoScore*(G (I − P_Q)) − IsoScore*(G)`` from covariances: the projected
+  covariance is ``(I − P) C (I − P)`` and the shrinkage covariance is projected the same way
+  (scored in all d dimensions, so proxy and controls of equal rank pay the same for the k
+  removed directions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+
+from tangentlens.metrics._validate import CHUNK_ROWS, check_matrix, check_square, to_float64
+from tangentlens.metrics.isoscore import isoscore_star_from_covariance
+from tangentlens.metrics.subspace import check_basis
+from tangentlens.typing import ArrayLike, Moment
+
+__all__ = [
+    "EnergyComparison",
+    "anisotropy_share_spectral",
+    "compare_energy",
+    "delta_isoscore_star",
+    "energy_fraction",
+    "energy_fraction_from_moment",
+    "energy_fractions_from_moment",
+    "null_energy_mean",
+]
+
+Frames = Float[torch.Tensor, "draws d k"]
+
+
+def _moment(M: ArrayLike, name: str = "M") -> Moment:
+    S = to_float64(check_square(M, name))
+    if not float(torch.diagonal(S).sum()) > 0:
+        raise ValueError(f"{name} has zero trace: the gradients are all zero, energy is undefined")
+    return S
+
+
+def energy_fraction(G: ArrayLike, Q: ArrayLike) -> float:
+    """``‖G Q‖²_F / ‖G‖²_F`` for gradients ``G`` (n × d) and an orthonormal ``Q`` (d × k);
+    float64 row chunks, memory bounded in n."""
+    X = check_matrix(G, "G")
+    B = check_basis(Q, "Q", d=X.shape[1]).to(X.device)
+    inside = total = 0.0
+    for start in range(0, X.shape[0], CHUNK_ROWS):
+        chunk = to_float64(X[start : start + CHUNK_ROWS])
+        inside += float((chunk @ B).pow(2).sum())
+        total += float(chunk.pow(2).sum())
+    if not total > 0:
+        raise ValueError("G is all zeros: the energy fraction is undefined")
+    return inside / total
+
+
+def energy_fractions_from_moment(M: ArrayLike, frames: Frames) -> torch.Tensor:
+    """``tr(Qⱼᵀ M Qⱼ) / tr(M)`` for a batch of orthonormal frames ``(draws, d, k)``; float64
+    ``(draws,)``. ``M = Σ gᵢgᵢᵀ`` (d × d)."""
+    S = _moment(M)
+    F = to_float64(torch.as_tensor(frames)).to(S.device)
+    if F.ndim != 3 or F.shape[1] != S.shape[0]:
+        raise ValueError(f"frames must be (draws, {S.shape[0]}, k), got {tuple(F.shape)}")
+    return torch.einsum("jdk,de,jek->j", F, S, F) / torch.diagonal(S).sum()
+
+
+def energy_fraction_from_moment(M: ArrayLike, Q: ArrayLike) -> float:
+    """``tr(Qᵀ M Q) / tr(M)``: :func:`energy_fraction` from the second moment ``M = GᵀG``."""
+    S = _moment(M)
+    B = check_basis(Q, "Q", d=S.shape[0])
+    return float(energy_fractions_from_moment(S, B[None])[0])
+
+
+def null_energy_mean(k: int, d: int, proxy_rank: int, proxy_energy: float) -> float:
+    """Exact mean energy of a Haar k-frame in the complement of a rank-``proxy_rank`` proxy
+    holding ``proxy_energy``: ``k / (d − k_T) · (1 − E(T))``."""
+    if not 0 < k <= d - proxy_rank:
+        raise ValueError(f"k must be in [1, d − k_T] = [1, {d - proxy_rank}], got {k}")
+    return k / (d - proxy_rank) * (1.0 - proxy_energy)
+
+
+@dataclass(frozen=True)
+class EnergyComparison:
+    """The proxy's energy fraction against its controls (see :func:`compare_energy`)."""
+
+    energy_fraction: float
+    control_mean: float
+    control_std: float
+    control_min: float
+    control_max: float
+    null_mean: float
+    energy_ratio: float
+    energy_enrichment: float
+    energy_z: float
+    energy_p_value: float
+    draws: int
+    rank: int
+    d: int
+
+
+def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyComparison:
+    """Score the proxy ``Q_T`` (d × k) and its control frames ``(draws, d, k)`` from ``M = GᵀG``.
+
+    ``energy_ratio = E(T) / mean E(N)``; ``energy_enrichment = E(T) / (k/d)``;
+    ``energy_z = (E(T) − mean) / std`` (std with ddof = 1; ``inf`` when the controls do not vary);
+    ``energy_p_value = (1 + #{E(N) ≥ E(T)}) / (1 + draws)``; ``null_mean`` the closed form.
+    """
+    S = _moment(M)
+    T = check_basis(proxy, "proxy", d=S.shape[0])
+    d, k = T.shape
+    C = to_float64(torch.as_tensor(controls))
+    if C.ndim != 3 or C.shape[1:] != (d, k):
+        raise ValueError(f"controls must be (draws, {d}, {k}) (matched rank), got {tuple(C.shape)}")
+    e_t = energy_fraction_from_moment(S, T)
+    e_n = energy_fractions_from_moment(S, C)
+    mean = float(e_n.mean())
+    std = float(e_n.std()) if e_n.numel() > 1 else 0.0
+    draws = int(e_n.numel())
+    if std > 0:
+        z = (e_t - mean) / std
+    else:
+        z = math.copysign(math.inf, e_t - mean) if e_t != mean else 0.0
+    return EnergyComparison(
+        energy_fraction=e_t,
+        control_mean=mean,
+        control_std=std,
+        control_min=float(e_n.min()),
+        control_max=float(e_n.max()),
+        null_mean=null_energy_mean(k, d, k, e_t),
+        energy_ratio=e_t / mean if mean > 0 else math.inf,
+        energy_enrichment=e_t / (k / d),
+        energy_z=z,
+        energy_p_value=(1 + int((e_n >= e_t).sum())) / (1 + draws),
+        draws=draws,
+        rank=k,
+        d=d,
+    )
+
+
+def anisotropy_share_spectral(C: ArrayLike, Q: ArrayLike) -> float:
+    """``tr(Qᵀ A₊ Q) / tr(A₊)`` with ``A = C − (tr C/d) I`` (C: gradient covariance or second
+    moment, any positive scale). 0 for isotropic gradients, 1 when ``span(Q)`` holds every
+    direction of excess variance. Raises when C is isotropic (``A₊ = 0``)."""
+    S = to_float64(check_square(C, "C"))
+    d = S.shape[0]
+    B = check_basis(Q, "Q", d=d)
+    sym = (S + S.T) / 2
+    values, vectors = torch.linalg.eigh(
+        sym - torch.diagonal(sym).mean() * torch.eye(d, dtype=S.dtype)
+    )
+    positive = values.clamp(min=0)
+    total = float(positive.sum())
+    if not total > 1e-12 * float(torch.diagonal(sym).abs().sum()):
+        raise ValueError("C is isotropic (no eigenvalue above its mean): the share is undefined")
+    weights = (vectors.T @ B).pow(2).sum(dim=1)  # ‖Qᵀ vᵢ‖² per eigenvector
+    return float((positive * weights).sum()) / total
+
+
+def delta_isoscore_star(C: ArrayLike, Q: ArrayLike, C0: ArrayLike, zeta: float = 0.2) -> float:
+    """``IsoScore*(G (I − P_Q)) − IsoScore*(G)`` from the gradient covariance ``C`` (d × d),
+    the shrinkage covariance ``C0`` (projected with ``C``) and ``zeta``. Positive: removing
+    ``span(Q)`` makes the gradients more isotropic."""
+    S = to_float64(check_square(C, "C"))
+    B = check_basis(Q, "Q", d=S.shape[0])
+    S0 = to_float64(check_square(C0, "C0", size=S.shape[0]))
+    P = torch.eye(S.shape[0], dtype=S.dtype) - B @ B.T
+    before = isoscore_star_from_covariance(S, S0, zeta)
+    after = isoscore_star_from_covariance(P @ S @ P, P @ S0 @ P, zeta)
+    return after - before

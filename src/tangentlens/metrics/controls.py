@@ -1,0 +1,89 @@
+"""Matched-rank random control subspaces for the tangent account (METHODS.md §1.2).
+
+* :func:`complement_frames` — Haar-random k-frames inside the orthogonal complement of the proxy
+  ``T``: ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P_T) M``, QR with the signs of ``diag(R)`` made
+  positive (so the frame is Haar-distributed on the complement's Stiefel manifold);
+* :func:`data_matched_frames` — random k-frames inside the top-m PCA span of ``H`` and orthogonal
+  to the proxy, ruling out "gradients just live where the variance is".
+
+Each draw has its own generator seeded from ``(*seed_key, draw)`` through ``numpy``'s
+``SeedSequence`` — e.g. ``seed_key = (seed, step, layer, bin + 1)`` with bin 0 meaning "all" — so
+any single draw can be reproduced alone and the global RNG is never touched. Frames are float64
+``(draws, d, k)`` tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Float
+
+from tangentlens.metrics._validate import check_count
+from tangentlens.metrics.subspace import check_basis
+
+__all__ = ["complement_frames", "data_matched_frames", "draw_generator"]
+
+Frames = Float[torch.Tensor, "draws d k"]
+
+#: Cosines of principal angles above this count as overlap between the PCA span and the proxy.
+_OVERLAP_TOL = 1e-10
+
+
+def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
+    """A local generator for one draw, seeded from ``(*seed_key, draw)`` (non-negative ints)."""
+    key = [*seed_key, draw]
+    if any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0 for v in key):
+        raise ValueError(f"seed_key entries and draw must be integers ≥ 0, got {key}")
+    state = np.random.SeedSequence([int(v) for v in key]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
+
+
+def _haar_in(W: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
+    """``draws`` Haar k-frames inside ``span(W)`` (W: d × m orthonormal, m ≥ k)."""
+    frames = []
+    for j in range(draws):
+        g = torch.randn(W.shape[1], k, generator=draw_generator(seed_key, j), dtype=torch.float64)
+        q, r = torch.linalg.qr(g)
+        frames.append(W @ (q * torch.sign(torch.diagonal(r))))
+    return torch.stack(frames)
+
+
+def complement_frames(proxy: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
+    """Haar k-frames in the orthogonal complement of ``span(proxy)`` (proxy: d × k_T orthonormal).
+
+    Equivalent to projecting Gaussian frames with ``I − P_T`` and orthonormalising; drawn in
+    coordinates of an orthonormal basis of the complement, so the result is exactly orthogonal
+    to the proxy. ``k ≤ d − k_T``.
+    """
+    T = check_basis(proxy, "proxy")
+    d, k_t = T.shape
+    k = check_count(k, "k", minimum=1)
+    draws = check_count(draws, "draws", minimum=1)
+    if k > d - k_t:
+        raise ValueError(f"k must be ≤ d − k_T = {d - k_t} (the complement's dimension), got {k}")
+    full, _ = torch.linalg.qr(torch.cat([T, torch.eye(d, dtype=T.dtype)], dim=1))  # d × d
+    complement = full[:, k_t:]  # orthonormal basis of span(T)^⊥ (first k_T columns span T)
+    return _haar_in(complement, k, draws, seed_key)
+
+
+def data_matched_frames(
+    proxy: torch.Tensor, pca_basis: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]
+) -> Frames:
+    """Haar k-frames inside the top-m PCA span of ``H`` (``pca_basis``: d × m, orthonormal) and
+    orthogonal to the proxy: the subspace ``span(V) ∩ span(T)^⊥``, of dimension
+    ``m − rank(TᵀV) ≥ m − k_T``, which must be ≥ k."""
+    T = check_basis(proxy, "proxy")
+    V = check_basis(pca_basis, "pca_basis", d=T.shape[0])
+    k = check_count(k, "k", minimum=1)
+    draws = check_count(draws, "draws", minimum=1)
+    _, s, vh = torch.linalg.svd(T.T @ V, full_matrices=True)  # vh: m × m
+    overlap = int((s > _OVERLAP_TOL).sum())
+    W = V @ vh[overlap:].T  # orthonormal basis of span(V) ∩ span(T)^⊥
+    if W.shape[1] < k:
+        raise ValueError(
+            f"the top-{V.shape[1]} PCA span has only {W.shape[1]} dimensions orthogonal to the "
+            f"proxy, fewer than k = {k}; use a larger m (m ≥ k + k_T = {k + T.shape[1]} suffices)"
+        )
+    return _haar_in(W, k, draws, seed_key)

@@ -1,0 +1,166 @@
+"""Energy fractions, controls and anisotropy shares on planted and isotropic gradients."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tangentlens.metrics import (
+    anisotropy_share_spectral,
+    compare_energy,
+    complement_frames,
+    data_matched_frames,
+    delta_isoscore_star,
+    energy_fraction,
+    energy_fraction_from_moment,
+    energy_fractions_from_moment,
+    null_energy_mean,
+    principal_angles,
+    span_basis,
+)
+
+D, K = 48, 4
+
+
+def _basis(d, k, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))[0]
+
+
+def _planted_gradients(share, n=4000, seed=0):
+    """Gradients with exactly ``share`` of their energy in span(T): the T and complement parts
+    are rescaled to the planted energies."""
+    gen = torch.Generator().manual_seed(seed)
+    T = _basis(D, K, seed + 100)
+    G = torch.randn(n, D, generator=gen, dtype=torch.float64)
+    inside = G @ T @ T.T
+    outside = G - inside
+    total = float(G.pow(2).sum())
+    G = inside * math.sqrt(share * total / float(inside.pow(2).sum())) + outside * math.sqrt(
+        (1 - share) * total / float(outside.pow(2).sum())
+    )
+    return G, T
+
+
+def test_energy_fraction_matches_numpy_and_the_moment_form():
+    G, _ = _planted_gradients(0.3)
+    Q = _basis(D, 6, 7)
+    ref = np.linalg.norm(G.numpy() @ Q.numpy()) ** 2 / np.linalg.norm(G.numpy()) ** 2
+    assert energy_fraction(G, Q) == pytest.approx(ref, rel=1e-12)
+    assert energy_fraction(G.float(), Q) == pytest.approx(ref, rel=1e-6)
+    assert energy_fraction_from_moment(G.T @ G, Q) == pytest.approx(ref, rel=1e-10)
+    frames = torch.stack([Q, _basis(D, 6, 8)])
+    batched = energy_fractions_from_moment(G.T @ G, frames)
+    assert float(batched[0]) == pytest.approx(ref, rel=1e-10)
+
+
+def test_planted_share_is_recovered_and_p_value_is_minimal():
+    G, T = _planted_gradients(0.6)
+    M = G.T @ G
+    controls = complement_frames(T, K, draws=99, seed_key=(0, 1000, 3, 0))
+    result = compare_energy(M, T, controls)
+    assert result.energy_fraction == pytest.approx(0.6, rel=1e-10)
+    assert result.energy_p_value == pytest.approx(1 / 100)
+    assert result.draws == 99 and result.rank == K and result.d == D
+    assert result.energy_enrichment == pytest.approx(0.6 / (K / D))
+    assert result.energy_ratio == pytest.approx(0.6 / result.control_mean)
+    assert result.energy_z > 10
+    # each control holds ≈ its share of the remaining 40 %, on average exactly the closed form
+    assert result.null_mean == pytest.approx(K / (D - K) * 0.4)
+    se = result.control_std / math.sqrt(99)
+    assert abs(result.control_mean - result.null_mean) < 4 * se
+
+
+def test_isotropic_gradients_sit_at_chance_and_match_the_closed_form():
+    gen = torch.Generator().manual_seed(5)
+    G = torch.randn(200_000, D, generator=gen, dtype=torch.float64)
+    T = _basis(D, K, 11)
+    controls = complement_frames(T, K, draws=400, seed_key=(1,))
+    result = compare_energy(G.T @ G, T, controls)
+    assert result.energy_fraction == pytest.approx(K / D, rel=0.03)
+    assert result.control_mean == pytest.approx(result.null_mean, rel=0.01)
+    assert 0.05 < result.energy_p_value < 0.95
+
+
+def test_control_frames_are_haar_in_the_complement_and_seeded_per_draw():
+    T = _basis(D, K, 3)
+    frames = complement_frames(T, 6, draws=2000, seed_key=(7, 2, 1, 0))
+    eye = torch.eye(6, dtype=torch.float64)
+    assert frames.shape == (2000, D, 6)
+    torch.testing.assert_close(frames[17].T @ frames[17], eye)
+    assert float((T.T @ frames).abs().max()) < 1e-12  # exactly orthogonal to the proxy
+    # Haar on the complement: the mean projector is (k / (d − k_T)) (I − P_T)
+    mean_projector = torch.einsum("jdk,jek->de", frames, frames) / 2000
+    expected = 6 / (D - K) * (torch.eye(D, dtype=torch.float64) - T @ T.T)
+    assert float((mean_projector - expected).abs().max()) < 0.02
+    # one draw is reproducible alone; different keys differ
+    again = complement_frames(T, 6, draws=18, seed_key=(7, 2, 1, 0))
+    assert torch.equal(again[17], frames[17])
+    other = complement_frames(T, 6, draws=1, seed_key=(7, 2, 1, 1))
+    assert not torch.allclose(other[0], frames[0])
+
+
+def test_data_matched_frames_lie_in_the_pca_span_minus_the_proxy():
+    T = _basis(D, K, 1)
+    V = span_basis(torch.cat([T[:, :2].T, _basis(D, 10, 2).T]))  # PCA span shares 2 proxy dirs
+    assert V.shape[1] == 12
+    frames = data_matched_frames(T, V, 8, draws=10, seed_key=(0,))  # 12 − k_T dimensions
+    assert float((T.T @ frames).abs().max()) < 1e-12
+    inside = V @ V.T @ frames
+    torch.testing.assert_close(inside, frames)
+    with pytest.raises(ValueError, match="only 8 dimensions orthogonal to the proxy"):
+        data_matched_frames(T, V, 9, draws=1, seed_key=(0,))
+
+
+def test_spectral_share_known_answers():
+    T = _basis(D, K, 4)
+    C = torch.eye(D, dtype=torch.float64) + 5 * T @ T.T  # all excess variance inside T
+    assert anisotropy_share_spectral(C, T) == pytest.approx(1.0, abs=1e-12)
+    N = complement_frames(T, K, 1, (0,))[0]
+    assert anisotropy_share_spectral(C, N) == pytest.approx(0.0, abs=1e-12)
+    half = span_basis(torch.cat([T[:, :2], N[:, :2]], dim=1).T)
+    assert anisotropy_share_spectral(C, half) == pytest.approx(0.5, abs=1e-12)
+    with pytest.raises(ValueError, match="isotropic"):
+        anisotropy_share_spectral(torch.eye(D, dtype=torch.float64), T)
+
+
+def test_delta_isoscore_star_rewards_removing_the_anisotropic_directions():
+    T = _basis(D, K, 6)
+    C = torch.eye(D, dtype=torch.float64) + 20 * T @ T.T
+    C0 = torch.eye(D, dtype=torch.float64)
+    N = complement_frames(T, K, 1, (0,))[0]
+    gain_proxy = delta_isoscore_star(C, T, C0)
+    gain_control = delta_isoscore_star(C, N, C0)
+    assert gain_proxy > 0.5 > gain_control
+    # removing exactly the anisotropic span leaves an isotropic (d − k)-dim cloud: IsoScore of
+    # eigenvalues (1 × (d − k), 0 × k) in closed form
+    lam = np.r_[np.ones(D - K), np.zeros(K)]
+    lam_hat = math.sqrt(D) * lam / np.linalg.norm(lam)
+    defect = np.linalg.norm(lam_hat - 1) / math.sqrt(2 * (D - math.sqrt(D)))
+    phi = (D - defect**2 * (D - math.sqrt(D))) ** 2 / D**2
+    from tangentlens.metrics import isoscore_star_from_covariance
+
+    before = isoscore_star_from_covariance(C, C0, 0.2)
+    assert gain_proxy == pytest.approx((D * phi - 1) / (D - 1) - before, rel=1e-9)
+
+
+def test_bad_input():
+    T = _basis(D, K, 0)
+    with pytest.raises(ValueError, match="orthonormal"):
+        energy_fraction(torch.randn(10, D), 2 * T)
+    with pytest.raises(ValueError, match="48 rows"):
+        energy_fraction(torch.randn(10, D), _basis(D + 1, K, 0))
+    with pytest.raises(ValueError, match="NaN"):
+        energy_fraction(torch.full((3, D), float("nan")), T)
+    with pytest.raises(ValueError, match="zero trace"):
+        energy_fraction_from_moment(torch.zeros(D, D), T)
+    with pytest.raises(ValueError, match="matched rank"):
+        compare_energy(torch.eye(D), T, complement_frames(T, K + 1, 2, (0,)))
+    with pytest.raises(ValueError, match=r"k must be ≤ d − k_T = 44"):
+        complement_frames(T, 45, 1, (0,))
+    with pytest.raises(ValueError, match="integers ≥ 0"):
+        complement_frames(T, 2, 1, (-1,))
+    with pytest.raises(ValueError, match=r"\[1, 44\]"):
+        null_energy_mean(45, D, K, 0.5)
+    assert float(principal_angles(T, T).max()) < 1e-7
