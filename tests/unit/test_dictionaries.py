@@ -90,7 +90,7 @@ def test_seminmf_objective_decreases_monotonically(solver):
     model = SemiNMF(5, solver=solver, seed=1, tol=1e-9, max_iter=200, dtype="float64").fit(H)
     objective = np.array(model.objective_)
     assert len(objective) > 10 and (np.diff(objective) <= 1e-12).all()
-    assert model.relative_error_ ** 2 <= objective[-1] + 1e-12  # the last D update helps too
+    assert model.relative_error_**2 <= objective[-1] + 1e-12  # the last D update helps too
     assert model.relative_error_ >= model.svd_bound_
 
 
