@@ -64,11 +64,11 @@ def _model(shape: dict[str, Any]) -> HookedTransformer:
     return HookedTransformer(cfg)
 
 
-def _zipf_tokens(shape: dict[str, Any]) -> torch.Tensor:
+def _zipf_tokens(shape: dict[str, Any], seed: int = 1) -> torch.Tensor:
     """Token ids with Zipf frequencies (p ∝ 1/rank), as in text; ids 0 and 1 are special."""
     weights = 1.0 / torch.arange(1, shape["d_vocab"] - 1, dtype=torch.float64)
     n = shape["batch"][0] * shape["batch"][1]
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed)
     draws = torch.multinomial(weights, n, replacement=True, generator=gen)
     return (draws + 2).reshape(shape["batch"])
 

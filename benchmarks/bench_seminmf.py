@@ -3,9 +3,9 @@
 Both start from the same seeded initialisation on the same float32 matrix (an anisotropic
 Gaussian with a common offset, the shape of transformer activations). Reported: the time each
 needs until its relative error ``‖H − ZD‖/‖H‖`` is within 0.5 % of the truncated-SVD bound at the
-same rank (goal: HALS ≥ 10× faster), and how far above the bound HALS ends at convergence
-(goal ≤ 0.2 %). The reference is stopped after a time budget; if it has not reached the target by
-then, its time is the budget and the speedup a lower bound ("≥" in the goal column).
+same rank (goal: HALS ≥ 10× faster), and how far above the bound each ends at convergence
+(goal for HALS ≤ 0.2 %). A reference that stops (by ``tol`` or a time budget) without reaching the
+target is charged its whole run time, so the speedup is then a lower bound.
 """
 
 from __future__ import annotations
@@ -71,18 +71,20 @@ def bench_seminmf(n: int, d: int, k: int, budget_s: float) -> dict[str, Any]:
     censored = ref["reached_s"] is None
     ours_s = ours["reached_s"] if ours["reached_s"] is not None else ours["total_s"]
     ref_s = ref["total_s"] if censored else ref["reached_s"]
+    mu_excess = ref["final"] / ref["bound"] - 1
+    status = "never within 0.5 %, " if censored else ""
     return {
         "benchmark": f"semi-NMF k={k} to 0.5 % of SVD bound",
         "shape": f"{n} × {d}",
-        "reference_name": "multiplicative updates",
+        "reference_name": f"multiplicative updates ({status}ends {mu_excess:.2%} above)",
         "ours_s": ours_s,
         "reference_s": ref_s,
         "ours": ours["final"],
         "reference": ours["bound"],
         "difference": ours["final"] / ours["bound"] - 1,
         "difference_kind": "relative",
-        "goal": ("≥" if censored else "")
-        + "10× faster; ours ends ≤ 0.2 % above the bound (ref column = bound)",
+        "goal": "≥ 10× faster (a lower bound if the reference never got there); ours ends "
+        "≤ 0.2 % above the bound (ref column = bound)",
     }
 
 

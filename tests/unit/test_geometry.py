@@ -193,9 +193,9 @@ def test_correlations_validation() -> None:
 # ----------------------------------------------------------------------- centred anisotropy
 
 
-def _numpy_share(H: np.ndarray) -> float:
+def _numpy_share(H: np.ndarray, power: int = 1) -> float:
     s = np.linalg.svd(H - H.mean(axis=0), compute_uv=False)
-    return float(s[0] ** 2 / (s**2).sum())
+    return float(s[0] ** power / (s**power).sum())
 
 
 def _planted(n: int, singular_values: np.ndarray, seed: int, offset: float = 5.0) -> np.ndarray:
@@ -211,17 +211,24 @@ def _planted(n: int, singular_values: np.ndarray, seed: int, offset: float = 5.0
 @pytest.mark.parametrize(("n", "d"), [(400, 12), (10, 30)])
 def test_centred_anisotropy_equals_numpy_svd(n: int, d: int) -> None:
     H = _drifted(n, d, seed=11) * np.linspace(3, 0.2, d)
-    assert centred_anisotropy(H) == pytest.approx(_numpy_share(H), rel=1e-12)
+    assert centred_anisotropy(H) == pytest.approx(_numpy_share(H), rel=1e-10)
     assert centred_anisotropy(torch.tensor(H).float()) == pytest.approx(_numpy_share(H), rel=1e-5)
+    variance = centred_anisotropy(H, spectrum="variance")
+    assert variance == pytest.approx(_numpy_share(H, power=2), rel=1e-12)
 
 
 def test_centred_anisotropy_planted_spectra() -> None:
     d = 10
     s = np.ones(d)
-    s[0] = 3.0  # top eigenvalue share 9 / (9 + 9)
-    assert centred_anisotropy(_planted(200, s, seed=12)) == pytest.approx(0.5, rel=1e-12)
-    assert centred_anisotropy(_planted(200, np.ones(d), seed=13)) == pytest.approx(1 / d, rel=1e-12)
+    s[0] = 3.0  # singular values (3, 1 × 9): σ₁/Σσ = 3/12, σ₁²/Σσ² = 9/18
+    planted = _planted(200, s, seed=12)
+    assert centred_anisotropy(planted) == pytest.approx(0.25, rel=1e-10)
+    assert centred_anisotropy(planted, "variance") == pytest.approx(0.5, rel=1e-12)
+    isotropic = _planted(200, np.ones(d), seed=13)
+    for spectrum in ("singular", "variance"):
+        assert centred_anisotropy(isotropic, spectrum) == pytest.approx(1 / d, rel=1e-10)
     line = np.outer(np.random.default_rng(14).standard_normal(50), np.arange(1.0, 6.0)) + 7.0
+    assert centred_anisotropy(line, "variance") == pytest.approx(1.0, rel=1e-12)
     assert centred_anisotropy(line) == pytest.approx(1.0, rel=1e-12)
 
 
@@ -234,9 +241,12 @@ def test_centred_anisotropy_from_moments_equals_direct(offset: float, rel: float
     for chunk in np.array_split(H, 5):
         sums += chunk.sum(axis=0)
         second += chunk.T @ chunk
-    direct = centred_anisotropy(H)
-    assert direct == pytest.approx(_numpy_share(H), rel=1e-12)
-    assert centred_anisotropy_from_moments(3000, sums, second) == pytest.approx(direct, rel=rel)
+    direct = centred_anisotropy(H, "variance")
+    assert direct == pytest.approx(_numpy_share(H, power=2), rel=1e-12)
+    streamed = centred_anisotropy_from_moments(3000, sums, second, "variance")
+    assert streamed == pytest.approx(direct, rel=rel)
+    singular = centred_anisotropy_from_moments(3000, sums, second)
+    assert singular == pytest.approx(centred_anisotropy(H), rel=max(rel, 1e-10))
 
 
 def test_covariance_equals_numpy() -> None:
@@ -256,6 +266,8 @@ def test_centred_anisotropy_validation() -> None:
         centred_anisotropy_from_moments(4, np.array([1.0, np.nan, 0.0]), np.eye(3))
     with pytest.raises(ValueError, match="ddof"):
         covariance(np.ones((2, 3)), ddof=2)
+    with pytest.raises(ValueError, match=r"spectrum must be one of \('singular', 'variance'\)"):
+        centred_anisotropy(np.eye(3), spectrum="eigen")
 
 
 def test_accepts_read_only_and_non_native_arrays_without_copying_semantics() -> None:

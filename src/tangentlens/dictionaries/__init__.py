@@ -3,6 +3,7 @@ SAELens) whose span is the tangent proxy, and float64 subspace tools."""
 
 from tangentlens.dictionaries.base import ConceptDictionary, check_rank
 from tangentlens.dictionaries.pca import PCA
+from tangentlens.dictionaries.sae import SAE, SAE_ARCHITECTURES
 from tangentlens.dictionaries.seminmf import SOLVERS, SemiNMF
 from tangentlens.metrics.subspace import (
     DEFAULT_RANK_RTOL,
@@ -15,6 +16,8 @@ from tangentlens.metrics.subspace import (
 __all__ = [
     "DEFAULT_RANK_RTOL",
     "PCA",
+    "SAE",
+    "SAE_ARCHITECTURES",
     "SOLVERS",
     "ConceptDictionary",
     "SemiNMF",

@@ -41,13 +41,17 @@ def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
 
 
 def _haar_in(W: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
-    """``draws`` Haar k-frames inside ``span(W)`` (W: d × m orthonormal, m ≥ k)."""
-    frames = []
-    for j in range(draws):
-        g = torch.randn(W.shape[1], k, generator=draw_generator(seed_key, j), dtype=torch.float64)
-        q, r = torch.linalg.qr(g)
-        frames.append(W @ (q * torch.sign(torch.diagonal(r))))
-    return torch.stack(frames)
+    """``draws`` Haar k-frames inside ``span(W)`` (W: d × m orthonormal, m ≥ k): Gaussian
+    m × k draws (one generator each), one batched QR, signs of ``diag(R)`` made positive."""
+    g = torch.stack(
+        [
+            torch.randn(W.shape[1], k, generator=draw_generator(seed_key, j), dtype=torch.float64)
+            for j in range(draws)
+        ]
+    )
+    q, r = torch.linalg.qr(g)
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]
+    return W @ q
 
 
 def complement_frames(proxy: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:

@@ -5,8 +5,9 @@ Definitions (METHODS.md §2–3):
 * cosine anisotropy (Godey et al. 2024) — mean cosine over distinct pairs, uncentred, computed
   exactly in O(n·d) from the sum of unit rows: ``(‖Σ ûᵢ‖² − n) / (n(n − 1))``;
 * drift — ``‖mean(H)‖`` and ``‖mean(H)‖ / mean‖hᵢ‖``;
-* centred anisotropy (Razzhigaev et al. 2023) — ``σ₁² / Σ σᵢ²`` of the centred matrix
-  (largest covariance eigenvalue over the trace; ``1/d`` isotropic, ``1`` one direction);
+* centred anisotropy (Razzhigaev et al. 2023) — ``σ₁ / Σ σᵢ`` of the centred matrix as the
+  paper states it, or ``σ₁² / Σ σᵢ²`` (METHODS.md: largest covariance eigenvalue over the
+  trace); ``1/d`` isotropic, ``1`` one direction;
 * Pearson and Spearman correlation (e.g. drift against cosine anisotropy across layers).
 
 Every reduction accumulates in float64, a row chunk at a time, so memory stays bounded for
@@ -26,6 +27,7 @@ from jaxtyping import Float
 
 from tangentlens.metrics._validate import (
     CHUNK_ROWS,
+    check_choice,
     check_count,
     check_matrix,
     check_square,
@@ -35,6 +37,7 @@ from tangentlens.metrics._validate import (
 from tangentlens.typing import ArrayLike, Moment
 
 __all__ = [
+    "SPECTRA",
     "Correlation",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
@@ -269,39 +272,56 @@ def covariance(H: ArrayLike, ddof: int = 1) -> Moment:
     return scatter / (X.shape[0] - ddof)
 
 
-def _top_share(scatter: Moment) -> float:
-    """Largest eigenvalue over the trace of a symmetric PSD matrix."""
+#: Spectra the centred anisotropy can be read from (see :func:`centred_anisotropy`).
+SPECTRA: tuple[str, ...] = ("singular", "variance")
+
+
+def _top_share(scatter: Moment, spectrum: str) -> float:
+    """Top share of the spectrum of a symmetric PSD scatter matrix: ``σ₁/Σσᵢ`` with
+    ``σᵢ = √λᵢ`` ("singular") or ``λ₁/Σλᵢ`` ("variance")."""
+    check_choice(spectrum, "spectrum", SPECTRA)
     sym = (scatter + scatter.T) / 2
-    trace = float(torch.diagonal(sym).sum())
-    if not trace > 0:
+    if not float(torch.diagonal(sym).sum()) > 0:
         raise ValueError(
             "the centred data have zero variance (all rows equal): anisotropy undefined"
         )
-    return float(torch.linalg.eigvalsh(sym)[-1]) / trace
+    values = torch.linalg.eigvalsh(sym)
+    # eigenvalues at rounding level are zero variances: their square roots would not be small
+    noise = values.shape[0] * torch.finfo(values.dtype).eps * float(values[-1])
+    values = torch.where(values > noise, values, torch.zeros_like(values))
+    if spectrum == "singular":
+        values = values.sqrt()
+    return float(values[-1] / values.sum())
 
 
-def centred_anisotropy(H: ArrayLike) -> float:
-    """``σ₁² / Σσᵢ²`` of the centred ``H`` (n × d), rows not normalised; ``n ≥ 2``.
+def centred_anisotropy(H: ArrayLike, spectrum: str = "singular") -> float:
+    """Top share of the singular spectrum of the centred ``H`` (n × d), rows not normalised;
+    ``n ≥ 2``. ``1/d`` for isotropic data, ``1`` when all variance lies along one direction.
 
-    Equals the largest covariance eigenvalue over the covariance trace: ``1/d`` for isotropic
-    data, ``1`` when all variance lies along one direction.
+    ``spectrum="singular"`` (default): ``σ₁ / Σσᵢ``, as Razzhigaev et al. (2023) state it ("the
+    ratio of the top singular value to the sum of all singular values");
+    ``spectrum="variance"``: ``σ₁² / Σσᵢ²``, the largest covariance eigenvalue over the trace
+    (METHODS.md's reading).
     """
     X = check_matrix(H, "H", min_rows=2)
     n, d = X.shape
     if n < d:  # same nonzero spectrum from the smaller n × n Gram matrix
         Xc = to_float64(X) - to_float64(X).mean(dim=0)
-        return _top_share(Xc @ Xc.T)
+        return _top_share(Xc @ Xc.T, spectrum)
     _, scatter = centred_scatter(X)
-    return _top_share(scatter)
+    return _top_share(scatter, spectrum)
 
 
-def centred_anisotropy_from_moments(n: int, sum: ArrayLike, second_moment: ArrayLike) -> float:
+def centred_anisotropy_from_moments(
+    n: int, sum: ArrayLike, second_moment: ArrayLike, spectrum: str = "singular"
+) -> float:
     """:func:`centred_anisotropy` from streaming moments.
 
     Args:
         n: number of rows accumulated (≥ 2).
         sum: ``Σᵢ hᵢ``, shape ``(d,)``.
         second_moment: uncentred ``Σᵢ hᵢhᵢᵀ``, shape ``(d, d)``, accumulated in float64.
+        spectrum: ``"singular"`` or ``"variance"`` (see :func:`centred_anisotropy`).
 
     The centred scatter is ``second_moment − sum sumᵀ / n``, which cancels: the result's relative
     error is about ``10 ε ‖mean‖² / tr(cov)`` (ε = 2.2e-16), e.g. 1e-12 when the drift is 100× the
@@ -310,4 +330,4 @@ def centred_anisotropy_from_moments(n: int, sum: ArrayLike, second_moment: Array
     n = check_count(n, "n", minimum=2)
     s = to_float64(check_vector(sum, "sum"))
     M = to_float64(check_square(second_moment, "second_moment", size=s.shape[0]))
-    return _top_share(M - torch.outer(s, s.to(M.device)) / n)
+    return _top_share(M - torch.outer(s, s.to(M.device)) / n, spectrum)

@@ -1,0 +1,238 @@
+"""Sparse-autoencoder dictionaries through SAELens, trained on captured activations.
+
+``SAE(rank, ...)`` trains a TopK (default) or standard (L1) SAE with SAELens' own ``SAETrainer``
+on a sample of activations ``H`` (any iterator of batches is SAELens' data provider; ours cycles
+through seeded shuffles of ``H``; no wandb, nothing saved unless asked). ``SAE.from_disk(path)``
+loads an SAE saved in SAELens' format instead.
+
+The tangent proxy is spanned by decoder rows (``W_dec``, d_sae × d_in, normalised to unit norm):
+by default the ``rank`` latents that fire most often on the sample (ties broken by mean
+activation), or all latents with ``rank=None``. ``explained_variance_`` (``1 − ‖H − Ĥ‖² / ‖H −
+mean‖²``) and ``l0_`` (mean number of active latents per row) are measured on the sample.
+
+SAELens initialises weights from torch's global generator; training runs inside
+``torch.random.fork_rng`` seeded with ``seed``, so results are reproducible and the caller's
+global random state is left untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tangentlens.metrics._validate import check_choice, check_count, check_matrix
+from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.typing import Activations, ArrayLike, Basis, Codes
+
+__all__ = ["SAE", "SAE_ARCHITECTURES"]
+
+SAE_ARCHITECTURES: tuple[str, ...] = ("topk", "standard")
+
+
+def _shuffled_batches(H: torch.Tensor, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
+    """Endless seeded reshuffles of the rows of ``H``, ``batch_size`` rows at a time."""
+    state = np.random.SeedSequence([seed, 0x5AE]).generate_state(1, dtype=np.uint64)[0]
+    gen = torch.Generator().manual_seed(int(state) & (2**63 - 1))
+    while True:
+        order = torch.randperm(H.shape[0], generator=gen)
+        for start in range(0, H.shape[0] - batch_size + 1, batch_size):
+            yield H[order[start : start + batch_size]]
+
+
+class SAE:
+    """SAE dictionary (SAELens) whose top-``rank`` decoder directions span the proxy.
+
+    Args:
+        rank: latents whose decoder rows span the proxy (the most frequently active); ``None``
+            keeps every latent.
+        architecture: ``"topk"`` (default) or ``"standard"`` (ReLU + L1 penalty).
+        d_sae: number of latents (default ``8 × d``).
+        k: active latents per row for TopK.
+        l1_coefficient: sparsity penalty of the standard SAE.
+        training_samples: activation rows seen in training (the sample is cycled).
+        batch_size: rows per training step.
+        lr: Adam learning rate (constant).
+        seed: seeds initialisation and data order.
+    """
+
+    def __init__(
+        self,
+        rank: int | None,
+        *,
+        architecture: str = "topk",
+        d_sae: int | None = None,
+        k: int = 16,
+        l1_coefficient: float = 5.0,
+        training_samples: int = 200_000,
+        batch_size: int = 1024,
+        lr: float = 3e-4,
+        seed: int = 0,
+    ) -> None:
+        if rank is not None:
+            check_count(rank, "rank", minimum=1)
+        self.rank = rank
+        self.architecture = check_choice(architecture, "architecture", SAE_ARCHITECTURES)
+        self.d_sae = None if d_sae is None else check_count(d_sae, "d_sae", minimum=1)
+        self.k = check_count(k, "k", minimum=1)
+        self.l1_coefficient = float(l1_coefficient)
+        self.training_samples = check_count(training_samples, "training_samples", minimum=1)
+        self.batch_size = check_count(batch_size, "batch_size", minimum=1)
+        self.lr = float(lr)
+        self.seed = check_count(seed, "seed", minimum=0)
+
+    # ------------------------------------------------------------------ building
+
+    def _training_sae(self, d_in: int, d_sae: int) -> torch.nn.Module:
+        from sae_lens import (
+            StandardTrainingSAE,
+            StandardTrainingSAEConfig,
+            TopKTrainingSAE,
+            TopKTrainingSAEConfig,
+        )
+
+        if self.architecture == "topk":
+            if self.k > d_sae:
+                raise ValueError(f"k must be ≤ d_sae = {d_sae}, got {self.k}")
+            return TopKTrainingSAE(TopKTrainingSAEConfig(d_in=d_in, d_sae=d_sae, k=self.k))
+        cfg = StandardTrainingSAEConfig(d_in=d_in, d_sae=d_sae, l1_coefficient=self.l1_coefficient)
+        return StandardTrainingSAE(cfg)
+
+    def fit(self, H: ArrayLike) -> SAE:
+        """Train on ``H`` (n × d, n ≥ batch_size), then pick the proxy latents."""
+        from sae_lens import SAETrainer
+        from sae_lens.config import SAETrainerConfig
+
+        X = check_matrix(H, "H").to(torch.float32).cpu()
+        n, d = X.shape
+        if n < self.batch_size:
+            raise ValueError(
+                f"SAE training needs at least batch_size = {self.batch_size} rows, got {n}"
+            )
+        d_sae = self.d_sae or 8 * d
+        if self.rank is not None and not self.rank < min(d, d_sae + 1):
+            raise ValueError(
+                f"rank must be an integer in [1, {min(d - 1, d_sae)}], got {self.rank}"
+            )
+        trainer_cfg = SAETrainerConfig(
+            total_training_samples=self.training_samples,
+            train_batch_size_samples=self.batch_size,
+            lr=self.lr,
+            lr_end=self.lr,
+            device="cpu",
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            sae = self._training_sae(d, d_sae)
+            data = _shuffled_batches(X, self.batch_size, self.seed)
+            trainer = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=data)
+            self.sae_ = _quiet_fit(trainer)
+        return self._measure(X)
+
+    @classmethod
+    def from_disk(cls, path: str | Path, rank: int | None = None) -> SAE:
+        """Load an SAE saved by SAELens (``cfg.json`` + weights) from ``path``; then call
+        :meth:`measure` with the site's activations to check its width and pick the latents."""
+        import sae_lens
+
+        folder = Path(path)
+        if not (folder / "cfg.json").is_file():
+            raise ValueError(f"{folder} is not an SAELens SAE folder (no cfg.json)")
+        dictionary = cls(rank)
+        dictionary.sae_ = sae_lens.SAE.load_from_disk(str(folder), device="cpu")
+        return dictionary
+
+    @property
+    def d_in(self) -> int:
+        self._check_fitted()
+        return int(self.sae_.cfg.d_in)
+
+    def measure(self, H: ArrayLike) -> SAE:
+        """For a loaded SAE: check ``H``'s width against ``d_in``, pick the proxy latents and
+        measure explained variance and L0 on ``H``."""
+        self._check_fitted()
+        X = check_matrix(H, "H").to(torch.float32).cpu()
+        if X.shape[1] != self.d_in:
+            raise ValueError(
+                f"the SAE reads d_in = {self.d_in} but these activations have width {X.shape[1]}: "
+                "it was trained for another site or model"
+            )
+        return self._measure(X)
+
+    def _measure(self, X: torch.Tensor) -> SAE:
+        with torch.no_grad():
+            codes = self.sae_.encode(X)
+            recon = self.sae_.decode(codes)
+        centred = (X - X.mean(dim=0)).double().pow(2).sum()
+        self.explained_variance_ = float(1 - (X - recon).double().pow(2).sum() / centred)
+        active = codes > 0
+        self.l0_ = float(active.sum(dim=1).double().mean())
+        frequency = active.double().mean(dim=0)
+        mean_act = codes.double().mean(dim=0)
+        order = np.lexsort((-mean_act.numpy(), -frequency.numpy()))  # frequency first
+        n_latents = codes.shape[1] if self.rank is None else self.rank
+        self.latents_ = torch.from_numpy(np.sort(order[:n_latents]))
+        self.latent_frequency_ = frequency
+        return self
+
+    # ------------------------------------------------------------------ use
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "sae_"):
+            raise ValueError("this SAE is not fitted yet: call fit(H) or SAE.from_disk(path)")
+
+    @property
+    def directions(self) -> torch.Tensor:
+        """Unit-norm decoder rows of the proxy latents (r × d), float64."""
+        self._check_fitted()
+        if not hasattr(self, "latents_"):
+            raise ValueError("no latents selected yet: call fit(H), or measure(H) after from_disk")
+        rows = self.sae_.W_dec.detach()[self.latents_].double()
+        return rows / rows.norm(dim=1, keepdim=True).clamp(min=1e-30)
+
+    @property
+    def effective_rank_(self) -> int:
+        return span_basis(self.directions, DEFAULT_RANK_RTOL).shape[1]
+
+    def encode(self, H: ArrayLike) -> Codes:
+        """All latent activations (n × d_sae)."""
+        self._check_fitted()
+        with torch.no_grad():
+            return self.sae_.encode(check_matrix(H, "H").to(torch.float32))
+
+    def decode(self, Z: ArrayLike) -> Activations:
+        """Reconstruction from latent activations (n × d)."""
+        self._check_fitted()
+        with torch.no_grad():
+            return self.sae_.decode(check_matrix(Z, "Z").to(torch.float32))
+
+    def basis(self) -> Basis:
+        """Orthonormal basis (d × r) of the proxy latents' decoder directions."""
+        Q = span_basis(self.directions, DEFAULT_RANK_RTOL)
+        wanted = self.directions.shape[0]
+        if Q.shape[1] < wanted:
+            raise ValueError(
+                f"the {wanted} selected SAE directions span only {Q.shape[1]} dimensions (the "
+                "effective rank collapsed); choose a smaller rank"
+            )
+        return Q
+
+
+def _quiet_fit(trainer: object) -> torch.nn.Module:
+    """Run ``trainer.fit()`` without SAELens' tqdm bar (it writes to stderr)."""
+    import tqdm.auto
+
+    original = tqdm.auto.tqdm
+
+    def silent(*args: object, **kwargs: object) -> object:
+        return original(*args, **{**kwargs, "disable": True})
+
+    import sae_lens.training.sae_trainer as module
+
+    module.tqdm = silent  # type: ignore[attr-defined]
+    try:
+        return trainer.fit()  # type: ignore[attr-defined]
+    finally:
+        module.tqdm = original  # type: ignore[attr-defined]
