@@ -3,6 +3,7 @@ SAELens) whose span is the tangent proxy, and float64 subspace tools."""
 
 from tangentlens.dictionaries.base import ConceptDictionary, check_rank
 from tangentlens.dictionaries.pca import PCA
+from tangentlens.dictionaries.policy import FIT_POLICIES, fit_windows
 from tangentlens.dictionaries.sae import SAE, SAE_ARCHITECTURES
 from tangentlens.dictionaries.seminmf import SOLVERS, SemiNMF
 from tangentlens.metrics.subspace import (
@@ -15,6 +16,7 @@ from tangentlens.metrics.subspace import (
 
 __all__ = [
     "DEFAULT_RANK_RTOL",
+    "FIT_POLICIES",
     "PCA",
     "SAE",
     "SAE_ARCHITECTURES",
@@ -23,6 +25,7 @@ __all__ = [
     "SemiNMF",
     "check_basis",
     "check_rank",
+    "fit_windows",
     "principal_angles",
     "projector",
     "span_basis",

@@ -1,5 +1,6 @@
 """Pure tensor → number metrics (no model library); inputs are tensors or arrays (n × d)."""
 
+from tangentlens.metrics.alignment import centroid_shift, update_alignment
 from tangentlens.metrics.attention import (
     QKDrift,
     attention_entropy,
@@ -17,7 +18,15 @@ from tangentlens.metrics.attribution import (
     energy_fractions_from_moment,
     null_energy_mean,
 )
+from tangentlens.metrics.bootstrap import RatioInterval, bootstrap_ratio, group_sums
 from tangentlens.metrics.controls import complement_frames, data_matched_frames, draw_generator
+from tangentlens.metrics.curvature import LocalSpectra, local_spectra, pooled_visibility
+from tangentlens.metrics.frequency import (
+    centroid_distance_sums,
+    centroids_from_sums,
+    frequency_distance_correlation,
+    rms_centroid_distance_from_sums,
+)
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
@@ -49,13 +58,19 @@ from tangentlens.metrics.twonn import TwoNNEstimate, twonn_dimension, twonn_esti
 __all__ = [
     "Correlation",
     "EnergyComparison",
+    "LocalSpectra",
     "QKDrift",
+    "RatioInterval",
     "TwoNNEstimate",
     "anisotropy_share_spectral",
     "attention_entropy",
     "attention_entropy_sums",
+    "bootstrap_ratio",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
+    "centroid_distance_sums",
+    "centroid_shift",
+    "centroids_from_sums",
     "check_basis",
     "compare_energy",
     "complement_frames",
@@ -72,18 +87,24 @@ __all__ = [
     "energy_fraction",
     "energy_fraction_from_moment",
     "energy_fractions_from_moment",
+    "frequency_distance_correlation",
+    "group_sums",
     "isoscore",
     "isoscore_from_covariance",
     "isoscore_star",
     "isoscore_star_from_covariance",
+    "local_spectra",
     "null_energy_mean",
+    "pooled_visibility",
     "principal_angles",
     "projector",
     "qk_drift",
     "qk_drift_from_means",
     "relative_drift",
     "relative_drift_from_sums",
+    "rms_centroid_distance_from_sums",
     "span_basis",
     "twonn_dimension",
     "twonn_estimate",
+    "update_alignment",
 ]
