@@ -1,0 +1,86 @@
+"""Share of gradient anisotropy held by the tangent proxy (METHODS.md §1.4), per site, method and
+frequency bin.
+
+* ``anisotropy_share_spectral`` (ours) of the proxy and ``anisotropy_share_spectral_control``
+  (mean over the controls);
+* ``delta_isoscore_star`` — ``IsoScore*(G(I − P_Q)) − IsoScore*(G)`` for the proxy, and
+  ``delta_isoscore_star_control`` (mean over ``isoscore_draws`` controls: each IsoScore* is a
+  d × d eigen-decomposition, so fewer draws than the energy controls by default). The shrinkage
+  covariance C0 is the site's gradient covariance over all tokens (for the "all" bin this makes
+  IsoScore* plain IsoScore); ``zeta`` as Rudman & Eickhoff (0.2).
+
+Controls are the same seeded Haar frames as the tangent-energy probe's first draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
+
+from tangentlens.metrics import anisotropy_share_spectral, complement_frames, delta_isoscore_star
+from tangentlens.typing import Basis
+
+__all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]
+
+NAME = "anisotropy_share"
+
+
+@dataclass(frozen=True)
+class AnisotropyShareConfig:
+    """``isoscore_draws`` controls for ΔIsoScore* and the spectral share; ``zeta`` shrinkage."""
+
+    isoscore_draws: int = 20
+    zeta: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.isoscore_draws, bool) or not isinstance(self.isoscore_draws, int):
+            raise ValueError(f"isoscore_draws must be an integer ≥ 1, got {self.isoscore_draws!r}")
+        if self.isoscore_draws < 1:
+            raise ValueError(f"isoscore_draws must be an integer ≥ 1, got {self.isoscore_draws}")
+        if not 0 <= self.zeta <= 1:
+            raise ValueError(f"zeta must be in [0, 1], got {self.zeta!r}")
+
+
+def needs(config: AnisotropyShareConfig) -> Needs:
+    return Needs(gradients=True, bins=True)
+
+
+def rows(
+    data: StepData, proxies: dict[str, dict[str, Basis]], config: AnisotropyShareConfig
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    keys = TangentEnergyConfig(seed=config.seed)
+    for site_name, site in data.statistics.sites.items():
+        if site.g is None or site_name not in proxies or site.g.count < 3:
+            continue
+        layer = data.layers.get(site_name)
+        c0 = site.g.covariance()
+        for method, proxy in proxies[site_name].items():
+            rank = proxy.shape[1]
+            for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+                if acc.count < 3 or acc.second_moment is None:
+                    continue
+                cov = acc.covariance()
+                key = seed_key(keys, data.step, layer, bin_index)
+                frames = complement_frames(proxy, rank, config.isoscore_draws, key)
+                common = {
+                    "site": site_name,
+                    "method": method,
+                    "rank": rank,
+                    "freq_bin": "all" if bin_index is None else str(bin_index),
+                    "n_tokens": acc.count,
+                }
+                spectral = [anisotropy_share_spectral(cov, f) for f in frames]
+                delta = [delta_isoscore_star(cov, f, c0, config.zeta) for f in frames]
+                for metric, value in (
+                    ("anisotropy_share_spectral", anisotropy_share_spectral(cov, proxy)),
+                    ("anisotropy_share_spectral_control", sum(spectral) / len(spectral)),
+                    ("delta_isoscore_star", delta_isoscore_star(cov, proxy, c0, config.zeta)),
+                    ("delta_isoscore_star_control", sum(delta) / len(delta)),
+                ):
+                    out.append(make_row(data, NAME, metric, value, **common))
+    return out

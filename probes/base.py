@@ -1,0 +1,104 @@
+"""What every probe shares: the tidy result row, what a probe needs captured, and the data of
+one checkpoint step that probes turn into rows.
+
+Rows follow one schema (:data:`ROW_FIELDS`): ``suite, step, tokens_seen, site, layer, probe,
+method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``; ``freq_bin`` is ``"all"`` or
+the bin index as a string; ``method`` names the dictionary (or ``"-"`` where none applies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.capture import CaptureStatistics
+
+__all__ = ["ROW_FIELDS", "Needs", "StepData", "make_row"]
+
+ROW_FIELDS: tuple[str, ...] = (
+    "suite",
+    "step",
+    "tokens_seen",
+    "site",
+    "layer",
+    "probe",
+    "method",
+    "rank",
+    "freq_bin",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_tokens",
+)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a probe needs from the capture of a step.
+
+    ``gradients``: per-token gradients; ``bins``: per-frequency-bin moments; ``type_sums``:
+    per-type centroid sums; ``reservoir``: sampled rows; ``attention``: queries, keys, patterns.
+    """
+
+    gradients: bool = False
+    bins: bool = False
+    type_sums: bool = False
+    reservoir: bool = False
+    attention: bool = False
+
+    def union(self, other: Needs) -> Needs:
+        return Needs(
+            **{
+                name: getattr(self, name) or getattr(other, name)
+                for name in self.__dataclass_fields__
+            }
+        )
+
+
+@dataclass(frozen=True)
+class StepData:
+    """One checkpoint step's captured statistics and where they come from.
+
+    ``layers`` maps each captured site to its block index (None for the embedding);
+    ``seq_len`` is the width of the token rows (row id // seq_len = sequence index).
+    """
+
+    suite: str
+    step: int
+    tokens_seen: int
+    statistics: CaptureStatistics
+    layers: dict[str, int | None]
+    seq_len: int
+
+
+def make_row(
+    data: StepData,
+    probe: str,
+    metric: str,
+    value: float,
+    *,
+    site: str = "-",
+    method: str = "-",
+    rank: int | None = None,
+    freq_bin: str = "all",
+    ci: tuple[float, float] | None = None,
+    n_tokens: int | None = None,
+) -> dict[str, Any]:
+    """One tidy row; ``layer`` is looked up from ``site``."""
+    return {
+        "suite": data.suite,
+        "step": data.step,
+        "tokens_seen": data.tokens_seen,
+        "site": site,
+        "layer": data.layers.get(site),
+        "probe": probe,
+        "method": method,
+        "rank": rank,
+        "freq_bin": freq_bin,
+        "metric": metric,
+        "value": float(value),
+        "ci_low": None if ci is None else float(ci[0]),
+        "ci_high": None if ci is None else float(ci[1]),
+        "n_tokens": n_tokens,
+    }

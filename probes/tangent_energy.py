@@ -1,0 +1,157 @@
+"""Tangent energy (Bernas et al. 2026; METHODS.md §1.2–1.3, 1.5): the share of gradient energy
+in each tangent proxy against matched-rank random controls, overall and per frequency bin.
+
+Per site, proxy method and frequency bin (``all`` and each bin), from the accumulated gradient
+moment of that bin: ``energy_fraction`` (with a bootstrap interval over the sampled sequences),
+the controls' ``energy_control_mean/std/min/max``, the closed-form ``energy_null_mean``,
+``energy_ratio``, ``energy_enrichment``, ``energy_z`` and ``energy_p_value``; with
+``data_matched_m`` set, ``data_matched_energy_ratio`` and ``data_matched_energy_p_value`` against
+frames inside the top-m PCA span of the activations. Control draws are seeded from
+``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the embedding and for "all").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tangentlens.probes.base import Needs, StepData, make_row
+
+from tangentlens.capture import SiteStatistics
+from tangentlens.dictionaries import PCA
+from tangentlens.metrics import (
+    bootstrap_ratio,
+    compare_energy,
+    complement_frames,
+    data_matched_frames,
+    group_sums,
+)
+from tangentlens.typing import Basis
+
+__all__ = ["NAME", "TangentEnergyConfig", "needs", "rows"]
+
+NAME = "tangent_energy"
+
+
+@dataclass(frozen=True)
+class TangentEnergyConfig:
+    """``draws`` controls per measurement (100, ours; the paper used 20); ``bootstrap``
+    replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
+    data-matched control (None = off)."""
+
+    draws: int = 100
+    bootstrap: int = 200
+    data_matched_m: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("draws", "bootstrap", "seed"):
+            value = getattr(self, name)
+            minimum = 1 if name == "draws" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+        m = self.data_matched_m
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
+            raise ValueError(
+                f"data_matched_m must be an integer ≥ 2 (above the proxy rank) or None, got {m!r}"
+            )
+
+
+def needs(config: TangentEnergyConfig) -> Needs:
+    return Needs(gradients=True, bins=True, reservoir=True)
+
+
+def seed_key(
+    config: TangentEnergyConfig, step: int, layer: int | None, bin_index: int | None
+) -> tuple[int, int, int, int]:
+    """The control seed key (without the draw): ``(seed, step, layer + 1, bin + 1)``."""
+    return (
+        config.seed,
+        step,
+        0 if layer is None else layer + 1,
+        0 if bin_index is None else bin_index + 1,
+    )
+
+
+def _bootstrap(
+    site: SiteStatistics,
+    proxy: Basis,
+    bin_index: int | None,
+    seq_len: int,
+    config: TangentEnergyConfig,
+) -> tuple[float, float] | None:
+    """Bootstrap interval of the energy fraction over the reservoir's sampled sequences."""
+    if not config.bootstrap or site.reservoir is None:
+        return None
+    columns = site.reservoir.columns()
+    g = columns["G"].double()
+    sequences = site.reservoir.ids // seq_len
+    if bin_index is not None:
+        rows = columns["bin"] == bin_index
+        g, sequences = g[rows], sequences[rows]
+    if torch.unique(sequences).numel() < 2:
+        return None
+    inside, _ = group_sums((g @ proxy).pow(2).sum(dim=1), sequences)
+    total, _ = group_sums(g.pow(2).sum(dim=1), sequences)
+    interval = bootstrap_ratio(inside, total, replicates=config.bootstrap, seed=config.seed)
+    return interval.ci_low, interval.ci_high
+
+
+def rows(
+    data: StepData, proxies: dict[str, dict[str, Basis]], config: TangentEnergyConfig
+) -> list[dict[str, Any]]:
+    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases."""
+    out: list[dict[str, Any]] = []
+    for site_name, site in data.statistics.sites.items():
+        if site.g is None or site_name not in proxies:
+            continue
+        layer = data.layers.get(site_name)
+        moments = [(None, site.g), *enumerate(site.g_bins)]
+        pca_span = None
+        if config.data_matched_m is not None:
+            h = site.h
+            pca_span = PCA.from_moments(config.data_matched_m, h.count, h.sum, h.second_moment)
+        for method, proxy in proxies[site_name].items():
+            rank = proxy.shape[1]
+            for bin_index, acc in moments:
+                if acc.count == 0 or acc.second_moment is None:
+                    continue
+                key = seed_key(config, data.step, layer, bin_index)
+                frames = complement_frames(proxy, rank, config.draws, key)
+                result = compare_energy(acc.second_moment, proxy, frames)
+                common = {
+                    "site": site_name,
+                    "method": method,
+                    "rank": rank,
+                    "freq_bin": "all" if bin_index is None else str(bin_index),
+                    "n_tokens": acc.count,
+                }
+                ci = _bootstrap(site, proxy, bin_index, data.seq_len, config)
+                out.append(
+                    make_row(data, NAME, "energy_fraction", result.energy_fraction, ci=ci, **common)
+                )
+                for metric, value in (
+                    ("energy_control_mean", result.control_mean),
+                    ("energy_control_std", result.control_std),
+                    ("energy_control_min", result.control_min),
+                    ("energy_control_max", result.control_max),
+                    ("energy_null_mean", result.null_mean),
+                    ("energy_ratio", result.energy_ratio),
+                    ("energy_enrichment", result.energy_enrichment),
+                    ("energy_z", result.energy_z),
+                    ("energy_p_value", result.energy_p_value),
+                ):
+                    out.append(make_row(data, NAME, metric, value, **common))
+                if pca_span is not None:
+                    matched = data_matched_frames(proxy, pca_span.basis(), rank, config.draws, key)
+                    dm = compare_energy(acc.second_moment, proxy, matched)
+                    out.append(
+                        make_row(data, NAME, "data_matched_energy_ratio", dm.energy_ratio, **common)
+                    )
+                    out.append(
+                        make_row(
+                            data, NAME, "data_matched_energy_p_value", dm.energy_p_value, **common
+                        )
+                    )
+    return out
