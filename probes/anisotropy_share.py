@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tangentlens.metrics import anisotropy_share_spectral, complement_frames, delta_isoscore_star
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
-
-from tangentlens.metrics import anisotropy_share_spectral, complement_frames, delta_isoscore_star
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]

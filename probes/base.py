@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.capture import CaptureStatistics
+from tangentlens.data import FrequencyTable
 
 __all__ = ["ROW_FIELDS", "Needs", "StepData", "make_row"]
 
@@ -61,7 +62,8 @@ class StepData:
     """One checkpoint step's captured statistics and where they come from.
 
     ``layers`` maps each captured site to its block index (None for the embedding);
-    ``seq_len`` is the width of the token rows (row id // seq_len = sequence index).
+    ``seq_len`` is the width of the token rows (row id // seq_len = sequence index);
+    ``frequencies`` the token frequency table of the analysis corpus.
     """
 
     suite: str
@@ -70,6 +72,7 @@ class StepData:
     statistics: CaptureStatistics
     layers: dict[str, int | None]
     seq_len: int
+    frequencies: FrequencyTable | None = None
 
 
 def make_row(
@@ -79,19 +82,20 @@ def make_row(
     value: float,
     *,
     site: str = "-",
+    layer: int | None = None,
     method: str = "-",
     rank: int | None = None,
     freq_bin: str = "all",
     ci: tuple[float, float] | None = None,
     n_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """One tidy row; ``layer`` is looked up from ``site``."""
+    """One tidy row; ``layer`` defaults to the captured site's block index."""
     return {
         "suite": data.suite,
         "step": data.step,
         "tokens_seen": data.tokens_seen,
         "site": site,
-        "layer": data.layers.get(site),
+        "layer": data.layers.get(site, layer),
         "probe": probe,
         "method": method,
         "rank": rank,

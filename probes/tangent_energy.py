@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tangentlens.probes.base import Needs, StepData, make_row
 
 from tangentlens.capture import SiteStatistics
 from tangentlens.dictionaries import PCA
@@ -27,6 +26,7 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
+from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "TangentEnergyConfig", "needs", "rows"]

@@ -161,3 +161,43 @@ def fake_hf_cache(fake_hf_cache_dir, monkeypatch):
 
 def _refuse_network(*args, **kwargs):
     raise OSError("network access attempted in an offline test")
+
+
+@pytest.fixture(scope="session")
+def micro_step_data(micro_pythia):
+    """StepData of the micro suite's last step: 96 held-out rows of 32 tokens captured at every
+    residual site with gradients, 3 frequency bins, type sums, a 2048-row reservoir and the
+    attention of both layers."""
+    from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
+    from tangentlens.data import (
+        FrequencyTable,
+        decoder_special_ids,
+        iter_batches,
+        pack_causal,
+        tokenize_corpus,
+    )
+    from tangentlens.models import residual_sites
+    from tangentlens.probes.base import StepData
+
+    step = micro_pythia.steps[-1]
+    model = micro_pythia.load(step)
+    tokenizer = micro_pythia.tokenizer()
+    docs = tokenize_corpus(micro_pythia.analysis_corpus(), lambda t: tokenizer(t)["input_ids"])
+    rows = pack_causal(docs, 32, eos_id=0)[:96]
+    frequencies = FrequencyTable.from_tokens(rows, vocab_size=model.cfg.d_vocab)
+    sites = tuple(residual_sites(model))
+    statistics = StatisticsConfig(
+        n_bins=3, type_sums=True, vocab_size=model.cfg.d_vocab, reservoir_size=2048
+    )
+    stats = capture_statistics(
+        model,
+        iter_batches(rows, 16),
+        CaptureConfig(sites=sites, attention_layers=(0, 1)),
+        decoder_special_ids(),
+        statistics,
+        bins=frequencies.bins(3),
+    )
+    layers = {site: layer for layer, site in enumerate(sites)}
+    return StepData(
+        "micro-pythia", step, micro_pythia.tokens_seen(step), stats, layers, 32, frequencies
+    )

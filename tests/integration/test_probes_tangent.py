@@ -6,54 +6,26 @@ import math
 
 import numpy as np
 import pytest
+
 from tangentlens.probes import anisotropy_share, tangent_energy
-from tangentlens.probes.base import ROW_FIELDS, StepData
+from tangentlens.probes.base import ROW_FIELDS
 from tangentlens.probes.proxies import ProxyConfig, fit_proxies
 
-from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
-from tangentlens.data import (
-    FrequencyTable,
-    decoder_special_ids,
-    iter_batches,
-    pack_causal,
-    tokenize_corpus,
-)
-from tangentlens.models import residual_sites
 
-
-@pytest.fixture(scope="module")
-def step_data(micro_pythia):
-    step = micro_pythia.steps[-1]
-    model = micro_pythia.load(step)
-    tokenizer = micro_pythia.tokenizer()
-    docs = tokenize_corpus(micro_pythia.analysis_corpus(), lambda t: tokenizer(t)["input_ids"])
-    rows = pack_causal(docs, 32, eos_id=0)[:96]
-    bins = FrequencyTable.from_tokens(rows, vocab_size=model.cfg.d_vocab).bins(3)
-    sites = tuple(residual_sites(model))
-    stats = capture_statistics(
-        model,
-        iter_batches(rows, 16),
-        CaptureConfig(sites=sites),
-        decoder_special_ids(),
-        StatisticsConfig(n_bins=3, reservoir_size=2048),
-        bins=bins,
-    )
-    layers = {site: layer for layer, site in enumerate(sites)}
-    return StepData("micro-pythia", step, micro_pythia.tokens_seen(step), stats, layers, 32)
-
-
-def _proxies(step_data, methods=("seminmf", "pca"), rank=4):
+def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):
     config = ProxyConfig(methods=methods, rank=rank)
-    return {name: fit_proxies(site, config) for name, site in step_data.statistics.sites.items()}
+    return {
+        name: fit_proxies(site, config) for name, site in micro_step_data.statistics.sites.items()
+    }
 
 
-def test_tangent_energy_rows(step_data):
+def test_tangent_energy_rows(micro_step_data):
     config = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=50, data_matched_m=12)
-    proxies = _proxies(step_data)
-    rows = tangent_energy.rows(step_data, proxies, config)
+    proxies = _proxies(micro_step_data)
+    rows = tangent_energy.rows(micro_step_data, proxies, config)
     assert rows and all(tuple(r) == ROW_FIELDS for r in rows)
     table = {(r["site"], r["method"], r["freq_bin"], r["metric"]): r for r in rows}
-    sites = list(step_data.statistics.sites)
+    sites = list(micro_step_data.statistics.sites)
     assert {k[2] for k in table} == {"all", "0", "1", "2"}
     d = 32
     for site in sites:
@@ -71,15 +43,17 @@ def test_tangent_energy_rows(step_data):
                 if e["ci_low"] is not None:
                     assert e["ci_low"] <= e["ci_high"]
     assert table[(sites[0], "pca", "all", "energy_fraction")]["n_tokens"] == (
-        step_data.statistics.n_tokens
+        micro_step_data.statistics.n_tokens
     )
-    again = tangent_energy.rows(step_data, proxies, config)
+    again = tangent_energy.rows(micro_step_data, proxies, config)
     assert [r["value"] for r in again] == [r["value"] for r in rows]  # same seed, same numbers
 
 
-def test_anisotropy_share_rows(step_data):
+def test_anisotropy_share_rows(micro_step_data):
     rows = anisotropy_share.rows(
-        step_data, _proxies(step_data, ("pca",)), anisotropy_share.AnisotropyShareConfig(5)
+        micro_step_data,
+        _proxies(micro_step_data, ("pca",)),
+        anisotropy_share.AnisotropyShareConfig(5),
     )
     values = {(r["site"], r["freq_bin"], r["metric"]): r["value"] for r in rows}
     assert len(values) == 2 * 4 * 4

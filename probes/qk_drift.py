@@ -1,0 +1,49 @@
+"""Query/key drift and attention entropy per head (Godey et al. 2024; METHODS.md §3).
+
+For each captured attention layer (site ``blocks.{l}.attn``, one row per head with
+``method = "head{h}"``): ``qk_query_norm`` ‖m_Q‖, ``qk_key_norm`` ‖m_K‖, ``qk_cosine``
+cos(m_Q, m_K), ``qk_mean_logit`` ⟨m_Q, m_K⟩/√d_head (queries and keys before rotary embeddings)
+and ``attention_entropy`` (nats, mean over kept query positions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.probes.base import Needs, StepData, make_row
+
+__all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
+
+NAME = "qk_drift"
+
+
+@dataclass(frozen=True)
+class QKDriftConfig:
+    """No settings: every captured attention layer is reported."""
+
+
+def needs(config: QKDriftConfig) -> Needs:
+    return Needs(attention=True)
+
+
+def rows(data: StepData, config: QKDriftConfig) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for layer, stats in sorted(data.statistics.attention.items()):
+        drift = stats.drift()
+        entropy = stats.entropy()
+        for head in range(entropy.numel()):
+            common = {
+                "site": f"blocks.{layer}.attn",
+                "layer": layer,
+                "method": f"head{head}",
+                "n_tokens": stats.count,
+            }
+            for metric, values in (
+                ("qk_query_norm", drift.query_norm),
+                ("qk_key_norm", drift.key_norm),
+                ("qk_cosine", drift.cosine),
+                ("qk_mean_logit", drift.mean_logit),
+                ("attention_entropy", entropy),
+            ):
+                out.append(make_row(data, NAME, metric, float(values[head]), **common))
+    return out

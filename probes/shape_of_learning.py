@@ -1,0 +1,65 @@
+"""The shape of learning (Razzhigaev et al. 2023; METHODS.md §2), per site:
+``centred_anisotropy`` (σ₁/Σσ of the centred activations, from the streamed moments of every
+kept token; ``spectrum="variance"`` for σ₁²/Σσ²), ``isoscore`` (from the same covariance) and
+``twonn_dimension`` on the sampled rows (the paper's protocol by default: shuffled batches of
+``twonn_batch`` points, averaged; ``twonn_fit`` "razzhigaev" or "facco")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.metrics import (
+    centred_anisotropy_from_moments,
+    isoscore_from_covariance,
+    twonn_dimension,
+)
+from tangentlens.probes.base import Needs, StepData, make_row
+
+__all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
+
+NAME = "shape_of_learning"
+
+
+@dataclass(frozen=True)
+class ShapeOfLearningConfig:
+    spectrum: str = "singular"
+    twonn_fit: str = "razzhigaev"
+    twonn_batch: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.spectrum not in ("singular", "variance"):
+            raise ValueError(f"spectrum must be 'singular' or 'variance', got {self.spectrum!r}")
+        if self.twonn_fit not in ("razzhigaev", "facco"):
+            raise ValueError(f"twonn_fit must be 'razzhigaev' or 'facco', got {self.twonn_fit!r}")
+        if isinstance(self.twonn_batch, bool) or not isinstance(self.twonn_batch, int):
+            raise ValueError(f"twonn_batch must be an integer ≥ 3, got {self.twonn_batch!r}")
+        if self.twonn_batch < 3:
+            raise ValueError(f"twonn_batch must be an integer ≥ 3, got {self.twonn_batch}")
+
+
+def needs(config: ShapeOfLearningConfig) -> Needs:
+    return Needs(reservoir=True)
+
+
+def rows(data: StepData, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for site, stats in data.statistics.sites.items():
+        h = stats.h
+        common = {"site": site, "n_tokens": h.count}
+        anisotropy = centred_anisotropy_from_moments(
+            h.count, h.sum, h.second_moment, config.spectrum
+        )
+        out.append(make_row(data, NAME, "centred_anisotropy", anisotropy, **common))
+        out.append(
+            make_row(data, NAME, "isoscore", isoscore_from_covariance(h.covariance()), **common)
+        )
+        if stats.reservoir is not None:
+            sample = stats.reservoir.columns()["H"]
+            batch = config.twonn_batch if sample.shape[0] >= config.twonn_batch else None
+            dim = twonn_dimension(sample, config.twonn_fit, batch_size=batch, seed=config.seed)
+            out.append(
+                make_row(data, NAME, "twonn_dimension", dim, site=site, n_tokens=sample.shape[0])
+            )
+    return out
