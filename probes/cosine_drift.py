@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tangentlens.metrics import (
     correlations,
     cosine_anisotropy_from_sums,
@@ -47,7 +49,7 @@ def rows(data: StepData, config: CosineDriftConfig) -> list[dict[str, Any]]:
         ):
             out.append(make_row(data, NAME, metric, value, site=site, n_tokens=h.count))
     if len(drifts) >= 3:
-        corr = correlations(drifts, cosines)
+        corr = correlations(np.array(drifts), np.array(cosines))
         out.append(make_row(data, NAME, "drift_cosine_pearson", corr.pearson))
         out.append(make_row(data, NAME, "drift_cosine_spearman", corr.spearman))
     return out

@@ -4,6 +4,7 @@
   at least ``min_count`` times, of log-frequency with the mean distance of the type's sampled
   occurrences to its centroid (centroids from every kept token); ``freq_rms_distance_spearman``
   the same with the exact RMS distance from the streamed sums;
+  (omitted where every occurrence of a type is the same vector, e.g. at the embedding);
 * ``curvature_visibility`` per frequency bin (ours) — pooled outside/inside variance of the
   ``k``-nearest-neighbour patches of sampled anchors, grouped by the anchor token's bin.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tangentlens.metrics import (
@@ -28,6 +30,9 @@ from tangentlens.probes.base import Needs, StepData, make_row
 __all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows"]
 
 NAME = "frequency_geometry"
+
+#: Relative RMS spread below which a type's occurrences count as one vector (rounding only).
+_SAME_VECTOR_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -59,22 +64,31 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
         centroids = centroids_from_sums(types.count, types.sum)
         dist_sum, n = centroid_distance_sums(sample["H"], sample["token"], centroids)
         counts = types.count.double()
-        corr = frequency_distance_correlation(log_frequency, dist_sum / n, counts, config.min_count)
         rms = rms_centroid_distance_from_sums(types.count, types.sum, types.sum_sq_norms)
-        corr_rms = frequency_distance_correlation(log_frequency, rms, counts, config.min_count)
-        common = {"site": site, "n_tokens": corr.n}
-        out.append(make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common))
-        out.append(make_row(data, NAME, "freq_distance_spearman", corr.spearman, **common))
-        out.append(make_row(data, NAME, "freq_rms_distance_spearman", corr_rms.spearman, **common))
-        if "bin" in sample and sample["H"].shape[0] >= config.k:
+        norm = (types.sum_sq_norms / counts).sqrt()  # RMS norm per type, the distance's scale
+        spread = (rms / norm)[counts >= config.min_count].nan_to_num(0)
+        if spread.numel() and float(spread.max()) > _SAME_VECTOR_TOL:
+            corr = frequency_distance_correlation(
+                log_frequency, dist_sum / n, counts, config.min_count
+            )
+            corr_rms = frequency_distance_correlation(log_frequency, rms, counts, config.min_count)
+            common = {"site": site, "n_tokens": corr.n}
+            out.append(make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common))
+            out.append(make_row(data, NAME, "freq_distance_spearman", corr.spearman, **common))
+            out.append(
+                make_row(data, NAME, "freq_rms_distance_spearman", corr_rms.spearman, **common)
+            )
+        first = np.unique(sample["H"].numpy(), axis=0, return_index=True)[1]
+        points = sample["H"][np.sort(first)]  # distinct rows: repeated vectors have no patch
+        if "bin" in sample and points.shape[0] >= config.k:
             spectra = local_spectra(
-                sample["H"],
+                points,
                 k=config.k,
-                tangent_dim=min(config.tangent_dim, sample["H"].shape[1] - 1),
+                tangent_dim=min(config.tangent_dim, points.shape[1] - 1),
                 n_anchors=config.n_anchors,
                 seed=config.seed,
             )
-            anchor_bins = sample["bin"][spectra.anchors]
+            anchor_bins = sample["bin"][np.sort(first)][spectra.anchors]
             binned = anchor_bins >= 0
             n_bins = len(stats.h_bins)
             trimmed = type(spectra)(

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tangentlens.capture import SiteStatistics
+from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF
 from tangentlens.typing import Basis
 
-__all__ = ["METHODS", "ProxyConfig", "fit_proxies"]
+__all__ = ["METHODS", "ProxyConfig", "fit_proxies", "fit_proxy_bases"]
 
 METHODS: tuple[str, ...] = ("seminmf", "pca", "sae")
 
@@ -45,18 +45,27 @@ class ProxyConfig:
 
 
 def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> dict[str, Basis]:
-    """One orthonormal basis (d × rank, float64) per method for this site."""
-    needs_sample = any(m in ("seminmf", "sae") for m in config.methods)
+    """One orthonormal basis (d × rank, float64) per method for this site: PCA from its moments,
+    semi-NMF / SAE on its reservoir's activation rows."""
     sample = None
-    if needs_sample:
-        if site.reservoir is None or not len(site.reservoir):
-            raise ValueError("semi-NMF and SAE proxies need the capture's reservoir sample")
+    if site.reservoir is not None and len(site.reservoir):
         sample = site.reservoir.columns()["H"]
+    return fit_proxy_bases(site.h, sample, config)
+
+
+def fit_proxy_bases(
+    moments: MomentAccumulator, sample: torch.Tensor | None, config: ProxyConfig
+) -> dict[str, Basis]:
+    """Proxies from activation ``moments`` (PCA) and sampled rows ``sample`` (n × d; semi-NMF,
+    SAE) — e.g. pooled over the early window of steps."""
+    if sample is None and any(m in ("seminmf", "sae") for m in config.methods):
+        raise ValueError("semi-NMF and SAE proxies need sampled activation rows (the reservoir)")
     proxies: dict[str, torch.Tensor] = {}
     for method in config.methods:
         if method == "pca":
-            h = site.h
-            fitted = PCA.from_moments(config.rank, h.count, h.sum, h.second_moment)
+            fitted = PCA.from_moments(
+                config.rank, moments.count, moments.sum, moments.second_moment
+            )
         elif method == "seminmf":
             fitted = SemiNMF(config.rank, seed=config.seed, max_iter=config.seminmf_max_iter)
             fitted.fit(sample)

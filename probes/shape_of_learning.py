@@ -1,13 +1,17 @@
 """The shape of learning (Razzhigaev et al. 2023; METHODS.md §2), per site:
 ``centred_anisotropy`` (σ₁/Σσ of the centred activations, from the streamed moments of every
 kept token; ``spectrum="variance"`` for σ₁²/Σσ²), ``isoscore`` (from the same covariance) and
-``twonn_dimension`` on the sampled rows (the paper's protocol by default: shuffled batches of
-``twonn_batch`` points, averaged; ``twonn_fit`` "razzhigaev" or "facco")."""
+``twonn_dimension`` on the distinct sampled rows (the paper's protocol by default: shuffled
+batches of ``twonn_batch`` points, averaged — one batch when fewer rows are distinct, e.g. at the
+embedding where every occurrence of a token is the same vector; ``twonn_fit`` "razzhigaev" or
+"facco")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from tangentlens.metrics import (
     centred_anisotropy_from_moments,
@@ -56,7 +60,7 @@ def rows(data: StepData, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
             make_row(data, NAME, "isoscore", isoscore_from_covariance(h.covariance()), **common)
         )
         if stats.reservoir is not None:
-            sample = stats.reservoir.columns()["H"]
+            sample = torch.unique(stats.reservoir.columns()["H"], dim=0)  # TwoNN drops repeats
             batch = config.twonn_batch if sample.shape[0] >= config.twonn_batch else None
             dim = twonn_dimension(sample, config.twonn_fit, batch_size=batch, seed=config.seed)
             out.append(

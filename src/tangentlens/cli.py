@@ -1,4 +1,4 @@
-"""The ``tangentlens`` command line: ``suite``, ``train-suite``."""
+"""The ``tangentlens`` command line: ``sweep``, ``report``, ``suite``, ``train-suite``."""
 
 from __future__ import annotations
 
@@ -34,10 +34,58 @@ def _train_suite(args: argparse.Namespace) -> None:
     _suite(args)
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
+    from tangentlens.report.console import console
+    from tangentlens.report.progress import sweep_progress, training_progress
+    from tangentlens.report.sweep_report import render_report
+    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.sweep.runner import run_sweep
+
+    recipe = load_recipe(args.recipe, args.set or ())
+    if recipe.suite.name in MINI_SUITE_CONFIGS:
+        with training_progress(recipe.suite.name) as progress:
+            ensure_mini_suite(recipe.suite.name, progress=progress)
+    out = args.out or f"runs/{recipe.name}"
+    with sweep_progress(recipe.name) as on_event:
+        run_dir = run_sweep(recipe, out, resume=args.resume, on_event=on_event)
+    render_report(run_dir, console)
+    console.print(f"results: {run_dir}/results (parquet), manifest: {run_dir}/manifest.json")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from tangentlens.report.console import console
+    from tangentlens.report.sweep_report import render_report
+
+    render_report(args.run_dir, console)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep's options (shared by ``tangentlens sweep`` and scripts/sweep_checkpoints.py)."""
+    parser.add_argument(
+        "--recipe", default="quickstart", help="a built-in recipe name or a TOML file"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a recipe value, e.g. --set probes.tangent_energy.rank=32 (repeatable)",
+    )
+    parser.add_argument("--out", help="run directory (default runs/<recipe>)")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    parser.set_defaults(handler=_sweep)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tangentlens", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", required=True)
+    add_sweep_arguments(
+        commands.add_parser("sweep", help="run a probe recipe over a suite's checkpoints")
+    )
+    report = commands.add_parser("report", help="re-render the report of a run directory")
+    report.add_argument("run_dir", help="a run directory written by `tangentlens sweep`")
+    report.set_defaults(handler=_report)
     show = commands.add_parser(
         "suite", help="show a checkpoint suite (training a mini suite on first use)"
     )

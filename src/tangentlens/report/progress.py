@@ -1,4 +1,4 @@
-"""Rich live progress for long steps (suite training)."""
+"""Rich live progress for long steps (suite training, sweeps)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from rich.progress import (
 
 from tangentlens.models.training import TrainingEvent
 from tangentlens.report.console import console
+from tangentlens.sweep.runner import SweepEvent
 
 
 @contextmanager
@@ -46,6 +47,37 @@ def training_progress(name: str) -> Iterator[callable]:
             progress.console.log(
                 f"checkpoint step {event.step:>6}: held-out loss {event.val_loss:.3f}"
             )
+
+    with progress:
+        yield on_event
+
+
+@contextmanager
+def sweep_progress(name: str) -> Iterator[callable]:
+    """A progress callback for :func:`tangentlens.sweep.runner.run_sweep`."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task: TaskID | None = None
+
+    def on_event(event: SweepEvent) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task(f"sweep {name}", total=None, status="preparing data")
+        if event.phase == "unit-start":
+            progress.update(task, total=event.total, completed=event.done, status=event.unit)
+        elif event.phase in ("unit-done", "unit-skip"):
+            status = "resumed: already done" if event.phase == "unit-skip" else "done"
+            progress.update(task, total=event.total, completed=event.done, status=status)
+            if event.phase == "unit-skip":
+                progress.console.log(f"{event.unit}: already in the run directory, skipped")
 
     with progress:
         yield on_event

@@ -1,0 +1,126 @@
+"""Rich tables of a run's results: headline metrics over steps and layers (or frequency bins),
+compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-renders them."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tangentlens.sweep.store import read_results
+
+__all__ = ["render_report"]
+
+Row = dict[str, Any]
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
+        return f"{value:.2e}"
+    return f"{value:.3f}"
+
+
+def _pivot(
+    rows: list[Row],
+    title: str,
+    column: str,
+    cell: Callable[[list[Row]], str],
+    column_label: Callable[[Any], str] = str,
+) -> Table | None:
+    """Steps down, ``column`` values across; ``cell`` renders the rows of one (step, column)."""
+    if not rows:
+        return None
+    grid: dict[tuple[int, Any], list[Row]] = defaultdict(list)
+    for r in rows:
+        grid[(r["step"], r[column])].append(r)
+    steps = sorted({r["step"] for r in rows})
+    columns = sorted({r[column] for r in rows}, key=lambda c: (c is not None, str(c).zfill(6)))
+    table = Table(title=f"[bold]{title}", title_justify="left", pad_edge=False, box=None)
+    table.min_width = min(100, len(title) + 2)
+    table.add_column("step", justify="right", style="bold")
+    for c in columns:
+        table.add_column(column_label(c), justify="right")
+    for step in steps:
+        table.add_row(str(step), *(cell(grid.get((step, c), [])) for c in columns))
+    return table
+
+
+def _mean_cell(rows: list[Row]) -> str:
+    values = [r["value"] for r in rows if r["value"] is not None and not math.isnan(r["value"])]
+    return _fmt(statistics.fmean(values)) if values else "–"
+
+
+def _select(rows: list[Row], probe: str, metric: str, **where: Any) -> list[Row]:
+    return [
+        r
+        for r in rows
+        if r["probe"] == probe
+        and r["metric"] == metric
+        and all(r[k] == v for k, v in where.items())
+    ]
+
+
+def _layer_label(layer: Any) -> str:
+    return "emb" if layer is None else f"L{layer}"
+
+
+def render_report(run_dir: str | Path, console: Console) -> None:
+    """Print the headline tables of the run in ``run_dir``."""
+    rows = read_results(run_dir).to_pylist()
+    probes = {r["probe"] for r in rows}
+    tables: list[Table | None] = [
+        _pivot(
+            _select(rows, "capture", "mean_loss"),
+            "held-out loss",
+            "probe",
+            _mean_cell,
+            lambda _: "loss",
+        ),
+    ]
+    layer_metrics = [
+        ("cosine_drift", "cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
+        ("cosine_drift", "relative_drift", "relative drift ‖mean‖ / mean‖h‖"),
+        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁/Σσ"),
+        ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
+        ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over heads"),
+        ("qk_drift", "attention_entropy", "attention entropy (nats), mean over heads"),
+        ("frequency_geometry", "freq_distance_spearman", "Spearman(log freq, centroid distance)"),
+    ]
+    for probe, metric, title in layer_metrics:
+        if probe in probes:
+            tables.append(
+                _pivot(_select(rows, probe, metric), title, "layer", _mean_cell, _layer_label)
+            )
+    if "tangent_energy" in probes:
+        energy = [r for r in rows if r["probe"] == "tangent_energy"]
+        deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
+        for method in sorted({r["method"] for r in energy}):
+            picked = [r for r in energy if r["method"] == method and r["layer"] == deepest]
+
+            def ratio_and_p(cell_rows: list[Row]) -> str:
+                by_metric = {r["metric"]: r["value"] for r in cell_rows}
+                if "energy_ratio" not in by_metric:
+                    return "–"
+                return f"{_fmt(by_metric['energy_ratio'])} p{_fmt(by_metric['energy_p_value'])}"
+
+            selected = [r for r in picked if r["metric"] in ("energy_ratio", "energy_p_value")]
+            tables.append(
+                _pivot(
+                    selected,
+                    f"tangent/control energy ratio and p-value — {method}, layer {deepest}",
+                    "freq_bin",
+                    ratio_and_p,
+                )
+            )
+    for table in tables:
+        if table is not None:
+            console.print(table)
+            console.print()

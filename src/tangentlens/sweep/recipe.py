@@ -1,0 +1,298 @@
+"""Recipes: a TOML file (``probes/recipes/*.toml``) → a validated, fully resolved :class:`Recipe`.
+
+Unknown keys and bad values raise ``ValueError`` naming the key path and, for keys and choices,
+the nearest valid spelling. Dotted overrides (``probes.tangent_energy.rank=32``) are parsed as
+TOML values and applied before validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tangentlens.dictionaries import FIT_POLICIES
+from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
+from tangentlens.probes.cosine_drift import CosineDriftConfig
+from tangentlens.probes.frequency_geometry import FrequencyGeometryConfig
+from tangentlens.probes.proxies import METHODS, ProxyConfig
+from tangentlens.probes.qk_drift import QKDriftConfig
+from tangentlens.probes.shape_of_learning import ShapeOfLearningConfig
+from tangentlens.probes.tangent_energy import TangentEnergyConfig
+
+__all__ = [
+    "PROBE_CONFIGS",
+    "CaptureSpec",
+    "DataSpec",
+    "Recipe",
+    "SuiteSpec",
+    "TangentSpec",
+    "builtin_recipes",
+    "load_recipe",
+]
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """The checkpoint suite: a spec for ``open_suite`` and a step selection."""
+
+    name: str = "mini-pythia"
+    steps: str = "log:8"
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Analysis data: ``corpus`` ("analysis" = the suite's held-out split for mini suites, else a
+    ``load_corpus`` spec), rows of ``seq_len`` tokens, at most ``max_tokens`` tokens, batches of
+    ``batch_size`` rows, ``n_bins`` frequency bins."""
+
+    corpus: str = "analysis"
+    seq_len: int = 128
+    max_tokens: int = 65536
+    batch_size: int = 16
+    n_bins: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "max_tokens", "batch_size", "n_bins"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"data.{name} must be an integer ≥ 1, got {value!r}")
+        if self.seq_len < 4:
+            raise ValueError(f"data.seq_len must be ≥ 4, got {self.seq_len}")
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at every layer, plus the embedding if
+    ``embed``), the reservoir size, the loss reduction and the seed."""
+
+    sites: tuple[str, ...] = ("resid_post",)
+    embed: bool = False
+    reservoir: int = 4096
+    reduction: str = "sum"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reduction not in ("sum", "mean"):
+            raise ValueError(f"capture.reduction must be 'sum' or 'mean', got {self.reduction!r}")
+        if isinstance(self.reservoir, bool) or not isinstance(self.reservoir, int):
+            raise ValueError(f"capture.reservoir must be an integer ≥ 0, got {self.reservoir!r}")
+
+
+@dataclass(frozen=True)
+class TangentSpec:
+    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``)."""
+
+    methods: tuple[str, ...] = ("seminmf", "pca")
+    rank: int = 16
+    fit_policy: str = "per_checkpoint"
+    early_fraction: float = 0.3
+    draws: int = 100
+    bootstrap: int = 200
+    data_matched_m: int | None = None
+    seminmf_max_iter: int = 500
+    sae_samples: int = 100_000
+    sae_k: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fit_policy not in FIT_POLICIES:
+            raise ValueError(
+                f"probes.tangent_energy.fit_policy must be one of {FIT_POLICIES}, got "
+                f"{self.fit_policy!r}{_suggest(self.fit_policy, FIT_POLICIES)}"
+            )
+        for method in self.methods:
+            if method not in METHODS:
+                raise ValueError(
+                    f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
+                    f"{METHODS}{_suggest(method, METHODS)}"
+                )
+        self.proxy_config()
+        self.energy_config()
+
+    def proxy_config(self) -> ProxyConfig:
+        return ProxyConfig(
+            methods=self.methods,
+            rank=self.rank,
+            seed=self.seed,
+            seminmf_max_iter=self.seminmf_max_iter,
+            sae_samples=self.sae_samples,
+            sae_k=self.sae_k,
+        )
+
+    def energy_config(self) -> TangentEnergyConfig:
+        return TangentEnergyConfig(
+            draws=self.draws,
+            bootstrap=self.bootstrap,
+            data_matched_m=self.data_matched_m,
+            seed=self.seed,
+        )
+
+
+#: Probe name → its recipe table's dataclass.
+PROBE_CONFIGS: dict[str, type] = {
+    "cosine_drift": CosineDriftConfig,
+    "shape_of_learning": ShapeOfLearningConfig,
+    "qk_drift": QKDriftConfig,
+    "frequency_geometry": FrequencyGeometryConfig,
+    "tangent_energy": TangentSpec,
+    "anisotropy_share": AnisotropyShareConfig,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A fully resolved recipe; ``probes`` maps each enabled probe to its config."""
+
+    name: str
+    suite: SuiteSpec = field(default_factory=SuiteSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    capture: CaptureSpec = field(default_factory=CaptureSpec)
+    probes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if "anisotropy_share" in self.probes and "tangent_energy" not in self.probes:
+            raise ValueError(
+                "probes.anisotropy_share needs probes.tangent_energy (it scores the same proxies)"
+            )
+        if not self.probes:
+            raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (for the manifest)."""
+        return {
+            "name": self.name,
+            "suite": dataclasses.asdict(self.suite),
+            "data": dataclasses.asdict(self.data),
+            "capture": dataclasses.asdict(self.capture),
+            "probes": {k: dataclasses.asdict(v) for k, v in self.probes.items()},
+        }
+
+
+def _suggest(word: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _coerce(value: Any, annotation: Any, path: str) -> Any:
+    """Check a TOML value against a field annotation (as a string from ``__future__``)."""
+    hint = annotation
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], path)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{path} must be a list, got {value!r}")
+        return tuple(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{path} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{path} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{path} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _build(cls: type, table: Any, path: str) -> Any:
+    if not isinstance(table, dict):
+        raise ValueError(f"{path} must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in table.items():
+        if key not in names:
+            raise ValueError(f"unknown key {path}.{key}; allowed: {names}{_suggest(key, names)}")
+        kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
+    return cls(**kwargs)
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    if "=" not in override:
+        raise ValueError(
+            f"--set expects KEY=VALUE (e.g. probes.tangent_energy.rank=32), got {override!r}"
+        )
+    key, raw = override.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is a string
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"--set {key}: {part!r} is not a table")
+    node[parts[-1]] = value
+
+
+def builtin_recipes() -> dict[str, Path]:
+    """The recipes shipped in ``tangentlens.probes/recipes``."""
+    folder = resources.files("tangentlens.probes") / "recipes"
+    return {
+        Path(str(entry)).stem: Path(str(entry))
+        for entry in folder.iterdir()
+        if str(entry).endswith(".toml")
+    }
+
+
+def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
+    """A recipe by built-in name (``quickstart``) or TOML path, with dotted overrides."""
+    builtin = builtin_recipes()
+    path = Path(spec)
+    if str(spec) in builtin:
+        path = builtin[str(spec)]
+    elif not path.is_file():
+        raise ValueError(
+            f"unknown recipe {str(spec)!r}: not a built-in ({sorted(builtin)}) nor a TOML file"
+            f"{_suggest(str(spec), builtin)}"
+        )
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"recipe {path} is not valid TOML: {err}") from None
+    for override in overrides:
+        _apply_override(data, override)
+    allowed = ["suite", "data", "capture", "probes"]
+    for key in data:
+        if key not in allowed:
+            raise ValueError(
+                f"unknown recipe section {key!r}; allowed: {allowed}{_suggest(key, allowed)}"
+            )
+    probes_table = data.get("probes", {})
+    if not isinstance(probes_table, dict):
+        raise ValueError("probes must be a table of probe tables")
+    probes = {}
+    for name, table in probes_table.items():
+        if name not in PROBE_CONFIGS:
+            raise ValueError(
+                f"unknown probe {name!r}; allowed: {list(PROBE_CONFIGS)}"
+                f"{_suggest(name, PROBE_CONFIGS)}"
+            )
+        probes[name] = _build(PROBE_CONFIGS[name], table, f"probes.{name}")
+    return Recipe(
+        name=path.stem,
+        suite=_build(SuiteSpec, data.get("suite", {}), "suite"),
+        data=_build(DataSpec, data.get("data", {}), "data"),
+        capture=_build(CaptureSpec, data.get("capture", {}), "capture"),
+        probes=probes,
+    )

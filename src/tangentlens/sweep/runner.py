@@ -1,0 +1,364 @@
+"""The sweep: a recipe over a suite's steps, unit by unit, resumably.
+
+Units, in order:
+
+* ``fit-proxies`` (only with ``fit_policy = "frozen_early"``) — the early window's steps are
+  captured forward-only and the proxies fitted on their pooled activations (PCA on pooled
+  moments, semi-NMF / SAE on the pooled sampled rows), saved to ``state/proxies.pt``;
+* ``step-<N>`` — one capture of step N with everything the enabled probes need, then every
+  probe's rows plus the capture's own rows (probe ``capture``: ``mean_loss``, ``n_tokens``,
+  ``excluded_<reason>``).
+
+A finished unit's rows land atomically in ``results/<unit>.parquet``; ``--resume`` skips those,
+so interrupting at any moment and resuming gives exactly the table of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tangentlens.capture import (
+    CaptureConfig,
+    CaptureStatistics,
+    StatisticsConfig,
+    capture_statistics,
+)
+from tangentlens.data import (
+    FrequencyBins,
+    FrequencyTable,
+    SpecialTokens,
+    iter_batches,
+    limit_tokens,
+    load_corpus,
+    pack_causal,
+    pack_encoder,
+    tokenize_corpus,
+)
+from tangentlens.models import hook_name, open_suite
+from tangentlens.models.suites import CheckpointSuite
+from tangentlens.probes import (
+    anisotropy_share,
+    cosine_drift,
+    frequency_geometry,
+    qk_drift,
+    shape_of_learning,
+    tangent_energy,
+)
+from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.proxies import fit_proxies, fit_proxy_bases
+from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.store import RunStore
+
+__all__ = ["SweepEvent", "run_sweep"]
+
+_SIMPLE_PROBES = {
+    "cosine_drift": cosine_drift,
+    "shape_of_learning": shape_of_learning,
+    "qk_drift": qk_drift,
+    "frequency_geometry": frequency_geometry,
+}
+
+
+@dataclass(frozen=True)
+class SweepEvent:
+    """Progress: ``phase`` is "data", "unit-start", "unit-done" or "unit-skip"."""
+
+    phase: str
+    unit: str = ""
+    done: int = 0
+    total: int = 0
+
+
+@dataclass(frozen=True)
+class _Data:
+    rows: Any
+    frequencies: FrequencyTable
+    bins: FrequencyBins
+    special: SpecialTokens
+    loss: str
+
+
+def _special_tokens(tokenizer: Any, family: str) -> SpecialTokens:
+    def token_id(name: str) -> int | None:
+        return getattr(tokenizer, f"{name}_token_id", None)
+
+    if family == "encoder":
+        unk = token_id("unk")
+        return SpecialTokens(
+            pad_id=token_id("pad"),
+            cls_id=token_id("cls"),
+            sep_id=token_id("sep"),
+            mask_id=token_id("mask"),
+            other_ids=frozenset() if unk is None else frozenset({unk}),
+        )
+    return SpecialTokens(bos_id=token_id("bos"), eos_id=token_id("eos"), pad_id=token_id("pad"))
+
+
+def _prepare_data(suite: CheckpointSuite, recipe: Recipe) -> _Data:
+    spec = recipe.data
+    if spec.corpus == "analysis":
+        if not hasattr(suite, "analysis_corpus"):
+            raise ValueError(
+                "data.corpus = 'analysis' is the held-out split of a mini suite; for this suite "
+                "name a corpus (e.g. 'shakespeare' or a path)"
+            )
+        corpus = suite.analysis_corpus()  # type: ignore[attr-defined]
+    else:
+        corpus = load_corpus(spec.corpus)
+    tokenizer = suite.tokenizer()
+    special = _special_tokens(tokenizer, suite.family)
+    docs = tokenize_corpus(corpus, lambda texts: tokenizer(texts)["input_ids"])
+    if suite.family == "encoder":
+        rows = pack_encoder(docs, spec.seq_len, cls_id=special.cls_id, sep_id=special.sep_id)
+    else:
+        rows = pack_causal(docs, spec.seq_len, eos_id=special.eos_id)
+    rows = limit_tokens(rows, spec.max_tokens)
+    if len(rows) == 0:
+        raise ValueError(
+            f"the analysis corpus gives no row of {spec.seq_len} tokens; lower data.seq_len"
+        )
+    frequencies = FrequencyTable.from_tokens(rows, vocab_size=len(tokenizer))
+    return _Data(
+        rows=rows,
+        frequencies=frequencies,
+        bins=frequencies.bins(spec.n_bins),
+        special=special,
+        loss="mlm" if suite.family == "encoder" else "next_token",
+    )
+
+
+def _needs(recipe: Recipe) -> Needs:
+    needs = Needs()
+    for name, config in recipe.probes.items():
+        if name in _SIMPLE_PROBES:
+            needs = needs.union(_SIMPLE_PROBES[name].needs(config))
+        elif name == "tangent_energy":
+            needs = needs.union(tangent_energy.needs(config.energy_config()))
+        elif name == "anisotropy_share":
+            needs = needs.union(anisotropy_share.needs(config))
+    return needs
+
+
+def _sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
+    sites: dict[str, int | None] = {}
+    if recipe.capture.embed:
+        sites[hook_name(model, "embed")] = None
+    for kind in recipe.capture.sites:
+        for layer in range(model.cfg.n_layers):
+            sites[hook_name(model, kind, layer)] = layer
+    return sites
+
+
+def _capture(
+    model: torch.nn.Module,
+    sites: dict[str, int | None],
+    data: _Data,
+    recipe: Recipe,
+    needs: Needs,
+    step: int,
+    *,
+    gradients: bool,
+) -> CaptureStatistics:
+    config = CaptureConfig(
+        sites=tuple(sites),
+        loss=data.loss,
+        gradients=gradients,
+        reduction=recipe.capture.reduction,
+        seed=recipe.capture.seed,
+        attention_layers=tuple(range(model.cfg.n_layers)) if needs.attention else (),
+    )
+    statistics = StatisticsConfig(
+        gradients=gradients,
+        n_bins=recipe.data.n_bins if needs.bins else 0,
+        type_sums=needs.type_sums,
+        vocab_size=model.cfg.d_vocab if needs.type_sums else None,
+        reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
+        seed=recipe.capture.seed,
+    )
+    return capture_statistics(
+        model,
+        iter_batches(data.rows, recipe.data.batch_size),
+        config,
+        data.special,
+        statistics,
+        bins=data.bins if needs.bins else None,
+        step=step,
+    )
+
+
+def _frozen_proxies(
+    suite: CheckpointSuite, recipe: Recipe, data: _Data, store: RunStore, window: list[int]
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Fit (or read back) the frozen-early proxies on the pooled window."""
+    path = store.state / "proxies.pt"
+    if path.exists():
+        return torch.load(path, weights_only=True)
+    spec = recipe.probes["tangent_energy"]
+    moments: dict[str, Any] = {}
+    samples: dict[str, list[torch.Tensor]] = {}
+    for step in window:
+        model = suite.load(step)
+        sites = _sites(model, recipe)
+        stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
+        for name, site in stats.sites.items():
+            if name in moments:
+                moments[name].merge(site.h)
+            else:
+                moments[name] = site.h
+            if site.reservoir is not None:
+                samples.setdefault(name, []).append(site.reservoir.columns()["H"])
+    proxies = {
+        name: fit_proxy_bases(
+            moments[name],
+            torch.cat(samples[name]) if name in samples else None,
+            spec.proxy_config(),
+        )
+        for name in moments
+    }
+    store.write_state("proxies.pt", lambda tmp: torch.save(proxies, tmp))
+    return proxies
+
+
+def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
+    stats = step_data.statistics
+    out = [
+        make_row(step_data, "capture", "mean_loss", stats.mean_loss, n_tokens=stats.n_scored),
+        make_row(step_data, "capture", "n_tokens", stats.n_tokens, n_tokens=stats.n_tokens),
+    ]
+    for reason, count in sorted(stats.excluded.items()):
+        out.append(make_row(step_data, "capture", f"excluded_{reason}", count))
+    return out
+
+
+def _step_rows(
+    suite: CheckpointSuite,
+    recipe: Recipe,
+    data: _Data,
+    step: int,
+    frozen: dict[str, dict[str, torch.Tensor]] | None,
+) -> list[dict[str, Any]]:
+    needs = _needs(recipe)
+    model = suite.load(step)
+    sites = _sites(model, recipe)
+    gradients = needs.gradients
+    stats = _capture(model, sites, data, recipe, needs, step, gradients=gradients)
+    step_data = StepData(
+        suite=recipe.suite.name,
+        step=step,
+        tokens_seen=suite.tokens_seen(step) or 0,
+        statistics=stats,
+        layers=sites,
+        seq_len=recipe.data.seq_len,
+        frequencies=data.frequencies,
+    )
+    rows = _capture_rows(step_data)
+    for name, module in _SIMPLE_PROBES.items():
+        if name in recipe.probes:
+            rows += module.rows(step_data, recipe.probes[name])
+    if "tangent_energy" in recipe.probes:
+        spec = recipe.probes["tangent_energy"]
+        proxies = frozen
+        if proxies is None:
+            proxies = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+        rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
+        if "anisotropy_share" in recipe.probes:
+            rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
+    return rows
+
+
+def _git_hash() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    names = ("tangentlens", "torch", "transformer-lens", "sae-lens", "transformers", "numpy")
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _manifest(recipe: Recipe, suite: CheckpointSuite, steps: list[int]) -> dict[str, Any]:
+    return {
+        "recipe": recipe.to_dict(),
+        "suite": {"kind": suite.kind, "name": suite.name, "family": suite.family},
+        "steps": steps,
+        "versions": _versions(),
+        "git_hash": _git_hash(),
+        "python": platform.python_version(),
+        "device": "cpu",
+        "dtype": "float32",
+        "loss_reduction": recipe.capture.reduction,
+        "seeds": {"capture": recipe.capture.seed},
+        "finished": False,
+    }
+
+
+def run_sweep(
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    on_event: Callable[[SweepEvent], None] | None = None,
+) -> Path:
+    """Run ``recipe`` into the run directory ``out``; returns it. See the module docstring."""
+    emit = on_event or (lambda event: None)
+    suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
+    steps = suite.select(recipe.suite.steps)
+    with RunStore.open(out, resume=resume) as store:
+        manifest = _manifest(recipe, suite, steps)
+        if resume:
+            previous = store.read_manifest()
+            if previous.get("recipe") != json.loads(json.dumps(manifest["recipe"])):
+                raise ValueError(
+                    f"--resume: {store.root} was started with a different recipe; start a new "
+                    "run directory or resume with the same recipe and overrides"
+                )
+        else:
+            store.write_manifest(manifest)
+        emit(SweepEvent("data"))
+        data = _prepare_data(suite, recipe)
+        frozen = None
+        units = [f"step-{step:08d}" for step in steps]
+        spec = recipe.probes.get("tangent_energy")
+        if spec is not None and spec.fit_policy == "frozen_early":
+            from tangentlens.dictionaries import fit_windows
+
+            window = list(fit_windows(steps, "frozen_early", spec.early_fraction)[steps[0]])
+            emit(SweepEvent("unit-start", "fit-proxies", 0, len(units)))
+            frozen = _frozen_proxies(suite, recipe, data, store, window)
+        for done, (step, unit) in enumerate(zip(steps, units, strict=True)):
+            if store.has_part(unit):
+                emit(SweepEvent("unit-skip", unit, done + 1, len(units)))
+                continue
+            emit(SweepEvent("unit-start", unit, done, len(units)))
+            store.write_part(unit, _step_rows(suite, recipe, data, step, frozen))
+            emit(SweepEvent("unit-done", unit, done + 1, len(units)))
+        manifest = store.read_manifest()
+        manifest["finished"] = True
+        manifest["weights_hashes"] = {str(s): suite.weights_hash(s) for s in steps}
+        manifest["excluded_policy"] = "bos, position0, padding, special, no_target"
+        store.write_manifest(manifest)
+    return Path(out)

@@ -1,0 +1,141 @@
+"""`tangentlens sweep` end to end on a micro recipe: schema, manifest, report, SIGKILL + resume,
+bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tangentlens.cli import main
+from tangentlens.sweep.store import SCHEMA, read_results
+
+MICRO = str(Path(__file__).parent / "recipes" / "micro.toml")
+KEY = ("step", "site", "probe", "method", "rank", "freq_bin", "metric")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A cache holding the trained micro suite, shared by the module's runs."""
+    from tangentlens.models.suites import ensure_mini_suite
+
+    root = tmp_path_factory.mktemp("cache")
+    ensure_mini_suite("micro-pythia", cache_dir=root / "suites")
+    return root
+
+
+@pytest.fixture
+def env(cache, monkeypatch):
+    monkeypatch.setenv("TANGENTLENS_CACHE", str(cache))
+    return {**os.environ, "TANGENTLENS_CACHE": str(cache)}
+
+
+@pytest.fixture(scope="module")
+def finished_run(cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "micro"
+    env = {**os.environ, "TANGENTLENS_CACHE": str(cache)}
+    result = _sweep_process(["--recipe", MICRO, "--out", str(out)], env)
+    assert result.wait(timeout=600) == 0, result.stderr.read()
+    return out
+
+
+def _sweep_process(args, env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "tangentlens.cli", "sweep", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _rows(run_dir):
+    return {tuple(r[k] for k in KEY): r for r in read_results(run_dir).to_pylist()}
+
+
+def test_results_schema_manifest_and_report(finished_run, env, capsys):
+    parts = sorted((finished_run / "results").glob("*.parquet"))
+    assert [p.stem for p in parts] == ["step-00000000", "step-00000004", "step-00000040"]
+    assert pq.read_schema(parts[0]).remove_metadata() == SCHEMA
+    rows = read_results(finished_run).to_pylist()
+    assert len(rows) == len(_rows(finished_run))  # no duplicate measurement
+    assert {r["probe"] for r in rows} == {
+        "capture",
+        "cosine_drift",
+        "shape_of_learning",
+        "qk_drift",
+        "frequency_geometry",
+        "tangent_energy",
+        "anisotropy_share",
+    }
+    energy = [r for r in rows if r["metric"] == "energy_p_value"]
+    assert energy and all(1 / 21 <= r["value"] <= 1 for r in energy)
+    assert {r["freq_bin"] for r in energy} == {"all", "0", "1", "2"}
+    manifest = json.loads((finished_run / "manifest.json").read_text())
+    assert manifest["finished"] and manifest["steps"] == [0, 4, 40]
+    assert manifest["recipe"]["probes"]["tangent_energy"]["fit_policy"] == "frozen_early"
+    assert manifest["versions"]["torch"].startswith("2.13")
+    assert set(manifest["weights_hashes"]) == {"0", "4", "40"}
+    assert (finished_run / "state" / "proxies.pt").exists()
+    assert not (finished_run / ".lock").exists()
+    assert main(["report", str(finished_run)]) == 0
+    out = capsys.readouterr().out
+    assert "energy ratio and p-value" in out and "cosine anisotropy" in out
+
+
+def _same(a, b):
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    )
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tmp_path):
+    out = tmp_path / "killed"
+    process = _sweep_process(["--recipe", MICRO, "--out", str(out)], env)
+    deadline = time.monotonic() + 300
+    while not list((out / "results").glob("step-*.parquet")):
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (out / ".lock").exists()  # a killed sweep leaves its lock…
+    assert len(list((out / "results").glob("*.parquet"))) < 3
+    assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
+    assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
+    resumed, reference = _rows(out), _rows(finished_run)
+    assert resumed.keys() == reference.keys()
+    for key, row in reference.items():
+        assert all(_same(row[f], resumed[key][f]) for f in row), key
+    assert not list((out / "results").glob(".*"))  # no temporary file left behind
+
+
+def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
+    cases = [
+        (["--set", "probes.tangent_energy.rnak=3"], "did you mean 'rank'"),
+        (["--set", "probes.tangent_enrgy.rank=3"], "did you mean 'tangent_energy'"),
+        (["--set", "probes.tangent_energy.fit_policy=frozen"], "fit_policy must be one of"),
+        (["--set", "data.seq_len=2"], "data.seq_len must be ≥ 4"),
+        (["--set", "suite.steps=log:0"], "log"),
+    ]
+    for extra, message in cases:
+        assert main(["sweep", "--recipe", MICRO, "--out", str(tmp_path / "x"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert main(["sweep", "--recipe", "quickstrat", "--out", str(tmp_path / "y")]) == 2
+    assert "did you mean 'quickstart'" in capsys.readouterr().err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "manifest.json").write_text("{}")
+    (locked / ".lock").write_text(str(os.getppid()))  # a live process holds it
+    assert main(["sweep", "--recipe", MICRO, "--out", str(locked), "--resume"]) == 2
+    assert "locked by a running sweep" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # nothing half-written
