@@ -11,7 +11,10 @@ from tangentlens.probes import (
     frequency_geometry,
     qk_drift,
     shape_of_learning,
+    subspace_stability,
     tangent_energy,
+    untrained_block,
+    update_alignment,
 )
 
 __all__ = [
@@ -20,5 +23,8 @@ __all__ = [
     "frequency_geometry",
     "qk_drift",
     "shape_of_learning",
+    "subspace_stability",
     "tangent_energy",
+    "untrained_block",
+    "update_alignment",
 ]

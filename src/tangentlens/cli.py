@@ -36,9 +36,7 @@ def _train_suite(args: argparse.Namespace) -> None:
 
 def _sweep(args: argparse.Namespace) -> None:
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
-    from tangentlens.report.console import console
     from tangentlens.report.progress import sweep_progress, training_progress
-    from tangentlens.report.sweep_report import render_report
     from tangentlens.sweep.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
 
@@ -49,15 +47,22 @@ def _sweep(args: argparse.Namespace) -> None:
     out = args.out or f"runs/{recipe.name}"
     with sweep_progress(recipe.name) as on_event:
         run_dir = run_sweep(recipe, out, resume=args.resume, on_event=on_event)
+    _render_all(run_dir)
+
+
+def _render_all(run_dir: str) -> None:
+    from tangentlens.report.console import console
+    from tangentlens.report.figures import write_figures
+    from tangentlens.report.sweep_report import render_report
+
     render_report(run_dir, console)
-    console.print(f"results: {run_dir}/results (parquet), manifest: {run_dir}/manifest.json")
+    figures = write_figures(run_dir)
+    console.print(f"results: {run_dir}/results/*.parquet · manifest: {run_dir}/manifest.json")
+    console.print(f"figures: {', '.join(str(f) for f in figures)}")
 
 
 def _report(args: argparse.Namespace) -> None:
-    from tangentlens.report.console import console
-    from tangentlens.report.sweep_report import render_report
-
-    render_report(args.run_dir, console)
+    _render_all(args.run_dir)
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

@@ -63,7 +63,12 @@ def _rows(run_dir):
 
 def test_results_schema_manifest_and_report(finished_run, env, capsys):
     parts = sorted((finished_run / "results").glob("*.parquet"))
-    assert [p.stem for p in parts] == ["step-00000000", "step-00000004", "step-00000040"]
+    assert [p.stem for p in parts] == [
+        "step-00000000",
+        "step-00000004",
+        "step-00000040",
+        "untrained-block",
+    ]
     assert pq.read_schema(parts[0]).remove_metadata() == SCHEMA
     rows = read_results(finished_run).to_pylist()
     assert len(rows) == len(_rows(finished_run))  # no duplicate measurement
@@ -75,6 +80,9 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
         "frequency_geometry",
         "tangent_energy",
         "anisotropy_share",
+        "subspace_stability",
+        "update_alignment",
+        "untrained_block",
     }
     energy = [r for r in rows if r["metric"] == "energy_p_value"]
     assert energy and all(1 / 21 <= r["value"] <= 1 for r in energy)
@@ -89,6 +97,9 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     assert main(["report", str(finished_run)]) == 0
     out = capsys.readouterr().out
     assert "energy ratio and p-value" in out and "cosine anisotropy" in out
+    for name in ("tangent_energy", "anisotropy_depth", "twonn", "qk_drift"):
+        png = (finished_run / "figures" / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
 def _same(a, b):
@@ -108,7 +119,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / ".lock").exists()  # a killed sweep leaves its lock…
-    assert len(list((out / "results").glob("*.parquet"))) < 3
+    assert len(list((out / "results").glob("*.parquet"))) < 4
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
     resumed, reference = _rows(out), _rows(finished_run)

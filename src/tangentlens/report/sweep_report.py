@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.sweep.store import read_results
 
 __all__ = ["render_report"]
@@ -120,7 +121,34 @@ def render_report(run_dir: str | Path, console: Console) -> None:
                     ratio_and_p,
                 )
             )
+    if "untrained_block" in probes:
+        block = [r for r in rows if r["probe"] == "untrained_block"]
+        table = Table(
+            title="[bold]untrained block with a common bias of norm N",
+            box=None,
+            title_justify="left",
+        )
+        metrics = [
+            "input_cosine_anisotropy",
+            "output_cosine_anisotropy",
+            "norm_ratio",
+            "attention_entropy",
+        ]
+        table.add_column("N", justify="right")
+        for m in metrics:
+            table.add_column(m.replace("_", " "), justify="right")
+        norms = sorted({r["method"] for r in block}, key=lambda m: float(m.split("=")[1]))
+        for norm in norms:
+            values = {r["metric"]: r["value"] for r in block if r["method"] == norm}
+            table.add_row(norm.split("=")[1], *(_fmt(values.get(m)) for m in metrics))
+        tables.append(table)
     for table in tables:
         if table is not None:
             console.print(table)
             console.print()
+    findings = reproduction_summary(rows)
+    if findings:
+        console.print("[bold]Reproduction summary[/] (the seed papers' qualitative findings)")
+        for finding in findings:
+            mark = "[green]holds[/]" if finding.holds else "[red]does not hold[/]"
+            console.print(f"• {finding.claim}: {mark} — {finding.evidence}")

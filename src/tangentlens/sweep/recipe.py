@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.dictionaries import FIT_POLICIES
+from tangentlens.models.untrained_block import UntrainedBlockConfig
 from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
 from tangentlens.probes.cosine_drift import CosineDriftConfig
 from tangentlens.probes.frequency_geometry import FrequencyGeometryConfig
 from tangentlens.probes.proxies import METHODS, ProxyConfig
 from tangentlens.probes.qk_drift import QKDriftConfig
 from tangentlens.probes.shape_of_learning import ShapeOfLearningConfig
+from tangentlens.probes.subspace_stability import SubspaceStabilityConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig
+from tangentlens.probes.update_alignment import UpdateAlignmentConfig
 
 __all__ = [
     "PROBE_CONFIGS",
@@ -144,6 +147,9 @@ PROBE_CONFIGS: dict[str, type] = {
     "frequency_geometry": FrequencyGeometryConfig,
     "tangent_energy": TangentSpec,
     "anisotropy_share": AnisotropyShareConfig,
+    "subspace_stability": SubspaceStabilityConfig,
+    "update_alignment": UpdateAlignmentConfig,
+    "untrained_block": UntrainedBlockConfig,
 }
 
 
@@ -158,9 +164,15 @@ class Recipe:
     probes: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if "anisotropy_share" in self.probes and "tangent_energy" not in self.probes:
+        for name in ("anisotropy_share", "subspace_stability", "update_alignment"):
+            if name in self.probes and "tangent_energy" not in self.probes:
+                raise ValueError(
+                    f"probes.{name} needs probes.tangent_energy (it uses the same proxies)"
+                )
+        if "update_alignment" in self.probes and not self.capture.embed:
             raise ValueError(
-                "probes.anisotropy_share needs probes.tangent_energy (it scores the same proxies)"
+                "probes.update_alignment scores ΔW_E in the embedding's proxy: set capture.embed "
+                "= true"
             )
         if not self.probes:
             raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")

@@ -51,7 +51,10 @@ from tangentlens.probes import (
     frequency_geometry,
     qk_drift,
     shape_of_learning,
+    subspace_stability,
     tangent_energy,
+    untrained_block,
+    update_alignment,
 )
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.proxies import fit_proxies, fit_proxy_bases
@@ -239,10 +242,18 @@ def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
     return out
 
 
+def _embedding(model: torch.nn.Module) -> torch.Tensor:
+    if not hasattr(model, "W_E"):
+        raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
+    return model.W_E.detach().to(torch.float64)
+
+
 def _step_rows(
     suite: CheckpointSuite,
     recipe: Recipe,
     data: _Data,
+    store: RunStore,
+    steps: list[int],
     step: int,
     frozen: dict[str, dict[str, torch.Tensor]] | None,
 ) -> list[dict[str, Any]]:
@@ -264,14 +275,34 @@ def _step_rows(
     for name, module in _SIMPLE_PROBES.items():
         if name in recipe.probes:
             rows += module.rows(step_data, recipe.probes[name])
-    if "tangent_energy" in recipe.probes:
-        spec = recipe.probes["tangent_energy"]
-        proxies = frozen
-        if proxies is None:
-            proxies = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
-        rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
-        if "anisotropy_share" in recipe.probes:
-            rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
+    if "tangent_energy" not in recipe.probes:
+        return rows
+    spec = recipe.probes["tangent_energy"]
+    proxies = frozen
+    if proxies is None:
+        proxies = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    store.write_state(f"proxies-{step:08d}.pt", lambda tmp: torch.save(proxies, tmp))
+    rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
+    if "anisotropy_share" in recipe.probes:
+        rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
+    index = steps.index(step)
+    previous_step = steps[index - 1] if index else None
+    if "subspace_stability" in recipe.probes:
+        previous = None
+        if previous_step is not None:
+            previous = torch.load(
+                store.state / f"proxies-{previous_step:08d}.pt", weights_only=True
+            )
+        rows += subspace_stability.rows(
+            step_data, proxies, previous, recipe.probes["subspace_stability"]
+        )
+    if "update_alignment" in recipe.probes and previous_step is not None:
+        embed_site = hook_name(model, "embed")
+        seen = torch.from_numpy(data.frequencies.counts > 0)
+        delta = (_embedding(model) - _embedding(suite.load(previous_step)))[: seen.numel()][seen]
+        rows += update_alignment.rows(
+            step_data, embed_site, proxies[embed_site], delta, recipe.probes["update_alignment"]
+        )
     return rows
 
 
@@ -349,13 +380,19 @@ def run_sweep(
             window = list(fit_windows(steps, "frozen_early", spec.early_fraction)[steps[0]])
             emit(SweepEvent("unit-start", "fit-proxies", 0, len(units)))
             frozen = _frozen_proxies(suite, recipe, data, store, window)
+        total = len(units) + ("untrained_block" in recipe.probes)
         for done, (step, unit) in enumerate(zip(steps, units, strict=True)):
             if store.has_part(unit):
-                emit(SweepEvent("unit-skip", unit, done + 1, len(units)))
+                emit(SweepEvent("unit-skip", unit, done + 1, total))
                 continue
-            emit(SweepEvent("unit-start", unit, done, len(units)))
-            store.write_part(unit, _step_rows(suite, recipe, data, step, frozen))
-            emit(SweepEvent("unit-done", unit, done + 1, len(units)))
+            emit(SweepEvent("unit-start", unit, done, total))
+            store.write_part(unit, _step_rows(suite, recipe, data, store, steps, step, frozen))
+            emit(SweepEvent("unit-done", unit, done + 1, total))
+        if "untrained_block" in recipe.probes and not store.has_part("untrained-block"):
+            emit(SweepEvent("unit-start", "untrained-block", len(units), total))
+            config = recipe.probes["untrained_block"]
+            store.write_part("untrained-block", untrained_block.rows(recipe.suite.name, config))
+            emit(SweepEvent("unit-done", "untrained-block", total, total))
         manifest = store.read_manifest()
         manifest["finished"] = True
         manifest["weights_hashes"] = {str(s): suite.weights_hash(s) for s in steps}

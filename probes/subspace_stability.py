@@ -1,0 +1,57 @@
+"""Subspace stability (METHODS.md §1.8): principal angles between tangent proxies.
+
+Per site and step: between every pair of methods at this step (``method = "pca~seminmf"``), and
+between this step's proxy and the previous selected step's (``method = "<m>@prev"``). Metrics:
+``principal_angle_mean`` and ``principal_angle_max`` (degrees)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.metrics import principal_angles
+from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.typing import Basis
+
+__all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows"]
+
+NAME = "subspace_stability"
+
+
+@dataclass(frozen=True)
+class SubspaceStabilityConfig:
+    """No settings: it compares the proxies the tangent account fits."""
+
+
+def needs(config: SubspaceStabilityConfig) -> Needs:
+    return Needs()
+
+
+def _angle_rows(data: StepData, site: str, method: str, a: Basis, b: Basis) -> list[dict[str, Any]]:
+    degrees = principal_angles(a, b) * 180 / math.pi
+    common = {"site": site, "method": method, "rank": min(a.shape[1], b.shape[1])}
+    return [
+        make_row(data, NAME, "principal_angle_mean", float(degrees.mean()), **common),
+        make_row(data, NAME, "principal_angle_max", float(degrees.max()), **common),
+    ]
+
+
+def rows(
+    data: StepData,
+    proxies: dict[str, dict[str, Basis]],
+    previous: dict[str, dict[str, Basis]] | None,
+    config: SubspaceStabilityConfig,
+) -> list[dict[str, Any]]:
+    """``proxies`` of this step and ``previous`` of the previous selected step (None at the
+    first), both ``{site: {method: basis}}``."""
+    out: list[dict[str, Any]] = []
+    for site, by_method in proxies.items():
+        for (m1, q1), (m2, q2) in itertools.combinations(sorted(by_method.items()), 2):
+            out += _angle_rows(data, site, f"{m1}~{m2}", q1, q2)
+        if previous is not None and site in previous:
+            for method, basis in sorted(by_method.items()):
+                if method in previous[site]:
+                    out += _angle_rows(data, site, f"{method}@prev", basis, previous[site][method])
+    return out

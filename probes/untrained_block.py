@@ -1,0 +1,49 @@
+"""The untrained-block experiment (Godey et al. 2024; METHODS.md §3) as a probe: no checkpoint
+needed. One row per bias norm N and metric, with ``method = "bias_norm=<N>"``, ``site =
+"untrained_block"`` and ``step = -1``: ``input_cosine_anisotropy``, ``output_cosine_anisotropy``,
+``norm_ratio`` (output/input mean norm) and ``attention_entropy``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tangentlens.models.untrained_block import UntrainedBlockConfig, run_untrained_block
+from tangentlens.probes.base import Needs
+
+__all__ = ["NAME", "UntrainedBlockConfig", "needs", "rows"]
+
+NAME = "untrained_block"
+
+
+def needs(config: UntrainedBlockConfig) -> Needs:
+    return Needs()
+
+
+def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
+    out = []
+    for result in run_untrained_block(config):
+        for metric, value in (
+            ("input_cosine_anisotropy", result.input_cosine_anisotropy),
+            ("output_cosine_anisotropy", result.output_cosine_anisotropy),
+            ("norm_ratio", result.norm_ratio),
+            ("attention_entropy", result.attention_entropy_mean),
+        ):
+            out.append(
+                {
+                    "suite": suite,
+                    "step": -1,
+                    "tokens_seen": 0,
+                    "site": "untrained_block",
+                    "layer": 0,
+                    "probe": NAME,
+                    "method": f"bias_norm={result.bias_norm:g}",
+                    "rank": None,
+                    "freq_bin": "all",
+                    "metric": metric,
+                    "value": float(value),
+                    "ci_low": None,
+                    "ci_high": None,
+                    "n_tokens": config.n_sequences * config.seq_len,
+                }
+            )
+    return out
