@@ -29,3 +29,12 @@ def test_capture_example_runs_on_the_default_suite(capsys):
     stats = namespace["stats"]
     assert stats.n_sequences == 64 and 0.95 * 64 * 126 < stats.n_tokens <= 64 * 126
     assert namespace["site"].g.count == stats.n_tokens
+
+
+@pytest.mark.slow
+def test_sweep_example_runs_on_the_default_suite(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes runs/readme-example here
+    block = _python_blocks("Sweeps: recipes over checkpoints")[0]
+    exec(compile(block, "README.md", "exec"), {})
+    n_rows, step, ratio = capsys.readouterr().out.split()
+    assert int(n_rows) > 100 and int(step) == 0 and float(ratio) > 0

@@ -136,6 +136,9 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
         (["--set", "probes.tangent_energy.fit_policy=frozen"], "fit_policy must be one of"),
         (["--set", "data.seq_len=2"], "data.seq_len must be ≥ 4"),
         (["--set", "suite.steps=log:0"], "log"),
+        (["--set", "capture.sites=['resid_mdi']"], "did you mean 'resid_mid'"),
+        (["--set", "capture.sites=['resid_mid']"], "no resid_mid"),  # Pythia: parallel blocks
+        (["--set", "probes.tangent_energy.rank=32"], "rank must be an integer in [1, 31]"),
     ]
     for extra, message in cases:
         assert main(["sweep", "--recipe", MICRO, "--out", str(tmp_path / "x"), *extra]) == 2

@@ -30,6 +30,7 @@ from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.probes.update_alignment import UpdateAlignmentConfig
 
 __all__ = [
+    "CAPTURE_SITE_KINDS",
     "PROBE_CONFIGS",
     "CaptureSpec",
     "DataSpec",
@@ -71,6 +72,16 @@ class DataSpec:
             raise ValueError(f"data.seq_len must be ≥ 4, got {self.seq_len}")
 
 
+#: Site kinds whose activations and gradients are (n × d) rows (q/k/pattern are per head).
+CAPTURE_SITE_KINDS: tuple[str, ...] = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+)
+
+
 @dataclass(frozen=True)
 class CaptureSpec:
     """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at every layer, plus the embedding if
@@ -83,6 +94,12 @@ class CaptureSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for kind in self.sites:
+            if kind not in CAPTURE_SITE_KINDS:
+                raise ValueError(
+                    f"capture.sites: unknown site kind {kind!r}; allowed: {CAPTURE_SITE_KINDS}"
+                    f"{_suggest(kind, CAPTURE_SITE_KINDS)}"
+                )
         if self.reduction not in ("sum", "mean"):
             raise ValueError(f"capture.reduction must be 'sum' or 'mean', got {self.reduction!r}")
         if isinstance(self.reservoir, bool) or not isinstance(self.reservoir, int):

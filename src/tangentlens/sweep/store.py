@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,8 +85,13 @@ class RunStore:
     @classmethod
     @contextlib.contextmanager
     def open(cls, root: str | Path, *, resume: bool) -> Iterator[RunStore]:
-        """Create ``root`` (it must not hold a run unless ``resume``) and hold its lock."""
+        """Create ``root`` (it must not hold a run unless ``resume``) and hold its lock.
+
+        If the body fails before any result part exists in a run this call created, the run
+        directory is removed again: a failed start leaves nothing half-written.
+        """
         store = cls(Path(root))
+        created = not store.root.exists()
         manifest = store.root / "manifest.json"
         if store.root.exists() and any(store.root.iterdir()) and not resume:
             raise ValueError(
@@ -99,9 +105,24 @@ class RunStore:
         store._acquire(lock)
         try:
             yield store
+        except BaseException:
+            if not resume and not any(store.results.glob("*.parquet")):
+                if created:
+                    shutil.rmtree(store.root)
+                else:
+                    store._clear()
+            raise
         finally:
             with contextlib.suppress(FileNotFoundError):
                 lock.unlink()
+
+    def _clear(self) -> None:
+        """Empty a run directory that existed (empty) before this run started."""
+        for child in self.root.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def _acquire(self, lock: Path) -> None:
         for _ in range(2):
