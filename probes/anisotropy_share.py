@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tangentlens.metrics import anisotropy_share_spectral, complement_frames, delta_isoscore_star
+import torch
+
+from tangentlens.metrics import anisotropy_shares_spectral, complement_frames, delta_isoscores_star
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
@@ -73,13 +75,13 @@ def rows(
                     "freq_bin": "all" if bin_index is None else str(bin_index),
                     "n_tokens": acc.count,
                 }
-                spectral = [anisotropy_share_spectral(cov, f) for f in frames]
-                delta = [delta_isoscore_star(cov, f, c0, config.zeta) for f in frames]
+                spectral = anisotropy_shares_spectral(cov, torch.cat([proxy[None], frames]))
+                delta = delta_isoscores_star(cov, torch.cat([proxy[None], frames]), c0, config.zeta)
                 for metric, value in (
-                    ("anisotropy_share_spectral", anisotropy_share_spectral(cov, proxy)),
-                    ("anisotropy_share_spectral_control", sum(spectral) / len(spectral)),
-                    ("delta_isoscore_star", delta_isoscore_star(cov, proxy, c0, config.zeta)),
-                    ("delta_isoscore_star_control", sum(delta) / len(delta)),
+                    ("anisotropy_share_spectral", float(spectral[0])),
+                    ("anisotropy_share_spectral_control", float(spectral[1:].mean())),
+                    ("delta_isoscore_star", float(delta[0])),
+                    ("delta_isoscore_star_control", float(delta[1:].mean())),
                 ):
                     out.append(make_row(data, NAME, metric, value, **common))
     return out

@@ -164,3 +164,23 @@ def test_bad_input():
     with pytest.raises(ValueError, match=r"\[1, 44\]"):
         null_energy_mean(45, D, K, 0.5)
     assert float(principal_angles(T, T).max()) < 1e-7
+
+
+def test_batched_shares_equal_single_calls():
+    from tangentlens.metrics import anisotropy_shares_spectral, delta_isoscores_star
+
+    T = _basis(D, K, 9)
+    gen = torch.Generator().manual_seed(9)
+    A = torch.randn(D, D, generator=gen, dtype=torch.float64)
+    C = A @ A.T + 5 * T @ T.T
+    C0 = torch.eye(D, dtype=torch.float64) + 0.1 * A @ A.T / D
+    frames = torch.cat([T[None], complement_frames(T, K, 4, (3,))])
+    spectral = anisotropy_shares_spectral(C, frames)
+    delta = delta_isoscores_star(C, frames, C0, 0.3)
+    for j, frame in enumerate(frames):
+        assert float(spectral[j]) == pytest.approx(anisotropy_share_spectral(C, frame), rel=1e-12)
+        P = torch.eye(D, dtype=torch.float64) - frame @ frame.T
+        from tangentlens.metrics import isoscore_star_from_covariance as iso
+
+        expected = iso(P @ C @ P, P @ C0 @ P, 0.3) - iso(C, C0, 0.3)
+        assert float(delta[j]) == pytest.approx(expected, rel=1e-9, abs=1e-12)

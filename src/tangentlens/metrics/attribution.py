@@ -26,15 +26,20 @@ import torch
 from jaxtyping import Float
 
 from tangentlens.metrics._validate import CHUNK_ROWS, check_matrix, check_square, to_float64
-from tangentlens.metrics.isoscore import isoscore_star_from_covariance
+from tangentlens.metrics.isoscore import (
+    isoscore_from_eigenvalues,
+    isoscore_star_from_covariance,
+)
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.typing import ArrayLike, Moment
 
 __all__ = [
     "EnergyComparison",
     "anisotropy_share_spectral",
+    "anisotropy_shares_spectral",
     "compare_energy",
     "delta_isoscore_star",
+    "delta_isoscores_star",
     "energy_fraction",
     "energy_fraction_from_moment",
     "energy_fractions_from_moment",
@@ -149,23 +154,55 @@ def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyCo
     )
 
 
+def _check_frames(frames: Frames, d: int) -> torch.Tensor:
+    F = to_float64(torch.as_tensor(frames))
+    if F.ndim != 3 or F.shape[1] != d:
+        raise ValueError(f"frames must be (draws, {d}, k), got {tuple(F.shape)}")
+    return F
+
+
+def anisotropy_shares_spectral(C: ArrayLike, frames: Frames) -> torch.Tensor:
+    """:func:`anisotropy_share_spectral` of every frame of ``(draws, d, k)`` (one eigen-
+    decomposition for all); float64 ``(draws,)``."""
+    S = to_float64(check_square(C, "C"))
+    d = S.shape[0]
+    F = _check_frames(frames, d).to(S.device)
+    sym = (S + S.T) / 2
+    excess = sym - torch.diagonal(sym).mean() * torch.eye(d, dtype=S.dtype, device=S.device)
+    values, vectors = torch.linalg.eigh(excess)
+    positive = values.clamp(min=0)
+    total = float(positive.sum())
+    if not total > 1e-12 * float(torch.diagonal(sym).abs().sum()):
+        raise ValueError("C is isotropic (no eigenvalue above its mean): the share is undefined")
+    weights = torch.einsum("di,jdk->jik", vectors, F).pow(2).sum(dim=2)  # ‖Qⱼᵀ vᵢ‖²
+    return (weights * positive).sum(dim=1) / total
+
+
 def anisotropy_share_spectral(C: ArrayLike, Q: ArrayLike) -> float:
     """``tr(Qᵀ A₊ Q) / tr(A₊)`` with ``A = C − (tr C/d) I`` (C: gradient covariance or second
     moment, any positive scale). 0 for isotropic gradients, 1 when ``span(Q)`` holds every
     direction of excess variance. Raises when C is isotropic (``A₊ = 0``)."""
     S = to_float64(check_square(C, "C"))
+    B = check_basis(Q, "Q", d=S.shape[0])
+    return float(anisotropy_shares_spectral(S, B[None])[0])
+
+
+def delta_isoscores_star(
+    C: ArrayLike, frames: Frames, C0: ArrayLike, zeta: float = 0.2
+) -> torch.Tensor:
+    """:func:`delta_isoscore_star` of every frame of ``(draws, d, k)``: the unprojected score
+    once, the projected spectra in one batched eigen-decomposition; float64 ``(draws,)``."""
+    S = to_float64(check_square(C, "C"))
     d = S.shape[0]
-    B = check_basis(Q, "Q", d=d)
-    sym = (S + S.T) / 2
-    values, vectors = torch.linalg.eigh(
-        sym - torch.diagonal(sym).mean() * torch.eye(d, dtype=S.dtype)
-    )
-    positive = values.clamp(min=0)
-    total = float(positive.sum())
-    if not total > 1e-12 * float(torch.diagonal(sym).abs().sum()):
-        raise ValueError("C is isotropic (no eigenvalue above its mean): the share is undefined")
-    weights = (vectors.T @ B).pow(2).sum(dim=1)  # ‖Qᵀ vᵢ‖² per eigenvector
-    return float((positive * weights).sum()) / total
+    F = _check_frames(frames, d).to(S.device)
+    S0 = to_float64(check_square(C0, "C0", size=d)).to(S.device)
+    before = isoscore_star_from_covariance(S, S0, zeta)  # validates C, C0 and zeta once
+    shrunk = (1 - zeta) * S + zeta * S0
+    P = torch.eye(d, dtype=S.dtype, device=S.device) - F @ F.transpose(1, 2)  # (draws, d, d)
+    projected = P @ shrunk @ P
+    values = torch.linalg.eigvalsh((projected + projected.transpose(1, 2)) / 2).abs()
+    after = torch.tensor([isoscore_from_eigenvalues(v) for v in values], dtype=torch.float64)
+    return after - before
 
 
 def delta_isoscore_star(C: ArrayLike, Q: ArrayLike, C0: ArrayLike, zeta: float = 0.2) -> float:
@@ -174,8 +211,4 @@ def delta_isoscore_star(C: ArrayLike, Q: ArrayLike, C0: ArrayLike, zeta: float =
     ``span(Q)`` makes the gradients more isotropic."""
     S = to_float64(check_square(C, "C"))
     B = check_basis(Q, "Q", d=S.shape[0])
-    S0 = to_float64(check_square(C0, "C0", size=S.shape[0]))
-    P = torch.eye(S.shape[0], dtype=S.dtype) - B @ B.T
-    before = isoscore_star_from_covariance(S, S0, zeta)
-    after = isoscore_star_from_covariance(P @ S @ P, P @ S0 @ P, zeta)
-    return after - before
+    return float(delta_isoscores_star(S, B[None], C0, zeta)[0])
