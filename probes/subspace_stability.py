@@ -1,7 +1,9 @@
 """Subspace stability (METHODS.md §1.8): principal angles between tangent proxies.
 
-Per site and step: between every pair of methods at this step (``method = "pca~seminmf"``), and
-between this step's proxy and the previous selected step's (``method = "<m>@prev"``). Metrics:
+Per site and step: between every pair of methods at this step (``method = "pca~seminmf"``),
+between this step's proxy and the previous selected step's (``method = "<m>@prev"``), and, with
+``seeds > 1``, between the seeded dictionaries (semi-NMF, SAE) refitted on this step's sample with
+other seeds and the same dictionary at the recipe's seed (``method = "<m>~seed<s>"``). Metrics:
 ``principal_angle_mean`` and ``principal_angle_max`` (degrees)."""
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ NAME = "subspace_stability"
 
 @dataclass(frozen=True)
 class SubspaceStabilityConfig:
-    """No settings: it compares the proxies the tangent account fits."""
+    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
+
+    seeds: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise ValueError(f"seeds must be an integer ≥ 1, got {self.seeds!r}")
 
 
 def needs(config: SubspaceStabilityConfig) -> Needs:
@@ -42,14 +50,19 @@ def rows(
     data: StepData,
     proxies: dict[str, dict[str, Basis]],
     previous: dict[str, dict[str, Basis]] | None,
+    reseeded: dict[str, dict[str, dict[int, Basis]]],
     config: SubspaceStabilityConfig,
 ) -> list[dict[str, Any]]:
     """``proxies`` of this step and ``previous`` of the previous selected step (None at the
-    first), both ``{site: {method: basis}}``."""
+    first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the same
+    dictionary refitted with other seeds (empty when ``seeds == 1``)."""
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():
         for (m1, q1), (m2, q2) in itertools.combinations(sorted(by_method.items()), 2):
             out += _angle_rows(data, site, f"{m1}~{m2}", q1, q2)
+        for method, by_seed in sorted(reseeded.get(site, {}).items()):
+            for seed, basis in sorted(by_seed.items()):
+                out += _angle_rows(data, site, f"{method}~seed{seed}", by_method[method], basis)
         if previous is not None and site in previous:
             for method, basis in sorted(by_method.items()):
                 if method in previous[site]:

@@ -8,6 +8,8 @@ the controls' ``energy_control_mean/std/min/max``, the closed-form ``energy_null
 ``data_matched_m`` set, ``data_matched_energy_ratio`` and ``data_matched_energy_p_value`` against
 frames inside the top-m PCA span of the activations. Control draws are seeded from
 ``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the embedding and for "all").
+``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals over the sampled sequences
+(the capture's reservoir; the point values use every token).
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ def seed_key(
 def _bootstrap(
     site: SiteStatistics,
     proxy: Basis,
+    frames: torch.Tensor,
     bin_index: int | None,
     seq_len: int,
     config: TangentEnergyConfig,
-) -> tuple[float, float] | None:
-    """Bootstrap interval of the energy fraction over the reservoir's sampled sequences."""
+) -> dict[str, tuple[float, float]]:
+    """Bootstrap intervals over the reservoir's sampled sequences of the energy fraction
+    (``Σ‖G_s Q‖² / Σ‖G_s‖²``) and of the energy ratio (``Σ‖G_s Q‖² / meanⱼ Σ‖G_s Nⱼ‖²``)."""
     if not config.bootstrap or site.reservoir is None:
-        return None
+        return {}
     columns = site.reservoir.columns()
     g = columns["G"].double()
     sequences = site.reservoir.ids // seq_len
@@ -91,11 +95,18 @@ def _bootstrap(
         rows = columns["bin"] == bin_index
         g, sequences = g[rows], sequences[rows]
     if torch.unique(sequences).numel() < 2:
-        return None
+        return {}
     inside, _ = group_sums((g @ proxy).pow(2).sum(dim=1), sequences)
     total, _ = group_sums(g.pow(2).sum(dim=1), sequences)
-    interval = bootstrap_ratio(inside, total, replicates=config.bootstrap, seed=config.seed)
-    return interval.ci_low, interval.ci_high
+    mean_projector = torch.einsum("jdk,jek->de", frames, frames) / frames.shape[0]
+    control, _ = group_sums(((g @ mean_projector) * g).sum(dim=1), sequences)  # meanⱼ ‖g Nⱼ‖²
+    kwargs = {"replicates": config.bootstrap, "seed": config.seed}
+    fraction = bootstrap_ratio(inside, total, **kwargs)
+    ratio = bootstrap_ratio(inside, control, **kwargs)
+    return {
+        "energy_fraction": (fraction.ci_low, fraction.ci_high),
+        "energy_ratio": (ratio.ci_low, ratio.ci_high),
+    }
 
 
 def rows(
@@ -127,9 +138,16 @@ def rows(
                     "freq_bin": "all" if bin_index is None else str(bin_index),
                     "n_tokens": acc.count,
                 }
-                ci = _bootstrap(site, proxy, bin_index, data.seq_len, config)
+                ci = _bootstrap(site, proxy, frames, bin_index, data.seq_len, config)
                 out.append(
-                    make_row(data, NAME, "energy_fraction", result.energy_fraction, ci=ci, **common)
+                    make_row(
+                        data,
+                        NAME,
+                        "energy_fraction",
+                        result.energy_fraction,
+                        ci=ci.get("energy_fraction"),
+                        **common,
+                    )
                 )
                 for metric, value in (
                     ("energy_control_mean", result.control_mean),
@@ -137,12 +155,21 @@ def rows(
                     ("energy_control_min", result.control_min),
                     ("energy_control_max", result.control_max),
                     ("energy_null_mean", result.null_mean),
-                    ("energy_ratio", result.energy_ratio),
                     ("energy_enrichment", result.energy_enrichment),
                     ("energy_z", result.energy_z),
                     ("energy_p_value", result.energy_p_value),
                 ):
                     out.append(make_row(data, NAME, metric, value, **common))
+                out.append(
+                    make_row(
+                        data,
+                        NAME,
+                        "energy_ratio",
+                        result.energy_ratio,
+                        ci=ci.get("energy_ratio"),
+                        **common,
+                    )
+                )
                 if pca_span is not None:
                     matched = data_matched_frames(proxy, pca_span.basis(), rank, config.draws, key)
                     dm = compare_energy(acc.second_moment, proxy, matched)

@@ -1,8 +1,13 @@
-"""Update alignment (METHODS.md §1.7): does the change of the token-embedding matrix between
-the previous selected step and this one, ``ΔW_E`` (rows of types seen in the analysis data),
-fall in the embedding site's tangent proxy? Scored like gradient energy against the same seeded
-controls: ``update_energy_fraction``, ``update_energy_ratio``, ``update_energy_p_value`` (site
-``hook_embed``, one row set per proxy method). Needs ``capture.embed = true``."""
+"""Update alignment (METHODS.md §1.7): does what changed between the previous selected step and
+this one fall in the tangent proxy? Two kinds of update rows, each scored like gradient energy
+against the same seeded controls (``*_energy_fraction``, ``*_energy_ratio``, ``*_energy_p_value``,
+one row set per site and proxy method):
+
+* ``embedding_update`` — ``ΔW_E`` restricted to the token types of the analysis data, in the
+  embedding site's proxy (needs ``capture.embed = true``);
+* ``centroid_update`` — the change of the mean activation of each of the ``centroid_types`` most
+  frequent token types, in each site's proxy.
+"""
 
 from __future__ import annotations
 
@@ -23,36 +28,72 @@ NAME = "update_alignment"
 
 @dataclass(frozen=True)
 class UpdateAlignmentConfig:
+    """``draws`` controls; centroid updates of the ``centroid_types`` most frequent types."""
+
     draws: int = 100
+    centroid_types: int = 2048
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("draws", "centroid_types"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:
-    return Needs()
+    return Needs(type_sums=True)
+
+
+def _score(
+    data: StepData,
+    kind: str,
+    site: str,
+    proxies: dict[str, Basis],
+    delta: torch.Tensor,
+    config: UpdateAlignmentConfig,
+) -> list[dict[str, Any]]:
+    if delta.shape[0] == 0 or not bool(delta.abs().max() > 0):
+        return []  # nothing moved (e.g. duplicate checkpoints)
+    keys = TangentEnergyConfig(seed=config.seed)
+    out = []
+    for method, proxy in proxies.items():
+        frames = complement_frames(
+            proxy,
+            proxy.shape[1],
+            config.draws,
+            seed_key(keys, data.step, data.layers.get(site), None),
+        )
+        result = update_alignment(delta, proxy, frames)
+        common = {
+            "site": site,
+            "method": method,
+            "rank": proxy.shape[1],
+            "n_tokens": delta.shape[0],
+        }
+        for suffix, value in (
+            ("energy_fraction", result.energy_fraction),
+            ("energy_ratio", result.energy_ratio),
+            ("energy_p_value", result.energy_p_value),
+        ):
+            out.append(make_row(data, NAME, f"{kind}_{suffix}", value, **common))
+    return out
 
 
 def rows(
     data: StepData,
-    embed_site: str,
-    proxies: dict[str, Basis],
-    delta_embed: torch.Tensor,
+    proxies: dict[str, dict[str, Basis]],
+    embedding_delta: tuple[str, torch.Tensor] | None,
+    centroid_deltas: dict[str, torch.Tensor],
     config: UpdateAlignmentConfig,
 ) -> list[dict[str, Any]]:
-    """``delta_embed``: ``W_E(step) − W_E(previous)`` restricted to seen types (m × d);
-    ``proxies``: the embedding site's bases by method."""
+    """``embedding_delta``: ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site,
+    the change of the tracked types' centroids (m × d)."""
     out: list[dict[str, Any]] = []
-    if not bool(delta_embed.abs().max() > 0):
-        return out  # identical embeddings (e.g. duplicate checkpoints): nothing moved
-    keys = TangentEnergyConfig(seed=config.seed)
-    for method, proxy in proxies.items():
-        key = seed_key(keys, data.step, None, None)
-        frames = complement_frames(proxy, proxy.shape[1], config.draws, key)
-        result = update_alignment(delta_embed, proxy, frames)
-        common = {"site": embed_site, "method": method, "rank": proxy.shape[1]}
-        for metric, value in (
-            ("update_energy_fraction", result.energy_fraction),
-            ("update_energy_ratio", result.energy_ratio),
-            ("update_energy_p_value", result.energy_p_value),
-        ):
-            out.append(make_row(data, NAME, metric, value, n_tokens=delta_embed.shape[0], **common))
+    if embedding_delta is not None and embedding_delta[0] in proxies:
+        site, delta = embedding_delta
+        out += _score(data, "embedding_update", site, proxies[site], delta, config)
+    for site, delta in centroid_deltas.items():
+        if site in proxies:
+            out += _score(data, "centroid_update", site, proxies[site], delta, config)
     return out

@@ -84,6 +84,10 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
         "update_alignment",
         "untrained_block",
     }
+    metrics = {(r["probe"], r["method"], r["metric"]) for r in rows}
+    assert ("subspace_stability", "seminmf~seed1", "principal_angle_max") in metrics
+    assert ("update_alignment", "pca", "embedding_update_energy_ratio") in metrics
+    assert ("update_alignment", "seminmf", "centroid_update_energy_p_value") in metrics
     energy = [r for r in rows if r["metric"] == "energy_p_value"]
     assert energy and all(1 / 21 <= r["value"] <= 1 for r in energy)
     assert {r["freq_bin"] for r in energy} == {"all", "0", "1", "2"}
@@ -92,6 +96,8 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     assert manifest["recipe"]["probes"]["tangent_energy"]["fit_policy"] == "frozen_early"
     assert manifest["versions"]["torch"].startswith("2.13")
     assert set(manifest["weights_hashes"]) == {"0", "4", "40"}
+    masked = manifest["masked_tokens"]["40"]
+    assert masked["position0"] == masked["no_target"] == 2048 // 32
     assert (finished_run / "state" / "proxies.pt").exists()
     assert not (finished_run / ".lock").exists()
     assert main(["report", str(finished_run)]) == 0

@@ -40,8 +40,9 @@ def test_tangent_energy_rows(micro_step_data):
                 assert null == pytest.approx(4 / (d - 4) * (1 - e["value"]))
                 assert abs(mean - null) < 5 * std / math.sqrt(30) + 1e-12
                 assert e["layer"] == sites.index(site) and e["rank"] == 4
-                if e["ci_low"] is not None:
-                    assert e["ci_low"] <= e["ci_high"]
+                ratio = table[(site, method, b, "energy_ratio")]
+                assert e["ci_low"] <= e["ci_high"] and ratio["ci_low"] <= ratio["ci_high"]
+                assert ratio["ci_low"] > 0
     assert table[(sites[0], "pca", "all", "energy_fraction")]["n_tokens"] == (
         micro_step_data.statistics.n_tokens
     )

@@ -73,6 +73,8 @@ def sweep_progress(name: str) -> Iterator[callable]:
             task = progress.add_task(f"sweep {name}", total=None, status="preparing data")
         if event.phase == "unit-start":
             progress.update(task, total=event.total, completed=event.done, status=event.unit)
+        elif event.phase == "status":
+            progress.update(task, status=event.status)
         elif event.phase in ("unit-done", "unit-skip"):
             status = "resumed: already done" if event.phase == "unit-skip" else "done"
             progress.update(task, total=event.total, completed=event.done, status=status)

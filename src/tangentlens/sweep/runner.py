@@ -15,6 +15,7 @@ so interrupting at any moment and resuming gives exactly the table of an uninter
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import subprocess
@@ -24,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tangentlens.capture import (
@@ -59,7 +61,7 @@ from tangentlens.probes import (
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.proxies import fit_proxies, fit_proxy_bases
 from tangentlens.sweep.recipe import Recipe
-from tangentlens.sweep.store import RunStore
+from tangentlens.sweep.store import RunStore, read_results
 
 __all__ = ["SweepEvent", "run_sweep"]
 
@@ -73,12 +75,14 @@ _SIMPLE_PROBES = {
 
 @dataclass(frozen=True)
 class SweepEvent:
-    """Progress: ``phase`` is "data", "unit-start", "unit-done" or "unit-skip"."""
+    """Progress: ``phase`` is "data", "unit-start", "status" (what the unit is doing, in
+    ``status``), "unit-done" or "unit-skip"."""
 
     phase: str
     unit: str = ""
     done: int = 0
     total: int = 0
+    status: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,8 @@ def _needs(recipe: Recipe) -> Needs:
             needs = needs.union(tangent_energy.needs(config.energy_config()))
         elif name == "anisotropy_share":
             needs = needs.union(anisotropy_share.needs(config))
+        elif name == "update_alignment":
+            needs = needs.union(update_alignment.needs(config))
     return needs
 
 
@@ -248,6 +254,68 @@ def _embedding(model: torch.nn.Module) -> torch.Tensor:
     return model.W_E.detach().to(torch.float64)
 
 
+def _tracked_centroids(
+    stats: CaptureStatistics, tracked: torch.Tensor
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per site: (type ids seen at this step among ``tracked``, their centroids float32)."""
+    out = {}
+    for site, s in stats.sites.items():
+        if s.types is None:
+            continue
+        seen = tracked[s.types.count[tracked] > 0]
+        centroids = s.types.sum[seen] / s.types.count[seen, None]
+        out[site] = (seen, centroids.float())
+    return out
+
+
+def _update_rows(
+    suite: CheckpointSuite,
+    recipe: Recipe,
+    data: _Data,
+    store: RunStore,
+    step_data: StepData,
+    model: torch.nn.Module,
+    proxies: dict[str, dict[str, torch.Tensor]],
+    previous_step: int | None,
+) -> list[dict[str, Any]]:
+    """Save this step's tracked centroids; score the updates since the previous step."""
+    config = recipe.probes["update_alignment"]
+    counts = torch.from_numpy(data.frequencies.counts)
+    tracked = torch.argsort(counts, descending=True, stable=True)[: config.centroid_types]
+    tracked = tracked[counts[tracked] > 0]
+    centroids = _tracked_centroids(step_data.statistics, tracked)
+    store.write_state(f"centroids-{step_data.step:08d}.pt", lambda tmp: torch.save(centroids, tmp))
+    if previous_step is None:
+        return []
+    before = torch.load(store.state / f"centroids-{previous_step:08d}.pt", weights_only=True)
+    deltas = {}
+    for site, (ids, now) in centroids.items():
+        old_ids, old = before[site]
+        _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
+        deltas[site] = (now[at_now] - old[at_old]).double()
+    embed_site = hook_name(model, "embed")
+    seen = torch.from_numpy(data.frequencies.counts > 0)
+    delta_embed = (_embedding(model) - _embedding(suite.load(previous_step)))[: seen.numel()][seen]
+    return update_alignment.rows(step_data, proxies, (embed_site, delta_embed), deltas, config)
+
+
+def _reseeded_proxies(
+    stats: CaptureStatistics, spec: Any, seeds: int
+) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
+    """The seeded dictionaries refitted on this step's sample with seeds ``seed + 1 …``."""
+    seeded = tuple(m for m in spec.methods if m != "pca")
+    if seeds < 2 or not seeded:
+        return {}
+    out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for offset in range(1, seeds):
+        seed = spec.seed + offset
+        config = dataclasses.replace(spec.proxy_config(), methods=seeded, seed=seed)
+        for site, site_stats in stats.sites.items():
+            for method, basis in fit_proxies(site_stats, config).items():
+                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
+    return out
+
+
 def _step_rows(
     suite: CheckpointSuite,
     recipe: Recipe,
@@ -256,11 +324,14 @@ def _step_rows(
     steps: list[int],
     step: int,
     frozen: dict[str, dict[str, torch.Tensor]] | None,
+    status: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     needs = _needs(recipe)
+    status(f"step {step}: loading")
     model = suite.load(step)
     sites = _sites(model, recipe)
     gradients = needs.gradients
+    status(f"step {step}: capture ({'activations and gradients' if gradients else 'activations'})")
     stats = _capture(model, sites, data, recipe, needs, step, gradients=gradients)
     step_data = StepData(
         suite=recipe.suite.name,
@@ -274,16 +345,20 @@ def _step_rows(
     rows = _capture_rows(step_data)
     for name, module in _SIMPLE_PROBES.items():
         if name in recipe.probes:
+            status(f"step {step}: {name}")
             rows += module.rows(step_data, recipe.probes[name])
     if "tangent_energy" not in recipe.probes:
         return rows
     spec = recipe.probes["tangent_energy"]
     proxies = frozen
     if proxies is None:
+        status(f"step {step}: fitting proxies ({', '.join(spec.methods)})")
         proxies = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
     store.write_state(f"proxies-{step:08d}.pt", lambda tmp: torch.save(proxies, tmp))
+    status(f"step {step}: controls ({spec.draws} per measurement)")
     rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
     if "anisotropy_share" in recipe.probes:
+        status(f"step {step}: anisotropy share")
         rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
     index = steps.index(step)
     previous_step = steps[index - 1] if index else None
@@ -293,17 +368,22 @@ def _step_rows(
             previous = torch.load(
                 store.state / f"proxies-{previous_step:08d}.pt", weights_only=True
             )
-        rows += subspace_stability.rows(
-            step_data, proxies, previous, recipe.probes["subspace_stability"]
-        )
-    if "update_alignment" in recipe.probes and previous_step is not None:
-        embed_site = hook_name(model, "embed")
-        seen = torch.from_numpy(data.frequencies.counts > 0)
-        delta = (_embedding(model) - _embedding(suite.load(previous_step)))[: seen.numel()][seen]
-        rows += update_alignment.rows(
-            step_data, embed_site, proxies[embed_site], delta, recipe.probes["update_alignment"]
-        )
+        stability = recipe.probes["subspace_stability"]
+        reseeded = _reseeded_proxies(stats, spec, stability.seeds)
+        rows += subspace_stability.rows(step_data, proxies, previous, reseeded, stability)
+    if "update_alignment" in recipe.probes:
+        rows += _update_rows(suite, recipe, data, store, step_data, model, proxies, previous_step)
     return rows
+
+
+def _masked_counts(store: RunStore) -> dict[str, dict[str, int]]:
+    """Positions excluded per reason at every step, from the capture rows of the parts."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in read_results(store.root).to_pylist():
+        if row["probe"] == "capture" and row["metric"].startswith("excluded_"):
+            reason = row["metric"].removeprefix("excluded_")
+            counts.setdefault(str(row["step"]), {})[reason] = int(row["value"])
+    return counts
 
 
 def _git_hash() -> str | None:
@@ -386,7 +466,12 @@ def run_sweep(
                 emit(SweepEvent("unit-skip", unit, done + 1, total))
                 continue
             emit(SweepEvent("unit-start", unit, done, total))
-            store.write_part(unit, _step_rows(suite, recipe, data, store, steps, step, frozen))
+
+            def status(text: str, unit: str = unit, done: int = done) -> None:
+                emit(SweepEvent("status", unit, done, total, text))
+
+            rows = _step_rows(suite, recipe, data, store, steps, step, frozen, status)
+            store.write_part(unit, rows)
             emit(SweepEvent("unit-done", unit, done + 1, total))
         if "untrained_block" in recipe.probes and not store.has_part("untrained-block"):
             emit(SweepEvent("unit-start", "untrained-block", len(units), total))
@@ -397,5 +482,6 @@ def run_sweep(
         manifest["finished"] = True
         manifest["weights_hashes"] = {str(s): suite.weights_hash(s) for s in steps}
         manifest["excluded_policy"] = "bos, position0, padding, special, no_target"
+        manifest["masked_tokens"] = _masked_counts(store)
         store.write_manifest(manifest)
     return Path(out)
