@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import pkgutil
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,9 @@ def main() -> None:
     )
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {MODULES}")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    parser.add_argument(
+        "--device", default="cpu", help="device for the benchmarks that take one (capture)"
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.names) - set(MODULES))
     if unknown:
@@ -65,8 +69,11 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in args.names or MODULES:
         module = importlib.import_module(f"benchmarks.bench_{name}")
+        kwargs = {"quick": args.quick}
+        if "device" in inspect.signature(module.run).parameters:
+            kwargs["device"] = args.device
         with console.status(f"running bench_{name}"):
-            rows.extend(module.run(quick=args.quick))
+            rows.extend(module.run(**kwargs))
     render(rows, console)
 
 

@@ -1,14 +1,17 @@
 """Capture of every residual site with accumulators vs a plain training forward+backward.
 
-Ours: :func:`tangentlens.capture.capture_statistics` on one batch — activations and per-token
-gradients at the embedding and after every block, folded into float64 moments overall and per
-frequency bin (5 bins) and a 16384-row reservoir. Reference: the same model and batch in train
-mode with every parameter requiring a gradient, summed next-token loss, ``loss.backward()``.
+Ours: :func:`tangentlens.capture.capture_statistics` on a few batches (4 on the CPU, 16 on a
+GPU, as in a sweep step, so the final copy of the moments to the CPU is paid once) — activations
+and per-token gradients at the embedding and after every block, folded into float64 moments
+overall and per frequency bin (5 bins) and a 16384-row reservoir. Reference: the same model
+and batches in train mode with every parameter requiring a gradient, summed next-token loss,
+``loss.backward()``.
 Goal: ≤ 0.85× the reference time (frozen parameters skip every weight gradient). Both compute
 the same loss; its difference is reported as a check.
 
 Models are random Pythia-architecture decoders built from configs (speed does not depend on the
-weights): the default mini-pythia shape, and (full run) a pythia-70m shape.
+weights): mini-pythia and pythia-70m shapes on the CPU, pythia-70m and pythia-160m on a GPU
+(``python -m benchmarks capture --device cuda``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
 from tangentlens.data import FrequencyBins, SpecialTokens
 
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "mini-pythia": {
         "n_layers": 4,
         "d_model": 128,
@@ -39,11 +42,20 @@ SHAPES = {
         "d_vocab": 50304,
         "batch": (8, 256),
     },
+    "pythia-160m": {
+        "n_layers": 12,
+        "d_model": 768,
+        "n_heads": 12,
+        "d_vocab": 50304,
+        "batch": (16, 512),
+    },
 }
+#: Shapes timed per device: the CPU runs stay within minutes on 2 cores.
+DEVICE_SHAPES = {"cpu": ("mini-pythia", "pythia-70m"), "cuda": ("pythia-70m", "pythia-160m")}
 SPECIAL = SpecialTokens(bos_id=0, eos_id=0, pad_id=1)
 
 
-def _model(shape: dict[str, Any]) -> HookedTransformer:
+def _model(shape: dict[str, Any], device: str = "cpu") -> HookedTransformer:
     torch.manual_seed(0)
     d = shape["d_model"]
     cfg = HookedTransformerConfig(
@@ -61,7 +73,7 @@ def _model(shape: dict[str, Any]) -> HookedTransformer:
         parallel_attn_mlp=True,
         device="cpu",
     )
-    return HookedTransformer(cfg)
+    return HookedTransformer(cfg).to(device)
 
 
 def _zipf_tokens(shape: dict[str, Any], seed: int = 1) -> torch.Tensor:
@@ -93,11 +105,13 @@ def _training_step(model: HookedTransformer, tokens: torch.Tensor) -> float:
     return float(loss.detach())
 
 
-def bench_capture(name: str, repeats: int) -> dict[str, Any]:
+def bench_capture(
+    name: str, repeats: int, device: str = "cpu", n_batches: int = 4
+) -> dict[str, Any]:
     shape = SHAPES[name]
-    model = _model(shape)
-    tokens = _zipf_tokens(shape)
-    counts = np.bincount(tokens.numpy().ravel(), minlength=shape["d_vocab"])
+    model = _model(shape, device)
+    batches = [_zipf_tokens(shape, seed=i).to(device) for i in range(n_batches)]
+    counts = np.bincount(torch.cat(batches).cpu().numpy().ravel(), minlength=shape["d_vocab"])
     bins = FrequencyBins.from_counts(counts, 5)
     sites = (
         "hook_embed",
@@ -107,17 +121,20 @@ def bench_capture(name: str, repeats: int) -> dict[str, Any]:
     statistics = StatisticsConfig(n_bins=5)
 
     def capture() -> float:
-        stats = capture_statistics(model, [tokens], config, SPECIAL, statistics, bins=bins)
+        stats = capture_statistics(model, batches, config, SPECIAL, statistics, bins=bins)
         return stats.loss_sum
 
-    _training_step(model, tokens)  # warm-up both paths once
+    def train() -> float:
+        return sum(_training_step(model, tokens) for tokens in batches)
+
+    _training_step(model, batches[0])  # warm-up both paths once
     capture()
-    ref_s, ref = _best_time(lambda: _training_step(model, tokens), repeats)
+    ref_s, ref = _best_time(train, repeats)
     ours_s, ours = _best_time(capture, repeats)
     model.zero_grad(set_to_none=True)
     return {
         "benchmark": f"capture {len(sites)} sites",
-        "shape": f"{name} {shape['batch'][0]}×{shape['batch'][1]}",
+        "shape": f"{name} {n_batches}×{shape['batch'][0]}×{shape['batch'][1]} {device}",
         "reference_name": "training fwd+bwd",
         "ours_s": ours_s,
         "reference_s": ref_s,
@@ -129,8 +146,10 @@ def bench_capture(name: str, repeats: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """The capture benchmark rows (quick: the mini-pythia shape only, one repeat)."""
+def run(quick: bool = False, device: str = "cpu") -> list[dict[str, Any]]:
+    """The capture benchmark rows (quick: the first shape only, one repeat)."""
+    cuda = device.startswith("cuda")
+    names = DEVICE_SHAPES["cuda" if cuda else "cpu"]
     if quick:
-        return [bench_capture("mini-pythia", 1)]
-    return [bench_capture(name, 3) for name in SHAPES]
+        return [bench_capture(names[0], 1, device, n_batches=2)]
+    return [bench_capture(name, 3, device, n_batches=16 if cuda else 4) for name in names]

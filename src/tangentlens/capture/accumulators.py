@@ -1,4 +1,6 @@
 """Streaming float64 statistics of captured rows: memory does not grow with the number of tokens.
+Accumulators live on any device (the capture accumulates on the model's, then moves them to the
+CPU); the row reservoir always lives on the CPU.
 
 * :class:`MomentAccumulator` — moments of a stream of rows ``x`` (d,): count, ``Σx``, ``Σ‖x‖``,
   ``Σ‖x‖²``, ``Σ x/‖x‖`` (over nonzero rows) and optionally ``Σ x xᵀ`` (d × d).
@@ -74,6 +76,14 @@ class MomentAccumulator:
             else:
                 self.second_moment += gram
 
+    def to(self, device: torch.device | str) -> MomentAccumulator:
+        """Move every sum to ``device`` (in place); returns self."""
+        for name in ("sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.to(device))
+        return self
+
     def merge(self, other: MomentAccumulator) -> None:
         """Add ``other``'s statistics (same ``d`` and the same second-moment setting)."""
         if other.d != self.d or (other.second_moment is None) != (self.second_moment is None):
@@ -121,6 +131,12 @@ class TypeSums:
         self.count.index_add_(0, tokens, torch.ones_like(tokens))
         self.sum.index_add_(0, tokens, x)
         self.sum_sq_norms.index_add_(0, tokens, (x * x).sum(dim=1))
+
+    def to(self, device: torch.device | str) -> TypeSums:
+        """Move the sums to ``device`` (in place); returns self."""
+        self.count, self.sum = self.count.to(device), self.sum.to(device)
+        self.sum_sq_norms = self.sum_sq_norms.to(device)
+        return self
 
     def merge(self, other: TypeSums) -> None:
         if other.sum.shape != self.sum.shape:
@@ -190,22 +206,22 @@ class SiteStatistics:
     ``token`` and ``bin`` (int64), or None.
     """
 
-    def __init__(self, d: int, config: StatisticsConfig) -> None:
+    def __init__(
+        self, d: int, config: StatisticsConfig, device: torch.device | str = "cpu"
+    ) -> None:
         self.d = d
         self.config = config
         grads = config.gradients
-        bin_moments = config.bin_second_moments
-        self.h = MomentAccumulator(d)
-        self.g = MomentAccumulator(d) if grads else None
-        self.h_bins = [
-            MomentAccumulator(d, second_moment=bin_moments) for _ in range(config.n_bins)
-        ]
+        moments = {"second_moment": config.bin_second_moments, "device": device}
+        self.h = MomentAccumulator(d, device=device)
+        self.g = MomentAccumulator(d, device=device) if grads else None
+        self.h_bins = [MomentAccumulator(d, **moments) for _ in range(config.n_bins)]
         self.g_bins = (
-            [MomentAccumulator(d, second_moment=bin_moments) for _ in range(config.n_bins)]
-            if grads
-            else []
+            [MomentAccumulator(d, **moments) for _ in range(config.n_bins)] if grads else []
         )
-        self.types = TypeSums(config.vocab_size, d) if config.type_sums else None  # type: ignore[arg-type]
+        self.types = (
+            TypeSums(config.vocab_size, d, device) if config.type_sums else None  # type: ignore[arg-type]
+        )
         self.reservoir = (
             RowReservoir(config.reservoir_size, config.seed) if config.reservoir_size else None
         )
@@ -213,6 +229,13 @@ class SiteStatistics:
     @property
     def count(self) -> int:
         return self.h.count
+
+    def to(self, device: torch.device | str) -> SiteStatistics:
+        """Move every accumulator to ``device`` (the reservoir lives on the CPU); returns self."""
+        for acc in [self.h, self.g, *self.h_bins, *self.g_bins, self.types]:
+            if acc is not None:
+                acc.to(device)
+        return self
 
     def update(
         self,
@@ -235,7 +258,8 @@ class SiteStatistics:
         g64 = None if g is None else g.detach().to(self.h.sum.device, torch.float64)
         if self.config.n_bins:  # one sort, then a contiguous slice per bin (unseen types: −1)
             sorted_bins, order = torch.sort(bins.to(h64.device), stable=True)  # type: ignore[union-attr]
-            edges = torch.searchsorted(sorted_bins, torch.arange(self.config.n_bins + 1)).tolist()
+            cuts = torch.arange(self.config.n_bins + 1, device=sorted_bins.device)
+            edges = torch.searchsorted(sorted_bins, cuts).tolist()
             _update_binned(self.h, self.h_bins, h64[order], edges)
             if self.g is not None:
                 _update_binned(self.g, self.g_bins, g64[order], edges)  # type: ignore[index]

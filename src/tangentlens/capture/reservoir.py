@@ -44,7 +44,10 @@ class RowReservoir:
         seed: seed of the priority hash.
 
     Columns are tensors whose first dimension is the row; every :meth:`add` must give the same
-    column names. :meth:`columns` returns the sample ordered by row id.
+    column names. Storage is a fixed block of ``capacity`` CPU rows per column: an offered batch
+    costs one selection over ``capacity + n`` priorities, and only the rows that enter the
+    sample are gathered (on their device) and copied in, into the slots of evicted rows.
+    :meth:`columns` returns the sample ordered by row id.
     """
 
     def __init__(self, capacity: int, seed: int) -> None:
@@ -52,12 +55,13 @@ class RowReservoir:
             raise ValueError(f"reservoir capacity must be an integer ≥ 1, got {capacity!r}")
         self.capacity = capacity
         self.seed = seed
-        self._ids = torch.empty(0, dtype=torch.int64)
-        self._priority = torch.empty(0, dtype=torch.float64)
+        self._size = 0
+        self._ids = torch.empty(capacity, dtype=torch.int64)
+        self._priority = torch.empty(capacity, dtype=torch.float64)
         self._columns: dict[str, torch.Tensor] = {}
 
     def __len__(self) -> int:
-        return int(self._ids.numel())
+        return self._size
 
     def add(self, ids: RowIds, columns: dict[str, torch.Tensor]) -> None:
         """Offer rows ``ids`` (n,) int64 with their ``columns`` (each ``(n, ...)``)."""
@@ -67,16 +71,7 @@ class RowReservoir:
                 raise ValueError(
                     f"column {name!r} has {col.shape[0]} rows but {ids.shape[0]} ids were given"
                 )
-        if self._columns and set(columns) != set(self._columns):
-            raise ValueError(
-                f"columns must stay {sorted(self._columns)} for every add, got {sorted(columns)}"
-            )
-        priority = row_priorities(self.seed, ids)
-        if len(self) == self.capacity:  # only rows that can enter need to be copied
-            keep = priority < self._priority.max()
-            ids, priority = ids[keep], priority[keep]
-            columns = {name: col[keep.to(col.device)] for name, col in columns.items()}
-        self._absorb(ids, priority, {k: v.detach().cpu() for k, v in columns.items()})
+        self._offer(ids, row_priorities(self.seed, ids), columns)
 
     def merge(self, other: RowReservoir) -> None:
         """Absorb ``other`` (same capacity and seed, disjoint row ids)."""
@@ -85,35 +80,51 @@ class RowReservoir:
                 "reservoirs merge only with equal capacity and seed, got "
                 f"({self.capacity}, {self.seed}) and ({other.capacity}, {other.seed})"
             )
-        if not len(other):
-            return
-        if self._columns and set(other._columns) != set(self._columns):
-            raise ValueError(
-                f"cannot merge reservoirs with columns {sorted(self._columns)} and "
-                f"{sorted(other._columns)}"
-            )
-        self._absorb(other._ids, other._priority, other._columns)
+        if len(other):
+            n = len(other)
+            columns = {k: v[:n] for k, v in other._columns.items()}
+            self._offer(other._ids[:n], other._priority[:n], columns)
 
-    def _absorb(
+    def _offer(
         self, ids: torch.Tensor, priority: torch.Tensor, columns: dict[str, torch.Tensor]
     ) -> None:
+        if self._columns and set(columns) != set(self._columns):
+            raise ValueError(
+                f"columns must stay {sorted(self._columns)} for every add, got {sorted(columns)}"
+            )
         if not self._columns:
-            self._columns = {k: v[:0] for k, v in columns.items()}
-        all_ids = torch.cat([self._ids, ids])
-        all_priority = torch.cat([self._priority, priority])
-        merged = {k: torch.cat([self._columns[k], columns[k]]) for k in self._columns}
-        if all_ids.numel() > self.capacity:
-            chosen = torch.topk(all_priority, self.capacity, largest=False).indices
-            all_ids, all_priority = all_ids[chosen], all_priority[chosen]
-            merged = {k: v[chosen] for k, v in merged.items()}
-        self._ids, self._priority, self._columns = all_ids, all_priority, merged
+            self._columns = {
+                name: torch.empty((self.capacity, *col.shape[1:]), dtype=col.dtype)
+                for name, col in columns.items()
+            }
+        size = self._size
+        pool = torch.cat([self._priority[:size], priority])
+        if pool.numel() <= self.capacity:
+            entering = torch.arange(priority.numel())
+            slots = torch.arange(size, size + priority.numel())
+        else:
+            chosen = torch.topk(pool, self.capacity, largest=False).indices
+            kept_old = torch.zeros(size, dtype=torch.bool)
+            kept_old[chosen[chosen < size]] = True
+            entering = chosen[chosen >= size] - size
+            free = torch.cat(
+                [torch.nonzero(~kept_old).flatten(), torch.arange(size, self.capacity)]
+            )
+            slots = free[: entering.numel()]
+        if entering.numel():
+            self._ids[slots] = ids[entering]
+            self._priority[slots] = priority[entering]
+            for name, col in columns.items():
+                rows = col[entering.to(col.device)].detach()
+                self._columns[name][slots] = rows.to("cpu", self._columns[name].dtype)
+        self._size = min(self.capacity, pool.numel())
 
     @property
     def ids(self) -> RowIds:
         """Row ids of the sample, ascending."""
-        return self._ids.sort().values
+        return self._ids[: self._size].sort().values
 
     def columns(self) -> dict[str, torch.Tensor]:
         """The sampled columns, rows ordered by ascending id."""
-        order = self._ids.argsort()
+        order = self._ids[: self._size].argsort()
         return {name: col[order] for name, col in self._columns.items()}

@@ -125,7 +125,7 @@ def capture_statistics(
     on_batch: Callable[[int], None] | None = None,
 ) -> CaptureStatistics:
     """Capture every batch of ``batches`` ((batch, pos) token tensors of one width) and
-    accumulate the kept rows.
+    accumulate the kept rows (on the model's device; the returned statistics are on the CPU).
 
     Args:
         bins: token-frequency bins (required when ``statistics.n_bins > 0``, same number).
@@ -157,8 +157,8 @@ def capture_statistics(
         kept_bins = bins.assign(kept_tokens) if statistics.n_bins else None  # type: ignore[union-attr]
         for site in config.sites:
             h, g = batch.rows(site)
-            if site not in out.sites:
-                out.sites[site] = SiteStatistics(h.shape[1], statistics)
+            if site not in out.sites:  # accumulate where the activations are
+                out.sites[site] = SiteStatistics(h.shape[1], statistics, device=h.device)
             out.sites[site].update(
                 h, g if statistics.gradients else None, kept_tokens, row_ids, kept_bins
             )
@@ -177,4 +177,6 @@ def capture_statistics(
             on_batch(n_rows * n_pos)
     if out.n_sequences == 0:
         raise ValueError("no token batch was given: the capture stream is empty")
+    for stats in out.sites.values():
+        stats.to("cpu")  # the metrics and probes read CPU float64 sums
     return out

@@ -42,13 +42,37 @@ __all__ = [
 ]
 
 
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+
+
 @dataclass(frozen=True)
 class SuiteSpec:
-    """The checkpoint suite: a spec for ``open_suite`` and a step selection."""
+    """The checkpoint suite: a spec for ``open_suite``, a step selection, and where the model
+    runs (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available; statistics are
+    always accumulated on the CPU in float64)."""
 
     name: str = "mini-pythia"
     steps: str = "log:8"
     offline: bool = False
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        base = self.device.split(":", 1)[0]
+        if base not in DEVICES or (":" in self.device and base != "cuda"):
+            raise ValueError(
+                f"suite.device must be one of {DEVICES} or 'cuda:N', got {self.device!r}"
+                f"{_suggest(self.device, DEVICES)}"
+            )
+
+    def resolved_device(self) -> str:
+        """The torch device string; "cuda" without a GPU is an error, "auto" falls back."""
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"suite.device = {self.device!r} but torch sees no CUDA device")
+        return self.device
 
 
 @dataclass(frozen=True)

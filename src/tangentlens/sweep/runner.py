@@ -215,7 +215,7 @@ def _frozen_proxies(
     moments: dict[str, Any] = {}
     samples: dict[str, list[torch.Tensor]] = {}
     for step in window:
-        model = suite.load(step)
+        model = suite.load(step, device=recipe.suite.resolved_device())
         sites = _sites(model, recipe)
         stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
         for name, site in stats.sites.items():
@@ -251,7 +251,7 @@ def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
 def _embedding(model: torch.nn.Module) -> torch.Tensor:
     if not hasattr(model, "W_E"):
         raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
-    return model.W_E.detach().to(torch.float64)
+    return model.W_E.detach().to("cpu", torch.float64)
 
 
 def _tracked_centroids(
@@ -295,7 +295,8 @@ def _update_rows(
         deltas[site] = (now[at_now] - old[at_old]).double()
     embed_site = hook_name(model, "embed")
     seen = torch.from_numpy(data.frequencies.counts > 0)
-    delta_embed = (_embedding(model) - _embedding(suite.load(previous_step)))[: seen.numel()][seen]
+    previous_model = suite.load(previous_step, device=recipe.suite.resolved_device())
+    delta_embed = (_embedding(model) - _embedding(previous_model))[: seen.numel()][seen]
     return update_alignment.rows(step_data, proxies, (embed_site, delta_embed), deltas, config)
 
 
@@ -328,7 +329,7 @@ def _step_rows(
 ) -> list[dict[str, Any]]:
     needs = _needs(recipe)
     status(f"step {step}: loading")
-    model = suite.load(step)
+    model = suite.load(step, device=recipe.suite.resolved_device())
     sites = _sites(model, recipe)
     gradients = needs.gradients
     status(f"step {step}: capture ({'activations and gradients' if gradients else 'activations'})")
@@ -419,7 +420,7 @@ def _manifest(recipe: Recipe, suite: CheckpointSuite, steps: list[int]) -> dict[
         "versions": _versions(),
         "git_hash": _git_hash(),
         "python": platform.python_version(),
-        "device": "cpu",
+        "device": recipe.suite.resolved_device(),
         "dtype": "float32",
         "loss_reduction": recipe.capture.reduction,
         "seeds": {"capture": recipe.capture.seed},
