@@ -16,14 +16,13 @@ weights): mini-pythia and pythia-70m shapes on the CPU, pythia-70m and pythia-16
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from benchmarks._timing import best_time
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
 from tangentlens.data import FrequencyBins, SpecialTokens
 
@@ -85,15 +84,6 @@ def _zipf_tokens(shape: dict[str, Any], seed: int = 1) -> torch.Tensor:
     return (draws + 2).reshape(shape["batch"])
 
 
-def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    best, value = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, value
-
-
 def _training_step(model: HookedTransformer, tokens: torch.Tensor) -> float:
     model.train()
     model.zero_grad(set_to_none=True)
@@ -129,8 +119,8 @@ def bench_capture(
 
     _training_step(model, batches[0])  # warm-up both paths once
     capture()
-    ref_s, ref = _best_time(train, repeats)
-    ours_s, ours = _best_time(capture, repeats)
+    ref_s, ref = best_time(train, repeats)
+    ours_s, ours = best_time(capture, repeats)
     model.zero_grad(set_to_none=True)
     return {
         "benchmark": f"capture {len(sites)} sites",

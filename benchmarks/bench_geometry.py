@@ -12,13 +12,12 @@ decades plus a drift), float32 — the shape of transformer activations.
 
 from __future__ import annotations
 
-import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from benchmarks._timing import best_time
 from tangentlens.metrics.geometry import cosine_anisotropy
 from tangentlens.metrics.twonn import twonn_dimension
 
@@ -31,15 +30,6 @@ def _points(n: int, d: int, seed: int) -> torch.Tensor:
     spectrum = torch.logspace(0, -1.5, d)  # standard deviations over three decades of variance
     offset = torch.randn(d, generator=gen)
     return torch.randn(n, d, generator=gen) * spectrum + offset
-
-
-def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    best, value = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, value
 
 
 def _all_pairs_cosine(H: torch.Tensor, chunk: int = 2048) -> float:
@@ -59,10 +49,10 @@ def bench_twonn(n: int, d: int, repeats: int) -> dict[str, Any]:
 
     X = _points(n, d, seed=0)
     X_np = X.numpy()
-    ours_s, ours = _best_time(lambda: twonn_dimension(X, "facco"), repeats)
+    ours_s, ours = best_time(lambda: twonn_dimension(X, "facco"), repeats)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref_s, ref = _best_time(lambda: TwoNN().fit(X_np).dimension_, repeats)
+        ref_s, ref = best_time(lambda: TwoNN().fit(X_np).dimension_, repeats)
     return {
         "benchmark": "twonn_facco",
         "shape": f"{n} × {d}",
@@ -79,8 +69,8 @@ def bench_twonn(n: int, d: int, repeats: int) -> dict[str, Any]:
 
 def bench_cosine(n: int, d: int, repeats: int) -> dict[str, Any]:
     H = _points(n, d, seed=1)
-    ours_s, ours = _best_time(lambda: cosine_anisotropy(H), repeats)
-    ref_s, ref = _best_time(lambda: _all_pairs_cosine(H), 1)
+    ours_s, ours = best_time(lambda: cosine_anisotropy(H), repeats)
+    ref_s, ref = best_time(lambda: _all_pairs_cosine(H), 1)
     return {
         "benchmark": "cosine_anisotropy",
         "shape": f"{n} × {d}",

@@ -20,10 +20,9 @@ from tangentlens.report.console import console
 from tangentlens.sweep.runner import SweepEvent
 
 
-@contextmanager
-def training_progress(name: str) -> Iterator[callable]:
-    """A progress callback for :func:`tangentlens.models.suites.ensure_mini_suite`."""
-    progress = Progress(
+def _progress() -> Progress:
+    """The bar shared by training and sweeps: description, bar, n/N, status, elapsed, ETA."""
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -33,6 +32,12 @@ def training_progress(name: str) -> Iterator[callable]:
         TimeRemainingColumn(),
         console=console,
     )
+
+
+@contextmanager
+def training_progress(name: str) -> Iterator[callable]:
+    """A progress callback for :func:`tangentlens.models.suites.ensure_mini_suite`."""
+    progress = _progress()
     task: TaskID | None = None
 
     def on_event(event: TrainingEvent) -> None:
@@ -55,16 +60,7 @@ def training_progress(name: str) -> Iterator[callable]:
 @contextmanager
 def sweep_progress(name: str) -> Iterator[callable]:
     """A progress callback for :func:`tangentlens.sweep.runner.run_sweep`."""
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-    )
+    progress = _progress()
     task: TaskID | None = None
 
     def on_event(event: SweepEvent) -> None:
