@@ -65,6 +65,8 @@ def rows(
             for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
                 if acc.count < 3 or acc.second_moment is None:
                     continue
+                if not float(torch.diagonal(acc.second_moment).sum()) > 0:
+                    continue  # no gradient here; tangent_energy reports the NaN
                 cov = acc.covariance()
                 key = seed_key(keys, data.step, layer, bin_index)
                 frames = complement_frames(proxy, rank, config.isoscore_draws, key)

@@ -14,6 +14,7 @@ frames inside the top-m PCA span of the activations. Control draws are seeded fr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,8 @@ def _bootstrap(
         return {}
     inside, _ = group_sums((g @ proxy).pow(2).sum(dim=1), sequences)
     total, _ = group_sums(g.pow(2).sum(dim=1), sequences)
+    if not float(total.sum()) > 0:
+        return {}  # the sampled rows carry no gradient (e.g. MLM sequences without a target)
     mean_projector = torch.einsum("jdk,jek->de", frames, frames) / frames.shape[0]
     control, _ = group_sums(((g @ mean_projector) * g).sum(dim=1), sequences)  # meanⱼ ‖g Nⱼ‖²
     kwargs = {"replicates": config.bootstrap, "seed": config.seed}
@@ -127,6 +130,23 @@ def rows(
             rank = proxy.shape[1]
             for bin_index, acc in moments:
                 if acc.count == 0 or acc.second_moment is None:
+                    continue
+                if not float(torch.diagonal(acc.second_moment).sum()) > 0:
+                    # no gradient reached these tokens: the energy fraction is undefined
+                    freq_bin = "all" if bin_index is None else str(bin_index)
+                    out.append(
+                        make_row(
+                            data,
+                            NAME,
+                            "energy_fraction",
+                            math.nan,
+                            site=site_name,
+                            method=method,
+                            rank=rank,
+                            freq_bin=freq_bin,
+                            n_tokens=acc.count,
+                        )
+                    )
                     continue
                 key = seed_key(config, data.step, layer, bin_index)
                 frames = complement_frames(proxy, rank, config.draws, key)

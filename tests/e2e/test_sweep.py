@@ -159,3 +159,18 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
     assert main(["sweep", "--recipe", MICRO, "--out", str(locked), "--resume"]) == 2
     assert "locked by a running sweep" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_encoder_suite_sweeps(cache, env, tmp_path):
+    from tangentlens.models.suites import ensure_mini_suite
+
+    ensure_mini_suite("micro-bert", cache_dir=cache / "suites")
+    out = tmp_path / "bert"
+    argv = ["sweep", "--recipe", MICRO, "--out", str(out), "--set", "suite.name='micro-bert'"]
+    assert main(argv) == 0
+    rows = read_results(out).to_pylist()
+    sites = {r["site"] for r in rows if r["probe"] == "tangent_energy"}
+    assert "blocks.1.hook_normalized_resid_post" in sites  # BERT's block output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["suite"]["family"] == "encoder"
+    assert manifest["masked_tokens"]["40"]["special"] > 0  # [MASK], [CLS], [SEP]
