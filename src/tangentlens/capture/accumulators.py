@@ -28,6 +28,16 @@ Rows = Float[torch.Tensor, "n d"]
 TokenIds = Int[torch.Tensor, " n"]
 
 
+def _moved(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` on ``device``; a GPU → CPU copy goes through pinned memory (several times faster
+    than a pageable copy for the d × d moments)."""
+    if t.is_cuda and torch.device(device).type == "cpu":
+        pinned = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        pinned.copy_(t)
+        return pinned
+    return t.to(device)
+
+
 def _check_rows(x: torch.Tensor, d: int, name: str) -> None:
     if x.ndim != 2 or x.shape[1] != d:
         raise ValueError(f"{name} must be (n, {d}), got shape {tuple(x.shape)}")
@@ -48,7 +58,7 @@ class MomentAccumulator:
         f64 = {"dtype": torch.float64, "device": device}
         self.d = d
         self.count = 0
-        self.n_nonzero = 0
+        self._n_nonzero = torch.zeros((), dtype=torch.int64, device=device)
         self.sum = torch.zeros(d, **f64)
         self.sum_unit = torch.zeros(d, **f64)
         self.sum_norms = torch.zeros((), **f64)
@@ -65,7 +75,7 @@ class MomentAccumulator:
         norms = torch.linalg.vector_norm(x, dim=1)
         nonzero = norms > 0
         self.count += x.shape[0]
-        self.n_nonzero += int(nonzero.sum())
+        self._n_nonzero += nonzero.sum()  # stays on the device: no host sync per update
         self.sum += x.sum(dim=0)
         self.sum_norms += norms.sum()
         self.sum_sq_norms += (norms * norms).sum()
@@ -76,12 +86,17 @@ class MomentAccumulator:
             else:
                 self.second_moment += gram
 
+    @property
+    def n_nonzero(self) -> int:
+        """Rows with a direction (nonzero norm): the ``n`` of ``sum_unit``."""
+        return int(self._n_nonzero)
+
     def to(self, device: torch.device | str) -> MomentAccumulator:
         """Move every sum to ``device`` (in place); returns self."""
-        for name in ("sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
+        for name in ("_n_nonzero", "sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
             value = getattr(self, name)
             if value is not None:
-                setattr(self, name, value.to(device))
+                setattr(self, name, _moved(value, device))
         return self
 
     def merge(self, other: MomentAccumulator) -> None:
@@ -89,7 +104,7 @@ class MomentAccumulator:
         if other.d != self.d or (other.second_moment is None) != (self.second_moment is None):
             raise ValueError("accumulators merge only with equal d and second-moment setting")
         self.count += other.count
-        self.n_nonzero += other.n_nonzero
+        self._n_nonzero += other._n_nonzero.to(self._n_nonzero.device)
         self.sum += other.sum
         self.sum_unit += other.sum_unit
         self.sum_norms += other.sum_norms
@@ -123,10 +138,11 @@ class TypeSums:
         self.sum_sq_norms = torch.zeros(vocab_size, dtype=torch.float64, device=device)
 
     def update(self, tokens: TokenIds, x: Rows) -> None:
-        """Add rows ``x`` (n, d) of token types ``tokens`` (n,)."""
-        tokens = tokens.to(self.count.device)
+        """Add rows ``x`` (n, d) of token types ``tokens`` (n,; checked where they are, so pass
+        CPU ids to avoid a device sync)."""
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= len(self.count)):
             raise ValueError(f"token ids must lie in [0, {len(self.count)})")
+        tokens = tokens.to(self.count.device)
         x = x.detach().to(self.sum.device, torch.float64)
         self.count.index_add_(0, tokens, torch.ones_like(tokens))
         self.sum.index_add_(0, tokens, x)
@@ -134,8 +150,8 @@ class TypeSums:
 
     def to(self, device: torch.device | str) -> TypeSums:
         """Move the sums to ``device`` (in place); returns self."""
-        self.count, self.sum = self.count.to(device), self.sum.to(device)
-        self.sum_sq_norms = self.sum_sq_norms.to(device)
+        self.count, self.sum = _moved(self.count, device), _moved(self.sum, device)
+        self.sum_sq_norms = _moved(self.sum_sq_norms, device)
         return self
 
     def merge(self, other: TypeSums) -> None:
@@ -256,10 +272,10 @@ class SiteStatistics:
             raise ValueError(f"bins are required: the statistics keep {self.config.n_bins} bins")
         h64 = h.detach().to(self.h.sum.device, torch.float64)
         g64 = None if g is None else g.detach().to(self.h.sum.device, torch.float64)
-        if self.config.n_bins:  # one sort, then a contiguous slice per bin (unseen types: −1)
-            sorted_bins, order = torch.sort(bins.to(h64.device), stable=True)  # type: ignore[union-attr]
-            cuts = torch.arange(self.config.n_bins + 1, device=sorted_bins.device)
-            edges = torch.searchsorted(sorted_bins, cuts).tolist()
+        if self.config.n_bins:  # one sort on the host, then a contiguous slice per bin
+            sorted_bins, order = torch.sort(bins.cpu(), stable=True)  # type: ignore[union-attr]
+            edges = torch.searchsorted(sorted_bins, torch.arange(self.config.n_bins + 1)).tolist()
+            order = order.to(h64.device)
             _update_binned(self.h, self.h_bins, h64[order], edges)
             if self.g is not None:
                 _update_binned(self.g, self.g_bins, g64[order], edges)  # type: ignore[index]

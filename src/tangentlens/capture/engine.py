@@ -185,13 +185,16 @@ def _check_sites(model: torch.nn.Module, sites: tuple[str, ...]) -> None:
 
 
 def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None) -> None:
-    at = "" if step is None else f" at step {step}"
-    for site, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(
-                f"non-finite {what} (NaN or inf) at site {site!r}{at}: the checkpoint or the "
-                "input is broken; nothing from this batch was accumulated"
-            )
+    if not tensors:
+        return
+    flags = torch.stack([torch.isfinite(t).all() for t in tensors.values()]).tolist()  # one sync
+    bad = [site for site, ok in zip(tensors, flags, strict=True) if not ok]
+    if bad:
+        at = "" if step is None else f" at step {step}"
+        raise ValueError(
+            f"non-finite {what} (NaN or inf) at site {bad[0]!r}{at}: the checkpoint or the "
+            "input is broken; nothing from this batch was accumulated"
+        )
 
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> tuple[torch.Tensor, int]:

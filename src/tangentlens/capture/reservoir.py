@@ -59,6 +59,7 @@ class RowReservoir:
         self._ids = torch.empty(capacity, dtype=torch.int64)
         self._priority = torch.empty(capacity, dtype=torch.float64)
         self._columns: dict[str, torch.Tensor] = {}
+        self._staging: dict[str, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return self._size
@@ -97,6 +98,12 @@ class RowReservoir:
                 name: torch.empty((self.capacity, *col.shape[1:]), dtype=col.dtype)
                 for name, col in columns.items()
             }
+            # GPU columns reach the CPU through pinned staging buffers (pageable copies are slow)
+            self._staging = {
+                name: torch.empty((self.capacity, *col.shape[1:]), dtype=col.dtype, pin_memory=True)
+                for name, col in columns.items()
+                if col.is_cuda
+            }
         size = self._size
         pool = torch.cat([self._priority[:size], priority])
         if pool.numel() <= self.capacity:
@@ -115,8 +122,12 @@ class RowReservoir:
             self._ids[slots] = ids[entering]
             self._priority[slots] = priority[entering]
             for name, col in columns.items():
-                rows = col[entering.to(col.device)].detach()
-                self._columns[name][slots] = rows.to("cpu", self._columns[name].dtype)
+                rows = col[entering.to(col.device)].detach().to(dtype=self._columns[name].dtype)
+                if rows.is_cuda and name in self._staging:
+                    staged = self._staging[name][: rows.shape[0]]
+                    staged.copy_(rows)
+                    rows = staged
+                self._columns[name][slots] = rows.cpu()
         self._size = min(self.capacity, pool.numel())
 
     @property

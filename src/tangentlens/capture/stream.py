@@ -150,10 +150,11 @@ def capture_statistics(
             raise ValueError(f"every batch must have {seq_len} positions, got {tokens.shape[1]}")
         batch = capture_batch(model, tokens, config, special, first_sequence=sequence, step=step)
         n_rows, n_pos = tokens.shape
+        keep = batch.keep.cpu()  # one host sync per batch; ids, tokens and bins live on the CPU
         row_ids = (
             torch.arange(sequence, sequence + n_rows)[:, None] * n_pos + torch.arange(n_pos)
-        ).to(batch.keep.device)[batch.keep]
-        kept_tokens = batch.tokens[batch.keep]
+        )[keep]
+        kept_tokens = batch.tokens.cpu()[keep]
         kept_bins = bins.assign(kept_tokens) if statistics.n_bins else None  # type: ignore[union-attr]
         for site in config.sites:
             h, g = batch.rows(site)
