@@ -38,3 +38,12 @@ def test_sweep_example_runs_on_the_default_suite(capsys, tmp_path, monkeypatch):
     exec(compile(block, "README.md", "exec"), {})
     n_rows, step, ratio = capsys.readouterr().out.split()
     assert int(n_rows) > 100 and int(step) == 0 and float(ratio) > 0
+
+
+@pytest.mark.slow
+def test_suite_example_runs_on_the_default_suite(capsys):
+    block = _python_blocks("Checkpoint suites")[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert len(namespace["steps"]) == 8 and namespace["steps"][0] == 0
+    assert int(capsys.readouterr().out.strip()) == 1200 * 2048  # tokens seen at the last step
