@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         args.handler(args)
-    except ValueError as error:
+    except (ValueError, OSError) as error:  # bad input, unusable paths: one red line
         fail(str(error))
         return 2
     except KeyboardInterrupt:

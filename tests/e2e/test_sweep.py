@@ -150,6 +150,10 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
         assert main(["sweep", "--recipe", MICRO, "--out", str(tmp_path / "x"), *extra]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["sweep", "--recipe", MICRO, "--out", str(blocker / "run")]) == 2
+    assert "file" in capsys.readouterr().err  # an --out below a file
     assert main(["sweep", "--recipe", "quickstrat", "--out", str(tmp_path / "y")]) == 2
     assert "did you mean 'quickstart'" in capsys.readouterr().err
     locked = tmp_path / "locked"
