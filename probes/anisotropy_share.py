@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tangentlens.metrics import anisotropy_shares_spectral, complement_frames, delta_isoscores_star
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Needs, StepData, make_row, measurement
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
@@ -70,13 +70,7 @@ def rows(
                 cov = acc.covariance()
                 key = seed_key(keys, data.step, layer, bin_index)
                 frames = complement_frames(proxy, rank, config.isoscore_draws, key)
-                common = {
-                    "site": site_name,
-                    "method": method,
-                    "rank": rank,
-                    "freq_bin": "all" if bin_index is None else str(bin_index),
-                    "n_tokens": acc.count,
-                }
+                common = measurement(site_name, method, rank, bin_index, acc.count)
                 spectral = anisotropy_shares_spectral(cov, torch.cat([proxy[None], frames]))
                 delta = delta_isoscores_star(cov, torch.cat([proxy[None], frames]), c0, config.zeta)
                 for metric, value in (

@@ -14,7 +14,7 @@ from typing import Any
 from tangentlens.capture import CaptureStatistics
 from tangentlens.data import FrequencyTable
 
-__all__ = ["ROW_FIELDS", "Needs", "StepData", "make_row"]
+__all__ = ["ROW_FIELDS", "Needs", "StepData", "bin_label", "make_row", "measurement"]
 
 ROW_FIELDS: tuple[str, ...] = (
     "suite",
@@ -104,5 +104,23 @@ def make_row(
         "value": float(value),
         "ci_low": None if ci is None else float(ci[0]),
         "ci_high": None if ci is None else float(ci[1]),
+        "n_tokens": n_tokens,
+    }
+
+
+def bin_label(bin_index: int | None) -> str:
+    """The ``freq_bin`` value: ``"all"`` for None, else the bin index as a string."""
+    return "all" if bin_index is None else str(bin_index)
+
+
+def measurement(
+    site: str, method: str, rank: int, bin_index: int | None, n_tokens: int
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`make_row` that name one (site, method, bin) cell."""
+    return {
+        "site": site,
+        "method": method,
+        "rank": rank,
+        "freq_bin": bin_label(bin_index),
         "n_tokens": n_tokens,
     }

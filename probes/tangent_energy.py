@@ -29,7 +29,7 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "TangentEnergyConfig", "needs", "rows"]
@@ -133,7 +133,7 @@ def rows(
                     continue
                 if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                     # no gradient reached these tokens: the energy fraction is undefined
-                    freq_bin = "all" if bin_index is None else str(bin_index)
+                    freq_bin = bin_label(bin_index)
                     out.append(
                         make_row(
                             data,
@@ -151,13 +151,7 @@ def rows(
                 key = seed_key(config, data.step, layer, bin_index)
                 frames = complement_frames(proxy, rank, config.draws, key)
                 result = compare_energy(acc.second_moment, proxy, frames)
-                common = {
-                    "site": site_name,
-                    "method": method,
-                    "rank": rank,
-                    "freq_bin": "all" if bin_index is None else str(bin_index),
-                    "n_tokens": acc.count,
-                }
+                common = measurement(site_name, method, rank, bin_index, acc.count)
                 ci = _bootstrap(site, proxy, frames, bin_index, data.seq_len, config)
                 out.append(
                     make_row(
