@@ -2,8 +2,9 @@
 
 Per site and step: between every pair of methods at this step (``method = "pca~seminmf"``),
 between this step's proxy and the previous selected step's (``method = "<m>@prev"``), and, with
-``seeds > 1``, between the seeded dictionaries (semi-NMF, SAE) refitted on this step's sample with
-other seeds and the same dictionary at the recipe's seed (``method = "<m>~seed<s>"``). Metrics:
+``seeds > 1``, between the seeded dictionaries (semi-NMF, SAE) refitted on this step's sample
+with other seeds and the same refit at the recipe's seed (``method = "<m>~seed<s>"``; same data,
+so only the seed differs). Metrics:
 ``principal_angle_mean`` and ``principal_angle_max`` (degrees)."""
 
 from __future__ import annotations
@@ -54,15 +55,18 @@ def rows(
     config: SubspaceStabilityConfig,
 ) -> list[dict[str, Any]]:
     """``proxies`` of this step and ``previous`` of the previous selected step (None at the
-    first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the same
-    dictionary refitted with other seeds (empty when ``seeds == 1``)."""
+    first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the dictionary
+    refitted on this step's sample at the recipe's seed (the smallest) and at other seeds
+    (empty when ``seeds == 1``)."""
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():
         for (m1, q1), (m2, q2) in itertools.combinations(sorted(by_method.items()), 2):
             out += _angle_rows(data, site, f"{m1}~{m2}", q1, q2)
         for method, by_seed in sorted(reseeded.get(site, {}).items()):
-            for seed, basis in sorted(by_seed.items()):
-                out += _angle_rows(data, site, f"{method}~seed{seed}", by_method[method], basis)
+            base_seed, *others = sorted(by_seed)
+            for seed in others:
+                label = f"{method}~seed{seed}"
+                out += _angle_rows(data, site, label, by_seed[base_seed], by_seed[seed])
         if previous is not None and site in previous:
             for method, basis in sorted(by_method.items()):
                 if method in previous[site]:

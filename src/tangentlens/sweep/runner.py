@@ -303,12 +303,13 @@ def _update_rows(
 def _reseeded_proxies(
     stats: CaptureStatistics, spec: Any, seeds: int
 ) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
-    """The seeded dictionaries refitted on this step's sample with seeds ``seed + 1 …``."""
+    """The seeded dictionaries refitted on this step's sample with seeds ``seed, seed + 1, …``
+    (the recipe's seed included, so seeds are compared on the same data)."""
     seeded = tuple(m for m in spec.methods if m != "pca")
     if seeds < 2 or not seeded:
         return {}
     out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
-    for offset in range(1, seeds):
+    for offset in range(seeds):
         seed = spec.seed + offset
         config = dataclasses.replace(spec.proxy_config(), methods=seeded, seed=seed)
         for site, site_stats in stats.sites.items():
