@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from tangentlens.metrics import anisotropy_shares_spectral, complement_frames, delta_isoscores_star
+from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row, measurement
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
@@ -38,10 +39,7 @@ class AnisotropyShareConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.isoscore_draws, bool) or not isinstance(self.isoscore_draws, int):
-            raise ValueError(f"isoscore_draws must be an integer ≥ 1, got {self.isoscore_draws!r}")
-        if self.isoscore_draws < 1:
-            raise ValueError(f"isoscore_draws must be an integer ≥ 1, got {self.isoscore_draws}")
+        check_count(self.isoscore_draws, "isoscore_draws", minimum=1)
         if not 0 <= self.zeta <= 1:
             raise ValueError(f"zeta must be in [0, 1], got {self.zeta!r}")
 

@@ -12,6 +12,7 @@ import torch
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF
+from tangentlens.metrics._validate import check_count
 from tangentlens.typing import Basis
 
 __all__ = ["METHODS", "ProxyConfig", "fit_proxies", "fit_proxy_bases"]
@@ -40,8 +41,7 @@ class ProxyConfig:
         if not methods or unknown or len(set(methods)) != len(methods):
             raise ValueError(f"methods must be distinct names from {METHODS}, got {methods!r}")
         object.__setattr__(self, "methods", methods)
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"rank must be an integer ≥ 1, got {self.rank!r}")
+        check_count(self.rank, "rank", minimum=1)
 
 
 def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> dict[str, Basis]:

@@ -18,6 +18,9 @@ from tangentlens.metrics import (
     isoscore_from_covariance,
     twonn_dimension,
 )
+from tangentlens.metrics._validate import check_choice, check_count
+from tangentlens.metrics.geometry import SPECTRA
+from tangentlens.metrics.twonn import FITS
 from tangentlens.probes.base import Needs, StepData, make_row
 
 __all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
@@ -33,14 +36,9 @@ class ShapeOfLearningConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.spectrum not in ("singular", "variance"):
-            raise ValueError(f"spectrum must be 'singular' or 'variance', got {self.spectrum!r}")
-        if self.twonn_fit not in ("razzhigaev", "facco"):
-            raise ValueError(f"twonn_fit must be 'razzhigaev' or 'facco', got {self.twonn_fit!r}")
-        if isinstance(self.twonn_batch, bool) or not isinstance(self.twonn_batch, int):
-            raise ValueError(f"twonn_batch must be an integer ≥ 3, got {self.twonn_batch!r}")
-        if self.twonn_batch < 3:
-            raise ValueError(f"twonn_batch must be an integer ≥ 3, got {self.twonn_batch}")
+        check_choice(self.spectrum, "spectrum", SPECTRA)
+        check_choice(self.twonn_fit, "twonn_fit", FITS)
+        check_count(self.twonn_batch, "twonn_batch", minimum=3)
 
 
 def needs(config: ShapeOfLearningConfig) -> Needs:

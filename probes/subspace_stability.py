@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.metrics import principal_angles
+from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.typing import Basis
 
@@ -30,8 +31,7 @@ class SubspaceStabilityConfig:
     seeds: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise ValueError(f"seeds must be an integer ≥ 1, got {self.seeds!r}")
+        check_count(self.seeds, "seeds", minimum=1)
 
 
 def needs(config: SubspaceStabilityConfig) -> Needs:

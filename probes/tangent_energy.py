@@ -29,6 +29,7 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
+from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
 from tangentlens.typing import Basis
 
@@ -49,11 +50,9 @@ class TangentEnergyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("draws", "bootstrap", "seed"):
-            value = getattr(self, name)
-            minimum = 1 if name == "draws" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+        check_count(self.draws, "draws", minimum=1)
+        check_count(self.bootstrap, "bootstrap", minimum=0)
+        check_count(self.seed, "seed", minimum=0)
         m = self.data_matched_m
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
             raise ValueError(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tangentlens.metrics import complement_frames, update_alignment
+from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
@@ -36,9 +37,7 @@ class UpdateAlignmentConfig:
 
     def __post_init__(self) -> None:
         for name in ("draws", "centroid_types"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+            check_count(getattr(self, name), name, minimum=1)
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:

@@ -253,8 +253,8 @@ def test_encoder_mlm_gradients_and_seeded_masks(micro_bert):
     other = capture_batch(model, tokens, CaptureConfig(sites=sites, loss="mlm", seed=12), special)
     assert not torch.equal(other.tokens, whole.tokens)
     # reference: the loss on exactly the scored positions, recovered from a second corruption
-    from tangentlens.capture.engine import _sequence_generator
     from tangentlens.data.mlm import mlm_corrupt
+    from tangentlens.seeding import seeded_generator
 
     pairs = [
         mlm_corrupt(
@@ -263,7 +263,7 @@ def test_encoder_mlm_gradients_and_seeded_masks(micro_bert):
             mask_id=special.mask_id,
             vocab_size=model.cfg.d_vocab,
             probability=0.15,
-            generator=_sequence_generator(11, i),
+            generator=seeded_generator(11, i),
         )
         for i, row in enumerate(tokens)
     ]

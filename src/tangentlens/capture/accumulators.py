@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float, Int
 
 from tangentlens.capture.reservoir import RowReservoir
+from tangentlens.metrics._validate import check_count
 
 __all__ = ["MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"]
 
@@ -53,8 +54,7 @@ class MomentAccumulator:
     def __init__(
         self, d: int, *, second_moment: bool = True, device: torch.device | str = "cpu"
     ) -> None:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ValueError(f"d must be an integer ≥ 1, got {d!r}")
+        check_count(d, "d", minimum=1)
         f64 = {"dtype": torch.float64, "device": device}
         self.d = d
         self.count = 0
@@ -182,9 +182,7 @@ class StatisticsConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_bins", "reservoir_size", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
+            check_count(getattr(self, name), name, minimum=0)
         if self.type_sums and (not isinstance(self.vocab_size, int) or self.vocab_size < 1):
             raise ValueError(
                 f"type_sums needs vocab_size as an integer ≥ 1, got {self.vocab_size!r}"

@@ -29,13 +29,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from jaxtyping import Bool, Float
 
 from tangentlens.data.masks import MaskPolicy, token_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
+from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Tokens
 
 __all__ = [
@@ -159,11 +159,6 @@ def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _sequence_generator(seed: int, sequence_index: int) -> torch.Generator:
-    state = np.random.SeedSequence([seed, sequence_index]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
-
-
 def _attention_names(model: torch.nn.Module, layers: tuple[int, ...]) -> dict[str, tuple[int, str]]:
     from tangentlens.models.sites import hook_name
 
@@ -230,7 +225,7 @@ def _inputs_and_labels(
             mask_id=special.mask_id,
             vocab_size=vocab_size,
             probability=config.mlm_probability,
-            generator=_sequence_generator(config.seed, first_sequence + i),
+            generator=seeded_generator(config.seed, first_sequence + i),
         )
         for i, row in enumerate(tokens.cpu())
     ]

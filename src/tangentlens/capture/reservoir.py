@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
+from tangentlens.metrics._validate import check_count
+
 __all__ = ["RowReservoir", "row_priorities"]
 
 RowIds = Int[torch.Tensor, " n"]
@@ -51,8 +53,7 @@ class RowReservoir:
     """
 
     def __init__(self, capacity: int, seed: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"reservoir capacity must be an integer ≥ 1, got {capacity!r}")
+        check_count(capacity, "reservoir capacity", minimum=1)
         self.capacity = capacity
         self.seed = seed
         self._size = 0

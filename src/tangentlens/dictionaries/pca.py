@@ -32,9 +32,7 @@ class PCA:
     """
 
     def __init__(self, rank: int) -> None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"rank must be an integer ≥ 1, got {rank!r}")
-        self.rank = rank
+        self.rank = check_count(rank, "rank", minimum=1)
 
     def fit(self, H: ArrayLike) -> PCA:
         """Fit on ``H`` (n × d), n ≥ 2."""

@@ -25,6 +25,7 @@ import torch
 
 from tangentlens.metrics._validate import check_choice, check_count, check_matrix
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
 __all__ = ["SAE", "SAE_ARCHITECTURES"]
@@ -34,8 +35,7 @@ SAE_ARCHITECTURES: tuple[str, ...] = ("topk", "standard")
 
 def _shuffled_batches(H: torch.Tensor, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
     """Endless seeded reshuffles of the rows of ``H``, ``batch_size`` rows at a time."""
-    state = np.random.SeedSequence([seed, 0x5AE]).generate_state(1, dtype=np.uint64)[0]
-    gen = torch.Generator().manual_seed(int(state) & (2**63 - 1))
+    gen = seeded_generator(seed, 0x5AE)
     while True:
         order = torch.randperm(H.shape[0], generator=gen)
         for start in range(0, H.shape[0] - batch_size + 1, batch_size):

@@ -27,12 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from tangentlens.dictionaries.base import check_rank
 from tangentlens.metrics._validate import check_choice, check_count, check_fraction, check_matrix
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
 __all__ = ["SOLVERS", "SemiNMF"]
@@ -42,11 +42,6 @@ _EPS = 1e-12
 #: A relative objective ‖H − ZD‖²/‖H‖² below this is an exact factorisation: stop there.
 _OBJECTIVE_FLOOR = 1e-10
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def _generator(seed: int) -> torch.Generator:
-    state = np.random.SeedSequence([seed, 0x5E31]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
 
 
 def _directions(Z: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
@@ -97,9 +92,7 @@ class SemiNMF:
         max_iter: int = 500,
         dtype: str = "float32",
     ) -> None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"rank must be an integer ≥ 1, got {rank!r}")
-        self.rank = rank
+        self.rank = check_count(rank, "rank", minimum=1)
         self.solver = check_choice(solver, "solver", SOLVERS)
         self.seed = check_count(seed, "seed", minimum=0)
         self.tol = check_fraction(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
@@ -114,7 +107,9 @@ class SemiNMF:
         return X
 
     def _init(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.randperm(X.shape[0], generator=_generator(self.seed))[: self.rank]
+        rows = torch.randperm(X.shape[0], generator=seeded_generator(self.seed, 0x5E31))[
+            : self.rank
+        ]
         D = X[rows.to(X.device)].clone()
         A, B = X @ D.T, D @ D.T
         pinv = torch.linalg.pinv(B.to(torch.float64), hermitian=True).to(X.dtype)

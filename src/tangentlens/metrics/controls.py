@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from jaxtyping import Float
 
 from tangentlens.metrics._validate import check_count
 from tangentlens.metrics.subspace import check_basis
+from tangentlens.seeding import seeded_generator
 
 __all__ = ["complement_frames", "data_matched_frames", "draw_generator"]
 
@@ -33,11 +33,7 @@ _OVERLAP_TOL = 1e-10
 
 def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
     """A local generator for one draw, seeded from ``(*seed_key, draw)`` (non-negative ints)."""
-    key = [*seed_key, draw]
-    if any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0 for v in key):
-        raise ValueError(f"seed_key entries and draw must be integers ≥ 0, got {key}")
-    state = np.random.SeedSequence([int(v) for v in key]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
+    return seeded_generator(*seed_key, draw)
 
 
 def _haar_in(W: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:

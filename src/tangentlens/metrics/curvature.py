@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from jaxtyping import Float, Int
 
 from tangentlens.metrics._validate import check_count, check_matrix, to_float64
+from tangentlens.seeding import seeded_generator
 from tangentlens.typing import ArrayLike
 
 __all__ = ["LocalSpectra", "local_spectra", "pooled_visibility"]
@@ -85,8 +85,7 @@ def local_spectra(
     if n_anchors is None or n_anchors >= n:
         anchors = torch.arange(n)
     else:
-        state = np.random.SeedSequence([seed, 0xC0A]).generate_state(1, dtype=np.uint64)[0]
-        gen = torch.Generator().manual_seed(int(state) & (2**63 - 1))
+        gen = seeded_generator(seed, 0xC0A)
         anchors = torch.randperm(n, generator=gen)[:n_anchors].sort().values
     patches = to_float64(points[_neighbours(X, anchors.to(X.device), k)])  # (a, k, d)
     centred = patches - patches.mean(dim=1, keepdim=True)

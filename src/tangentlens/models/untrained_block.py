@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 from typing import Literal
 
-import numpy as np
 import torch
 from jaxtyping import Float
 from transformer_lens.components import BertBlock, TransformerBlock
@@ -55,6 +54,8 @@ from transformer_lens.config.hooked_transformer_config import HookedTransformerC
 from transformer_lens.hook_points import HookPoint
 
 from tangentlens.metrics import attention_entropy_sums, cosine_anisotropy
+from tangentlens.metrics._validate import check_count
+from tangentlens.seeding import seeded_generator
 
 __all__ = [
     "BLOCKS",
@@ -77,12 +78,6 @@ _STREAM_WEIGHTS, _STREAM_TOKENS, _STREAM_BIAS = 0, 1, 2
 
 Inputs = Float[torch.Tensor, "seq pos d_model"]
 Direction = Float[torch.Tensor, "d_model"]
-
-
-def _integer(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
-    return int(value)
 
 
 def _positive(value: object, name: str) -> float:
@@ -114,9 +109,9 @@ class UntrainedBlockConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_mlp", "n_sequences", "seq_len", "vocab_size"):
-            _integer(getattr(self, name), name, 1)
-        _integer(self.batch_size, "batch_size", 1)
-        _integer(self.seed, "seed", 0)
+            check_count(getattr(self, name), name, minimum=1)
+        check_count(self.batch_size, "batch_size", minimum=1)
+        check_count(self.seed, "seed", minimum=0)
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"n_heads must divide d_model, got d_model={self.d_model}, n_heads={self.n_heads}"
@@ -166,12 +161,6 @@ class UntrainedBlockRow:
     attention_entropy_per_head: tuple[float, ...]
 
 
-def _generator(seed: int, stream: int) -> torch.Generator:
-    """A local generator for one random stream, seeded from ``(seed, stream)``."""
-    state = np.random.SeedSequence([seed, stream]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
-
-
 def _tl_config(config: UntrainedBlockConfig) -> HookedTransformerConfig:
     return HookedTransformerConfig(
         n_layers=1,
@@ -200,7 +189,7 @@ def build_untrained_block(config: UntrainedBlockConfig) -> torch.nn.Module:
     """
     cfg = _tl_config(config)
     block = BertBlock(cfg) if config.block == "bert" else TransformerBlock(cfg, block_index=0)
-    gen = _generator(config.seed, _STREAM_WEIGHTS)
+    gen = seeded_generator(config.seed, _STREAM_WEIGHTS)
     with torch.no_grad():
         for name, param in sorted(block.named_parameters()):
             leaf = name.rsplit(".", 1)[-1]
@@ -220,13 +209,13 @@ def build_untrained_block(config: UntrainedBlockConfig) -> torch.nn.Module:
 def draw_untrained_inputs(config: UntrainedBlockConfig) -> tuple[Inputs, Direction]:
     """Token vectors ``x`` (n_sequences, seq_len, d_model) and the unit bias direction ``u``
     (d_model,), float64. Row ``t`` of ``x`` is the table row of a uniformly drawn token id."""
-    gen = _generator(config.seed, _STREAM_TOKENS)
+    gen = seeded_generator(config.seed, _STREAM_TOKENS)
     ids = torch.randint(config.vocab_size, (config.n_sequences, config.seq_len), generator=gen)
     used, where = torch.unique(ids, return_inverse=True)
     rows = torch.randn(used.numel(), config.d_model, generator=gen, dtype=torch.float64)
     x = (rows * config.embedding_std)[where]
     direction = torch.randn(
-        config.d_model, generator=_generator(config.seed, _STREAM_BIAS), dtype=torch.float64
+        config.d_model, generator=seeded_generator(config.seed, _STREAM_BIAS), dtype=torch.float64
     )
     return x, direction / torch.linalg.vector_norm(direction)
 

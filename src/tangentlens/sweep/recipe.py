@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.dictionaries import FIT_POLICIES
+from tangentlens.metrics._validate import check_count
 from tangentlens.models.untrained_block import UntrainedBlockConfig
 from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
 from tangentlens.probes.cosine_drift import CosineDriftConfig
@@ -89,9 +90,7 @@ class DataSpec:
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "max_tokens", "batch_size", "n_bins"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"data.{name} must be an integer ≥ 1, got {value!r}")
+            check_count(getattr(self, name), f"data.{name}", minimum=1)
         if self.seq_len < 4:
             raise ValueError(f"data.seq_len must be ≥ 4, got {self.seq_len}")
 
@@ -126,8 +125,7 @@ class CaptureSpec:
                 )
         if self.reduction not in ("sum", "mean"):
             raise ValueError(f"capture.reduction must be 'sum' or 'mean', got {self.reduction!r}")
-        if isinstance(self.reservoir, bool) or not isinstance(self.reservoir, int):
-            raise ValueError(f"capture.reservoir must be an integer ≥ 0, got {self.reservoir!r}")
+        check_count(self.reservoir, "capture.reservoir", minimum=0)
 
 
 @dataclass(frozen=True)
