@@ -14,7 +14,7 @@ from typing import Any
 from tangentlens.capture import CaptureStatistics
 from tangentlens.data import FrequencyTable
 
-__all__ = ["ROW_FIELDS", "Needs", "StepData", "bin_label", "make_row", "measurement"]
+__all__ = ["ROW_FIELDS", "Needs", "StepData", "bin_label", "make_row", "measurement", "row"]
 
 ROW_FIELDS: tuple[str, ...] = (
     "suite",
@@ -75,8 +75,10 @@ class StepData:
     frequencies: FrequencyTable | None = None
 
 
-def make_row(
-    data: StepData,
+def row(
+    suite: str,
+    step: int,
+    tokens_seen: int,
     probe: str,
     metric: str,
     value: float,
@@ -89,13 +91,13 @@ def make_row(
     ci: tuple[float, float] | None = None,
     n_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """One tidy row; ``layer`` defaults to the captured site's block index."""
+    """One tidy row in :data:`ROW_FIELDS` order."""
     return {
-        "suite": data.suite,
-        "step": data.step,
-        "tokens_seen": data.tokens_seen,
+        "suite": suite,
+        "step": step,
+        "tokens_seen": tokens_seen,
         "site": site,
-        "layer": data.layers.get(site, layer),
+        "layer": layer,
         "probe": probe,
         "method": method,
         "rank": rank,
@@ -106,6 +108,30 @@ def make_row(
         "ci_high": None if ci is None else float(ci[1]),
         "n_tokens": n_tokens,
     }
+
+
+def make_row(
+    data: StepData,
+    probe: str,
+    metric: str,
+    value: float,
+    *,
+    site: str = "-",
+    layer: int | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A :func:`row` of this step; ``layer`` defaults to the captured site's block index."""
+    return row(
+        data.suite,
+        data.step,
+        data.tokens_seen,
+        probe,
+        metric,
+        value,
+        site=site,
+        layer=data.layers.get(site, layer),
+        **fields,
+    )
 
 
 def bin_label(bin_index: int | None) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from tangentlens.metrics import (
@@ -25,6 +24,7 @@ from tangentlens.metrics import (
     pooled_visibility,
     rms_centroid_distance_from_sums,
 )
+from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes.base import Needs, StepData, make_row
 
 __all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows"]
@@ -78,8 +78,8 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
             out.append(
                 make_row(data, NAME, "freq_rms_distance_spearman", corr_rms.spearman, **common)
             )
-        first = np.unique(sample["H"].numpy(), axis=0, return_index=True)[1]
-        points = sample["H"][np.sort(first)]  # distinct rows: repeated vectors have no patch
+        first = remove_duplicate_rows(sample["H"])
+        points = sample["H"][first]  # distinct rows: repeated vectors have no patch
         if "bin" in sample and points.shape[0] >= config.k:
             spectra = local_spectra(
                 points,
@@ -88,7 +88,7 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
                 n_anchors=config.n_anchors,
                 seed=config.seed,
             )
-            anchor_bins = sample["bin"][np.sort(first)][spectra.anchors]
+            anchor_bins = sample["bin"][first][spectra.anchors]
             binned = anchor_bins >= 0
             n_bins = len(stats.h_bins)
             trimmed = type(spectra)(

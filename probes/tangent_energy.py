@@ -76,23 +76,31 @@ def seed_key(
     )
 
 
+def _sampled_gradients(
+    site: SiteStatistics, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """The reservoir's gradient rows (float64), their sequence index and frequency bin — read
+    once per site for every bootstrap of that site."""
+    if site.reservoir is None or not len(site.reservoir) or site.g is None:
+        return None
+    columns = site.reservoir.columns()
+    return columns["G"].double(), site.reservoir.ids // seq_len, columns.get("bin")
+
+
 def _bootstrap(
-    site: SiteStatistics,
+    sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None,
     proxy: Basis,
     frames: torch.Tensor,
     bin_index: int | None,
-    seq_len: int,
     config: TangentEnergyConfig,
 ) -> dict[str, tuple[float, float]]:
     """Bootstrap intervals over the reservoir's sampled sequences of the energy fraction
     (``Σ‖G_s Q‖² / Σ‖G_s‖²``) and of the energy ratio (``Σ‖G_s Q‖² / meanⱼ Σ‖G_s Nⱼ‖²``)."""
-    if not config.bootstrap or site.reservoir is None:
+    if not config.bootstrap or sample is None:
         return {}
-    columns = site.reservoir.columns()
-    g = columns["G"].double()
-    sequences = site.reservoir.ids // seq_len
-    if bin_index is not None:
-        rows = columns["bin"] == bin_index
+    g, sequences, bins = sample
+    if bin_index is not None and bins is not None:
+        rows = bins == bin_index
         g, sequences = g[rows], sequences[rows]
     if torch.unique(sequences).numel() < 2:
         return {}
@@ -120,11 +128,13 @@ def rows(
         if site.g is None or site_name not in proxies:
             continue
         layer = data.layers.get(site_name)
+        sample = _sampled_gradients(site, data.seq_len) if config.bootstrap else None
         moments = [(None, site.g), *enumerate(site.g_bins)]
         pca_span = None
         if config.data_matched_m is not None:
             h = site.h
-            pca_span = PCA.from_moments(config.data_matched_m, h.count, h.sum, h.second_moment)
+            m = config.data_matched_m
+            pca_span = PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
         for method, proxy in proxies[site_name].items():
             rank = proxy.shape[1]
             for bin_index, acc in moments:
@@ -151,7 +161,7 @@ def rows(
                 frames = complement_frames(proxy, rank, config.draws, key)
                 result = compare_energy(acc.second_moment, proxy, frames)
                 common = measurement(site_name, method, rank, bin_index, acc.count)
-                ci = _bootstrap(site, proxy, frames, bin_index, data.seq_len, config)
+                ci = _bootstrap(sample, proxy, frames, bin_index, config)
                 out.append(
                     make_row(
                         data,
@@ -184,7 +194,7 @@ def rows(
                     )
                 )
                 if pca_span is not None:
-                    matched = data_matched_frames(proxy, pca_span.basis(), rank, config.draws, key)
+                    matched = data_matched_frames(proxy, pca_span, rank, config.draws, key)
                     dm = compare_energy(acc.second_moment, proxy, matched)
                     out.append(
                         make_row(data, NAME, "data_matched_energy_ratio", dm.energy_ratio, **common)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tangentlens.models.untrained_block import UntrainedBlockConfig, run_untrained_block
-from tangentlens.probes.base import Needs
+from tangentlens.probes.base import Needs, row
 
 __all__ = ["NAME", "UntrainedBlockConfig", "needs", "rows"]
 
@@ -29,21 +29,17 @@ def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
             ("attention_entropy", result.attention_entropy_mean),
         ):
             out.append(
-                {
-                    "suite": suite,
-                    "step": -1,
-                    "tokens_seen": 0,
-                    "site": "untrained_block",
-                    "layer": 0,
-                    "probe": NAME,
-                    "method": f"bias_norm={result.bias_norm:g}",
-                    "rank": None,
-                    "freq_bin": "all",
-                    "metric": metric,
-                    "value": float(value),
-                    "ci_low": None,
-                    "ci_high": None,
-                    "n_tokens": config.n_sequences * config.seq_len,
-                }
+                row(
+                    suite,
+                    -1,
+                    0,
+                    NAME,
+                    metric,
+                    value,
+                    site="untrained_block",
+                    layer=0,
+                    method=f"bias_norm={result.bias_norm:g}",
+                    n_tokens=config.n_sequences * config.seq_len,
+                )
             )
     return out

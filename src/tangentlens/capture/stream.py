@@ -9,7 +9,7 @@ stream), which makes the row reservoir independent of the batch size.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -122,7 +122,6 @@ def capture_statistics(
     bins: FrequencyBins | None = None,
     first_sequence: int = 0,
     step: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
 ) -> CaptureStatistics:
     """Capture every batch of ``batches`` ((batch, pos) token tensors of one width) and
     accumulate the kept rows (on the model's device; the returned statistics are on the CPU).
@@ -131,7 +130,6 @@ def capture_statistics(
         bins: token-frequency bins (required when ``statistics.n_bins > 0``, same number).
         first_sequence: stream index of the first sequence (for row ids and masked-LM seeds).
         step: the checkpoint step, named in error messages.
-        on_batch: called with the number of positions of each finished batch (progress).
     """
     if statistics.gradients and not config.gradients:
         raise ValueError("statistics keep gradients but the capture config computes none")
@@ -174,8 +172,6 @@ def capture_statistics(
         out.loss_sum += batch.loss * reduction_scale
         out.n_scored += batch.n_scored
         sequence += n_rows
-        if on_batch is not None:
-            on_batch(n_rows * n_pos)
     if out.n_sequences == 0:
         raise ValueError("no token batch was given: the capture stream is empty")
     for stats in out.sites.values():

@@ -277,26 +277,40 @@ def _update_rows(
     model: torch.nn.Module,
     proxies: dict[str, dict[str, torch.Tensor]],
     previous_step: int | None,
+    before: dict[str, Any],
+    carry: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Save this step's tracked centroids; score the updates since the previous step."""
+    """Save this step's tracked centroids; score the updates since the previous step.
+
+    ``before`` holds the previous step's centroids and embedding when this sweep computed them
+    (after a resume they are read back from disk and the model); this step's go into ``carry``.
+    """
     config = recipe.probes["update_alignment"]
     counts = torch.from_numpy(data.frequencies.counts)
     tracked = torch.argsort(counts, descending=True, stable=True)[: config.centroid_types]
     tracked = tracked[counts[tracked] > 0]
     centroids = _tracked_centroids(step_data.statistics, tracked)
     store.write_state(f"centroids-{step_data.step:08d}.pt", lambda tmp: torch.save(centroids, tmp))
+    embedding = _embedding(model)
+    carry.update(centroids=centroids, embedding=embedding)
     if previous_step is None:
         return []
-    before = torch.load(store.state / f"centroids-{previous_step:08d}.pt", weights_only=True)
+    old_centroids = before.get("centroids")
+    if old_centroids is None:
+        path = store.state / f"centroids-{previous_step:08d}.pt"
+        old_centroids = torch.load(path, weights_only=True)
+    old_embedding = before.get("embedding")
+    if old_embedding is None:
+        device = recipe.suite.resolved_device()
+        old_embedding = _embedding(suite.load(previous_step, device=device))
     deltas = {}
     for site, (ids, now) in centroids.items():
-        old_ids, old = before[site]
+        old_ids, old = old_centroids[site]
         _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
         deltas[site] = (now[at_now] - old[at_old]).double()
     embed_site = hook_name(model, "embed")
     seen = torch.from_numpy(data.frequencies.counts > 0)
-    previous_model = suite.load(previous_step, device=recipe.suite.resolved_device())
-    delta_embed = (_embedding(model) - _embedding(previous_model))[: seen.numel()][seen]
+    delta_embed = (embedding - old_embedding)[: seen.numel()][seen]
     return update_alignment.rows(step_data, proxies, (embed_site, delta_embed), deltas, config)
 
 
@@ -327,6 +341,7 @@ def _step_rows(
     step: int,
     frozen: dict[str, dict[str, torch.Tensor]] | None,
     status: Callable[[str], None],
+    last: dict[str, Any],
 ) -> list[dict[str, Any]]:
     needs = _needs(recipe)
     status(f"step {step}: loading")
@@ -364,9 +379,12 @@ def _step_rows(
         rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
     index = steps.index(step)
     previous_step = steps[index - 1] if index else None
+    # the previous unit's state, when this sweep computed it (else it is read back: a resume)
+    before = last if previous_step is not None and last.get("step") == previous_step else {}
+    carry: dict[str, Any] = {"step": step, "proxies": proxies}
     if "subspace_stability" in recipe.probes:
-        previous = None
-        if previous_step is not None:
+        previous = before.get("proxies")
+        if previous is None and previous_step is not None:
             previous = torch.load(
                 store.state / f"proxies-{previous_step:08d}.pt", weights_only=True
             )
@@ -374,7 +392,11 @@ def _step_rows(
         reseeded = _reseeded_proxies(stats, spec, stability.seeds)
         rows += subspace_stability.rows(step_data, proxies, previous, reseeded, stability)
     if "update_alignment" in recipe.probes:
-        rows += _update_rows(suite, recipe, data, store, step_data, model, proxies, previous_step)
+        rows += _update_rows(
+            suite, recipe, data, store, step_data, model, proxies, previous_step, before, carry
+        )
+    last.clear()
+    last.update(carry)
     return rows
 
 
@@ -463,6 +485,7 @@ def run_sweep(
             emit(SweepEvent("unit-start", "fit-proxies", 0, len(units)))
             frozen = _frozen_proxies(suite, recipe, data, store, window)
         total = len(units) + ("untrained_block" in recipe.probes)
+        last: dict[str, Any] = {}  # the previous unit's state for the cross-step probes
         for done, (step, unit) in enumerate(zip(steps, units, strict=True)):
             if store.has_part(unit):
                 emit(SweepEvent("unit-skip", unit, done + 1, total))
@@ -472,7 +495,7 @@ def run_sweep(
             def status(text: str, unit: str = unit, done: int = done) -> None:
                 emit(SweepEvent("status", unit, done, total, text))
 
-            rows = _step_rows(suite, recipe, data, store, steps, step, frozen, status)
+            rows = _step_rows(suite, recipe, data, store, steps, step, frozen, status, last)
             store.write_part(unit, rows)
             emit(SweepEvent("unit-done", unit, done + 1, total))
         if "untrained_block" in recipe.probes and not store.has_part("untrained-block"):
