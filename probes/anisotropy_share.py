@@ -1,15 +1,29 @@
 """Share of gradient anisotropy held by the tangent proxy (METHODS.md §1.4), per site, method and
-frequency bin.
+frequency bin, against the tangent-energy probe's own control frames.
 
-* ``anisotropy_share_spectral`` (ours) of the proxy and ``anisotropy_share_spectral_control``
-  (mean over the controls);
-* ``delta_isoscore_star`` — ``IsoScore*(G(I − P_Q)) − IsoScore*(G)`` for the proxy, and
-  ``delta_isoscore_star_control`` (mean over ``isoscore_draws`` controls: each IsoScore* is a
-  d × d eigen-decomposition, so fewer draws than the energy controls by default). The shrinkage
-  covariance C0 is the site's gradient covariance over all tokens (for the "all" bin this makes
-  IsoScore* plain IsoScore); ``zeta`` as Rudman & Eickhoff (0.2).
+Two views, each reported for the proxy and its matched-rank controls like the energy is (value,
+control mean and std with ddof 1, ``z = (x_T − mean) / std``, permutation p-value
+``(1 + #{x_N ≥ x_T}) / (1 + draws)``):
 
-Controls are the same seeded Haar frames as the tangent-energy probe's first draws.
+* spectral share **(ours)**, ``anisotropy_share_spectral(_control_mean, _control_std, _z,
+  _p_value)`` — with the *uncentred* gradient second moment ``C = GᵀG/n`` (the accumulator's
+  ``second_moment / count``, the same matrix the energy fraction reads) and the excess
+  ``A = C − (tr C/d) I``: ``tr(Qᵀ A₊ Q) / tr(A₊)``. A mean gradient inside the proxy counts as
+  captured anisotropy. One eigen-decomposition scores any number of frames, so it uses all of
+  the energy's ``draws`` frames (p ≥ ``1/(draws + 1)``, 1/101 by default);
+* ``delta_isoscore_star(_control_mean, _control_std, _z, _p_value)`` —
+  ``IsoScore*(G(I − P_Q)) − IsoScore*(G)`` from the bin's gradient *covariance* (IsoScore is
+  defined on centred variances). Each frame costs a d × d eigen-decomposition, so only the first
+  ``isoscore_draws`` frames (default 20) are scored: **p ≥ 1/(isoscore_draws + 1)** (1/21 by
+  default) — a p-value at that floor means "no control reached the proxy", not "p = 0.048".
+  The shrinkage covariance C0 is the site's gradient covariance over all tokens (for the "all"
+  bin this makes IsoScore* plain IsoScore); ``zeta`` as Rudman & Eickhoff (0.2).
+
+Control frames: frame ``j`` is the Haar draw the tangent-energy probe scores as its control ``j``,
+``complement_frames(proxy, rank, ·, seed_key(controls, step, layer, bin))`` with the tangent-energy
+config's ``seed``; the spectral share uses frames ``0 … draws − 1``, ΔIsoScore* frames
+``0 … isoscore_draws − 1`` (a prefix of the same seeded sequence, extended past ``draws`` when
+``isoscore_draws > draws``).
 """
 
 from __future__ import annotations
@@ -19,7 +33,11 @@ from typing import Any
 
 import torch
 
-from tangentlens.metrics import anisotropy_shares_spectral, complement_frames, delta_isoscores_star
+from tangentlens.metrics import (
+    compare_anisotropy_share,
+    compare_delta_isoscore_star,
+    complement_frames,
+)
 from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row, measurement
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
@@ -32,11 +50,12 @@ NAME = "anisotropy_share"
 
 @dataclass(frozen=True)
 class AnisotropyShareConfig:
-    """``isoscore_draws`` controls for ΔIsoScore* and the spectral share; ``zeta`` shrinkage."""
+    """``isoscore_draws`` control frames for ΔIsoScore* (its p-value floor is
+    ``1/(isoscore_draws + 1)``); ``zeta`` the IsoScore* shrinkage. The spectral share uses the
+    tangent-energy probe's ``draws``; both use its ``seed``."""
 
     isoscore_draws: int = 20
     zeta: float = 0.2
-    seed: int = 0
 
     def __post_init__(self) -> None:
         check_count(self.isoscore_draws, "isoscore_draws", minimum=1)
@@ -49,10 +68,15 @@ def needs(config: AnisotropyShareConfig) -> Needs:
 
 
 def rows(
-    data: StepData, proxies: dict[str, dict[str, Basis]], config: AnisotropyShareConfig
+    data: StepData,
+    proxies: dict[str, dict[str, Basis]],
+    config: AnisotropyShareConfig,
+    controls: TangentEnergyConfig,
 ) -> list[dict[str, Any]]:
+    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases and
+    ``controls`` the tangent-energy config whose ``draws`` and ``seed`` give the control frames."""
     out: list[dict[str, Any]] = []
-    keys = TangentEnergyConfig(seed=config.seed)
+    n_frames = max(controls.draws, config.isoscore_draws)
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies or site.g.count < 3:
             continue
@@ -65,17 +89,25 @@ def rows(
                     continue
                 if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                     continue  # no gradient here; tangent_energy reports the NaN
-                cov = acc.covariance()
-                key = seed_key(keys, data.step, layer, bin_index)
-                frames = complement_frames(proxy, rank, config.isoscore_draws, key)
+                key = seed_key(controls, data.step, layer, bin_index)
+                frames = complement_frames(proxy, rank, n_frames, key)
+                spectral = compare_anisotropy_share(
+                    acc.second_moment / acc.count, proxy, frames[: controls.draws]
+                )
+                delta = compare_delta_isoscore_star(
+                    acc.covariance(), proxy, frames[: config.isoscore_draws], c0, config.zeta
+                )
                 common = measurement(site_name, method, rank, bin_index, acc.count)
-                spectral = anisotropy_shares_spectral(cov, torch.cat([proxy[None], frames]))
-                delta = delta_isoscores_star(cov, torch.cat([proxy[None], frames]), c0, config.zeta)
-                for metric, value in (
-                    ("anisotropy_share_spectral", float(spectral[0])),
-                    ("anisotropy_share_spectral_control", float(spectral[1:].mean())),
-                    ("delta_isoscore_star", float(delta[0])),
-                    ("delta_isoscore_star_control", float(delta[1:].mean())),
+                for prefix, result in (
+                    ("anisotropy_share_spectral", spectral),
+                    ("delta_isoscore_star", delta),
                 ):
-                    out.append(make_row(data, NAME, metric, value, **common))
+                    for suffix, value in (
+                        ("", result.value),
+                        ("_control_mean", result.control_mean),
+                        ("_control_std", result.control_std),
+                        ("_z", result.z),
+                        ("_p_value", result.p_value),
+                    ):
+                        out.append(make_row(data, NAME, prefix + suffix, value, **common))
     return out

@@ -1,10 +1,12 @@
 """The shape of learning (Razzhigaev et al. 2023; METHODS.md §2), per site:
-``centred_anisotropy`` (σ₁/Σσ of the centred activations, from the streamed moments of every
-kept token; ``spectrum="variance"`` for σ₁²/Σσ²), ``isoscore`` (from the same covariance) and
-``twonn_dimension`` on the distinct sampled rows (the paper's protocol by default: shuffled
-batches of ``twonn_batch`` points, averaged — one batch when fewer rows are distinct, e.g. at the
-embedding where every occurrence of a token is the same vector; ``twonn_fit`` "razzhigaev" or
-"facco")."""
+``centred_anisotropy`` — ``σ₁²/Σσᵢ²`` of the centred activations (largest covariance eigenvalue
+over the trace, as the authors' ``llm_microscope.calculate_anisotropy_torch`` computes it), from
+the streamed moments of every kept token; with ``singular_anisotropy = true`` also
+``centred_singular_anisotropy`` — ``σ₁/Σσᵢ``, the reading of the paper's text, under its own
+name; ``isoscore`` (from the same covariance) and ``twonn_dimension`` on the distinct sampled
+rows (the paper's protocol by default: shuffled batches of ``twonn_batch`` points, averaged — one
+batch when fewer rows are distinct, e.g. at the embedding where every occurrence of a token is
+the same vector; ``twonn_fit`` "razzhigaev" or "facco")."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import torch
 
 from tangentlens.metrics import (
     centred_anisotropy_from_moments,
+    centred_singular_anisotropy_from_moments,
     isoscore_from_covariance,
     twonn_dimension,
 )
 from tangentlens.metrics._validate import check_choice, check_count
-from tangentlens.metrics.geometry import SPECTRA
 from tangentlens.metrics.twonn import FITS
 from tangentlens.probes.base import Needs, StepData, make_row
 
@@ -30,13 +32,19 @@ NAME = "shape_of_learning"
 
 @dataclass(frozen=True)
 class ShapeOfLearningConfig:
-    spectrum: str = "singular"
+    """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
+    ``twonn_fit``, batch size and shuffling seed."""
+
+    singular_anisotropy: bool = False
     twonn_fit: str = "razzhigaev"
     twonn_batch: int = 4096
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_choice(self.spectrum, "spectrum", SPECTRA)
+        if not isinstance(self.singular_anisotropy, bool):
+            raise ValueError(
+                f"singular_anisotropy must be true or false, got {self.singular_anisotropy!r}"
+            )
         check_choice(self.twonn_fit, "twonn_fit", FITS)
         check_count(self.twonn_batch, "twonn_batch", minimum=3)
 
@@ -50,10 +58,11 @@ def rows(data: StepData, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
     for site, stats in data.statistics.sites.items():
         h = stats.h
         common = {"site": site, "n_tokens": h.count}
-        anisotropy = centred_anisotropy_from_moments(
-            h.count, h.sum, h.second_moment, config.spectrum
-        )
+        anisotropy = centred_anisotropy_from_moments(h.count, h.sum, h.second_moment)
         out.append(make_row(data, NAME, "centred_anisotropy", anisotropy, **common))
+        if config.singular_anisotropy:
+            singular = centred_singular_anisotropy_from_moments(h.count, h.sum, h.second_moment)
+            out.append(make_row(data, NAME, "centred_singular_anisotropy", singular, **common))
         out.append(
             make_row(data, NAME, "isoscore", isoscore_from_covariance(h.covariance()), **common)
         )

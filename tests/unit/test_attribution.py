@@ -8,6 +8,8 @@ import torch
 
 from tangentlens.metrics import (
     anisotropy_share_spectral,
+    compare_anisotropy_share,
+    compare_delta_isoscore_star,
     compare_energy,
     complement_frames,
     data_matched_frames,
@@ -123,6 +125,97 @@ def test_spectral_share_known_answers():
     assert anisotropy_share_spectral(C, half) == pytest.approx(0.5, abs=1e-12)
     with pytest.raises(ValueError, match="isotropic"):
         anisotropy_share_spectral(torch.eye(D, dtype=torch.float64), T)
+
+
+def _exact_rows(n, covariance_root, seed):
+    """Rows with mean exactly 0 and ``XᵀX/n = Rᵀ R`` exactly (orthonormal design times R)."""
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, D, generator=gen, dtype=torch.float64)
+    return math.sqrt(n) * torch.linalg.qr(A - A.mean(dim=0))[0] @ covariance_root
+
+
+def test_spectral_share_uses_the_uncentred_second_moment():
+    """METHODS §1.4: C = GᵀG/n. Noise with a little excess variance along n̂ ⟂ T plus a large
+    mean gradient m t̂ in T: GᵀG/n = I + a n̂n̂ᵀ + m² t̂t̂ᵀ exactly, so with e = (a + m²)/d the
+    share of T is (m² − e) / ((m² − e) + (a − e)). The covariance (I + a n̂n̂ᵀ) gives 0."""
+    T = _basis(D, K, 12)
+    n_hat = complement_frames(T, 1, 1, (5,))[0][:, 0]
+    a, m = 2.0, 4.0
+    root = torch.eye(D, dtype=torch.float64) + (math.sqrt(1 + a) - 1) * torch.outer(n_hat, n_hat)
+    G = _exact_rows(4000, root, seed=13) + m * T[:, 1]
+    e = (a + m**2) / D
+    expected = (m**2 - e) / ((m**2 - e) + (a - e))  # 0.9148…
+    controls = complement_frames(T, K, 49, (0, 10, 1, 0))
+    result = compare_anisotropy_share(G.T @ G, T, controls)
+    assert result.value == pytest.approx(expected, rel=1e-10)
+    assert compare_anisotropy_share(G.T @ G / 4000, T, controls).value == pytest.approx(
+        expected, rel=1e-10
+    )
+    # each control holds ‖Nᵀn̂‖² of the (a − e) part: mean k/(d − k) of it in expectation
+    share_n = (a - e) / ((m**2 - e) + (a - e))
+    expected_controls = share_n * (controls.transpose(1, 2) @ n_hat).pow(2).sum(dim=1)
+    assert result.control_mean == pytest.approx(float(expected_controls.mean()), rel=1e-9)
+    assert result.control_std == pytest.approx(float(expected_controls.std()), rel=1e-9)
+    assert result.p_value == 1 / 50 and result.draws == 49
+    # the centred matrix is blind to the mean gradient: that reading would say "no anisotropy"
+    cov = torch.cov(G.T)
+    assert anisotropy_share_spectral(cov, T) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_isotropic_noise_plus_a_mean_gradient_in_the_proxy_has_share_near_one():
+    gen = torch.Generator().manual_seed(14)
+    T = _basis(D, K, 15)
+    G = torch.randn(20_000, D, generator=gen, dtype=torch.float64) + 5.0 * T[:, 0]
+    result = compare_anisotropy_share(G.T @ G, T, complement_frames(T, K, 99, (2,)))
+    assert result.value == pytest.approx(1.0, abs=1e-3)
+    assert result.control_mean == pytest.approx(0.0, abs=1e-3)
+    assert result.p_value == 1 / 100
+
+
+def test_control_statistics_have_known_values():
+    """Coordinate frames on C = diag(5, 4, 3, 2, 1, 1, 1, 1): A₊ = (2.75, 1.75, 0.75, 0, …)/5.25
+    of the excess; proxy e₂ (1/3) against e₁, e₃, e₄, e₅ (11/21, 1/7, 0, 0)."""
+    d = 8
+    C = torch.diag(torch.tensor([5.0, 4, 3, 2, 1, 1, 1, 1], dtype=torch.float64))
+    e = torch.eye(d, dtype=torch.float64)
+    controls = torch.stack([e[:, [0]], e[:, [2]], e[:, [3]], e[:, [4]]])
+    result = compare_anisotropy_share(C, e[:, [1]], controls)
+    values = np.array([11 / 21, 1 / 7, 0, 0])
+    assert result.value == pytest.approx(1 / 3, rel=1e-12)
+    assert result.control_mean == pytest.approx(1 / 6, rel=1e-12)
+    assert result.control_std == pytest.approx(values.std(ddof=1), rel=1e-12)  # ddof 1
+    assert result.z == pytest.approx((1 / 3 - 1 / 6) / values.std(ddof=1), rel=1e-12)
+    assert result.p_value == pytest.approx(2 / 5)  # (1 + one control above) / (1 + 4)
+    # a proxy equal to its only distinct control ties: counted as "≥", z = 0
+    tie = compare_anisotropy_share(C, e[:, [4]], controls[2:])
+    assert tie.value == 0 and tie.z == 0 and tie.p_value == 1.0
+    with pytest.raises(ValueError, match="matched rank"):
+        compare_anisotropy_share(C, e[:, :2], controls)
+    with pytest.raises(ValueError, match="matched rank"):
+        compare_delta_isoscore_star(C, e[:, [1]], controls[:0], torch.eye(d))
+
+
+def test_compare_delta_isoscore_star_against_the_closed_form():
+    T = _basis(D, K, 6)
+    C = torch.eye(D, dtype=torch.float64) + 20 * T @ T.T
+    controls = complement_frames(T, K, 19, (0, 1, 2, 3))
+    result = compare_delta_isoscore_star(C, T, controls, torch.eye(D, dtype=torch.float64), 0.0)
+
+    # ζ = 0: plain IsoScore. Removing T leaves eigenvalues (1 × (d − k), 0 × k)
+    def iso(lam):
+        lam_hat = math.sqrt(D) * lam / np.linalg.norm(lam)
+        defect = np.linalg.norm(lam_hat - 1) / math.sqrt(2 * (D - math.sqrt(D)))
+        return ((D - defect**2 * (D - math.sqrt(D))) ** 2 - D) / (D * (D - 1))
+
+    before = iso(np.r_[np.full(K, 21.0), np.ones(D - K)])
+    after = iso(np.r_[np.ones(D - K), np.zeros(K)])
+    assert result.value == pytest.approx(after - before, rel=1e-9)
+    # a control removes k unit directions: eigenvalues (21 × k, 1 × (d − 2k), 0 × k), all equal
+    control = iso(np.r_[np.full(K, 21.0), np.ones(D - 2 * K), np.zeros(K)]) - before
+    assert result.control_mean == pytest.approx(control, rel=1e-9)
+    assert result.control_std == pytest.approx(0.0, abs=1e-12)
+    assert result.p_value == 1 / 20 and result.draws == 19  # the floor with 19 draws
+    assert result.z > 1e12  # controls equal up to rounding
 
 
 def test_delta_isoscore_star_rewards_removing_the_anisotropic_directions():

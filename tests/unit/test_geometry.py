@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+from tangentlens.capture.accumulators import MomentAccumulator
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
     centred_anisotropy_from_moments,
+    centred_singular_anisotropy,
+    centred_singular_anisotropy_from_moments,
     correlations,
     cosine_anisotropy,
     cosine_anisotropy_from_sums,
@@ -24,6 +30,8 @@ from tangentlens.metrics.geometry import (
     relative_drift_from_sums,
     unit_row_sum,
 )
+from tangentlens.probes import shape_of_learning
+from tangentlens.probes.base import StepData
 
 
 def _pair_cosines(H: np.ndarray) -> np.ndarray:
@@ -211,25 +219,26 @@ def _planted(n: int, singular_values: np.ndarray, seed: int, offset: float = 5.0
 @pytest.mark.parametrize(("n", "d"), [(400, 12), (10, 30)])
 def test_centred_anisotropy_equals_numpy_svd(n: int, d: int) -> None:
     H = _drifted(n, d, seed=11) * np.linspace(3, 0.2, d)
-    assert centred_anisotropy(H) == pytest.approx(_numpy_share(H), rel=1e-10)
-    assert centred_anisotropy(torch.tensor(H).float()) == pytest.approx(_numpy_share(H), rel=1e-5)
-    variance = centred_anisotropy(H, spectrum="variance")
-    assert variance == pytest.approx(_numpy_share(H, power=2), rel=1e-12)
+    assert centred_anisotropy(H) == pytest.approx(_numpy_share(H, power=2), rel=1e-12)
+    as_float = torch.tensor(H).float()
+    assert centred_anisotropy(as_float) == pytest.approx(_numpy_share(H, power=2), rel=1e-5)
+    assert centred_singular_anisotropy(H) == pytest.approx(_numpy_share(H), rel=1e-10)
+    assert centred_singular_anisotropy(as_float) == pytest.approx(_numpy_share(H), rel=1e-5)
 
 
 def test_centred_anisotropy_planted_spectra() -> None:
     d = 10
     s = np.ones(d)
-    s[0] = 3.0  # singular values (3, 1 × 9): σ₁/Σσ = 3/12, σ₁²/Σσ² = 9/18
+    s[0] = 3.0  # singular values (3, 1 × 9): σ₁²/Σσ² = 9/18, σ₁/Σσ = 3/12
     planted = _planted(200, s, seed=12)
-    assert centred_anisotropy(planted) == pytest.approx(0.25, rel=1e-10)
-    assert centred_anisotropy(planted, "variance") == pytest.approx(0.5, rel=1e-12)
+    assert centred_anisotropy(planted) == pytest.approx(0.5, rel=1e-12)
+    assert centred_singular_anisotropy(planted) == pytest.approx(0.25, rel=1e-10)
     isotropic = _planted(200, np.ones(d), seed=13)
-    for spectrum in ("singular", "variance"):
-        assert centred_anisotropy(isotropic, spectrum) == pytest.approx(1 / d, rel=1e-10)
+    assert centred_anisotropy(isotropic) == pytest.approx(1 / d, rel=1e-10)
+    assert centred_singular_anisotropy(isotropic) == pytest.approx(1 / d, rel=1e-10)
     line = np.outer(np.random.default_rng(14).standard_normal(50), np.arange(1.0, 6.0)) + 7.0
-    assert centred_anisotropy(line, "variance") == pytest.approx(1.0, rel=1e-12)
     assert centred_anisotropy(line) == pytest.approx(1.0, rel=1e-12)
+    assert centred_singular_anisotropy(line) == pytest.approx(1.0, rel=1e-12)
 
 
 @pytest.mark.parametrize(("offset", "rel"), [(0.0, 1e-13), (1e2, 1e-10), (1e3, 1e-7)])
@@ -241,12 +250,72 @@ def test_centred_anisotropy_from_moments_equals_direct(offset: float, rel: float
     for chunk in np.array_split(H, 5):
         sums += chunk.sum(axis=0)
         second += chunk.T @ chunk
-    direct = centred_anisotropy(H, "variance")
+    direct = centred_anisotropy(H)
     assert direct == pytest.approx(_numpy_share(H, power=2), rel=1e-12)
-    streamed = centred_anisotropy_from_moments(3000, sums, second, "variance")
+    streamed = centred_anisotropy_from_moments(3000, sums, second)
     assert streamed == pytest.approx(direct, rel=rel)
-    singular = centred_anisotropy_from_moments(3000, sums, second)
-    assert singular == pytest.approx(centred_anisotropy(H), rel=max(rel, 1e-10))
+    singular = centred_singular_anisotropy_from_moments(3000, sums, second)
+    assert singular == pytest.approx(centred_singular_anisotropy(H), rel=max(rel, 1e-10))
+
+
+def _llm_microscope_functions():
+    """``llm_microscope/functions.py`` loaded by path: the package's ``__init__`` does
+    ``from logit_lens import *`` (an absolute import of its own module) and fails."""
+    try:
+        files = importlib.metadata.files("llm-microscope") or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(
+            "llm-microscope is not installed (make setup installs it: "
+            "pip install --no-deps 'llm-microscope==0.0.7'); it is the reference for "
+            "centred_anisotropy"
+        )
+    (path,) = [f for f in files if str(f).replace("\\", "/") == "llm_microscope/functions.py"]
+    spec = importlib.util.spec_from_file_location("llm_microscope_functions", path.locate())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # imports torch, urllib and matplotlib.pyplot (a dependency)
+    return module
+
+
+@pytest.mark.parametrize(("n", "d", "seed"), [(500, 24, 21), (40, 64, 22)])
+def test_centred_anisotropy_equals_llm_microscope(n: int, d: int, seed: int) -> None:
+    """The authors' own code (Razzhigaev et al.; llm-microscope 0.0.7) is the definition."""
+    reference = _llm_microscope_functions().calculate_anisotropy_torch
+    H = _drifted(n, d, seed=seed, offset=3.0) * np.geomspace(4, 0.1, d)
+    expected = reference(torch.tensor(H))  # float64 SVD of the centred rows
+    assert centred_anisotropy(H) == pytest.approx(expected, rel=1e-12)
+    sums, second = H.sum(axis=0), H.T @ H
+    assert centred_anisotropy_from_moments(n, sums, second) == pytest.approx(expected, rel=1e-10)
+    # the paper text's σ₁/Σσ is another number (and has another name)
+    assert abs(centred_singular_anisotropy(H) - expected) > 0.05
+
+
+def _shape_step(H: np.ndarray) -> StepData:
+    acc = MomentAccumulator(H.shape[1])
+    acc.update(torch.tensor(H))
+    site = SimpleNamespace(h=acc, reservoir=None)
+    statistics = SimpleNamespace(sites={"blocks.0.hook_resid_post": site})
+    return StepData("planted", 7, 0, statistics, {"blocks.0.hook_resid_post": 0}, seq_len=8)
+
+
+def test_shape_of_learning_rows_report_the_variance_share_under_centred_anisotropy() -> None:
+    s = np.ones(10)
+    s[0] = 3.0  # σ₁²/Σσ² = 0.5, σ₁/Σσ = 0.25
+    data = _shape_step(_planted(300, s, seed=23, offset=40.0))
+    plain = shape_of_learning.rows(data, shape_of_learning.ShapeOfLearningConfig())
+    got = {r["metric"]: r["value"] for r in plain}
+    assert got["centred_anisotropy"] == pytest.approx(0.5, rel=1e-9)
+    assert "centred_singular_anisotropy" not in got
+    both = shape_of_learning.rows(
+        data, shape_of_learning.ShapeOfLearningConfig(singular_anisotropy=True)
+    )
+    got = {r["metric"]: r["value"] for r in both}
+    assert got["centred_anisotropy"] == pytest.approx(0.5, rel=1e-9)
+    assert got["centred_singular_anisotropy"] == pytest.approx(0.25, rel=1e-9)
+    assert {r["n_tokens"] for r in both} == {300} and {r["layer"] for r in both} == {0}
+    with pytest.raises(ValueError, match="singular_anisotropy must be true or false"):
+        shape_of_learning.ShapeOfLearningConfig(singular_anisotropy="singular")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="spectrum"):
+        shape_of_learning.ShapeOfLearningConfig(spectrum="singular")  # type: ignore[call-arg]
 
 
 def test_covariance_equals_numpy() -> None:
@@ -266,8 +335,8 @@ def test_centred_anisotropy_validation() -> None:
         centred_anisotropy_from_moments(4, np.array([1.0, np.nan, 0.0]), np.eye(3))
     with pytest.raises(ValueError, match="ddof"):
         covariance(np.ones((2, 3)), ddof=2)
-    with pytest.raises(ValueError, match=r"spectrum must be one of \('singular', 'variance'\)"):
-        centred_anisotropy(np.eye(3), spectrum="eigen")
+    with pytest.raises(ValueError, match="zero variance"):
+        centred_singular_anisotropy_from_moments(2, np.full(3, 2.0), np.full((3, 3), 2.0))
 
 
 def test_accepts_read_only_and_non_native_arrays_without_copying_semantics() -> None:

@@ -9,12 +9,16 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
   ``E[E(N)] = k/(d − k_T) · (1 − E(T))``;
 * :func:`compare_energy` — the proxy against its controls: ratio, enrichment ``E/(k/d)``,
   z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
-* spectral anisotropy share **(ours)** — with ``C = GᵀG/n`` and ``A = C − (tr C / d) I``,
+* spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
+  (like the energy fraction: a mean gradient is anisotropy too) and ``A = C − (tr C / d) I``,
   ``tr(Qᵀ A₊ Q) / tr(A₊)`` (``A₊`` keeps the positive eigenvalues);
-* ΔIsoScore* — ``IsoScore*(G (I − P_Q)) − IsoScore*(G)`` from covariances: the projected
-  covariance is ``(I − P) C (I − P)`` and the shrinkage covariance is projected the same way
-  (scored in all d dimensions, so proxy and controls of equal rank pay the same for the k
-  removed directions).
+* ΔIsoScore* — ``IsoScore*(G (I − P_Q)) − IsoScore*(G)`` from covariances (IsoScore is defined
+  on centred variances): the projected covariance is ``(I − P) C (I − P)`` and the shrinkage
+  covariance is projected the same way (scored in all d dimensions, so proxy and controls of
+  equal rank pay the same for the k removed directions);
+* :func:`compare_anisotropy_share` / :func:`compare_delta_isoscore_star` — either view of the
+  proxy against its control frames, reported like the energy's: control mean and std (ddof 1),
+  ``z = (x_T − mean) / std`` and ``p = (1 + #{x_N ≥ x_T}) / (1 + draws)`` (floor ``1/(draws+1)``).
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ from tangentlens.metrics.subspace import check_basis
 from tangentlens.typing import ArrayLike, Moment
 
 __all__ = [
+    "ControlComparison",
     "EnergyComparison",
     "anisotropy_share_spectral",
     "anisotropy_shares_spectral",
+    "compare_anisotropy_share",
+    "compare_delta_isoscore_star",
     "compare_energy",
     "delta_isoscore_star",
     "delta_isoscores_star",
@@ -161,10 +168,10 @@ def _check_frames(frames: Frames, d: int) -> torch.Tensor:
     return F
 
 
-def anisotropy_shares_spectral(C: ArrayLike, frames: Frames) -> torch.Tensor:
+def anisotropy_shares_spectral(M: ArrayLike, frames: Frames) -> torch.Tensor:
     """:func:`anisotropy_share_spectral` of every frame of ``(draws, d, k)`` (one eigen-
     decomposition for all); float64 ``(draws,)``."""
-    S = to_float64(check_square(C, "C"))
+    S = to_float64(check_square(M, "M"))
     d = S.shape[0]
     F = _check_frames(frames, d).to(S.device)
     sym = (S + S.T) / 2
@@ -173,16 +180,19 @@ def anisotropy_shares_spectral(C: ArrayLike, frames: Frames) -> torch.Tensor:
     positive = values.clamp(min=0)
     total = float(positive.sum())
     if not total > 1e-12 * float(torch.diagonal(sym).abs().sum()):
-        raise ValueError("C is isotropic (no eigenvalue above its mean): the share is undefined")
+        raise ValueError("M is isotropic (no eigenvalue above its mean): the share is undefined")
     weights = torch.einsum("di,jdk->jik", vectors, F).pow(2).sum(dim=2)  # ‖Qⱼᵀ vᵢ‖²
     return (weights * positive).sum(dim=1) / total
 
 
-def anisotropy_share_spectral(C: ArrayLike, Q: ArrayLike) -> float:
-    """``tr(Qᵀ A₊ Q) / tr(A₊)`` with ``A = C − (tr C/d) I`` (C: gradient covariance or second
-    moment, any positive scale). 0 for isotropic gradients, 1 when ``span(Q)`` holds every
-    direction of excess variance. Raises when C is isotropic (``A₊ = 0``)."""
-    S = to_float64(check_square(C, "C"))
+def anisotropy_share_spectral(M: ArrayLike, Q: ArrayLike) -> float:
+    """``tr(Qᵀ A₊ Q) / tr(A₊)`` with ``A = C − (tr C/d) I`` and ``C`` the *uncentred* gradient
+    second moment ``GᵀG/n`` (METHODS.md §1.4; pass ``M = Σ gᵢgᵢᵀ`` or ``GᵀG/n`` — the share does
+    not depend on the scale). A mean gradient counts as anisotropy: isotropic noise plus a large
+    mean inside ``span(Q)`` gives ≈ 1. 0 for isotropic gradients, 1 when ``span(Q)`` holds every
+    direction of excess second moment. Raises when ``M`` is isotropic (``A₊ = 0``). Passing a
+    covariance instead scores the centred variant (a mean gradient then counts for nothing)."""
+    S = to_float64(check_square(M, "M"))
     B = check_basis(Q, "Q", d=S.shape[0])
     return float(anisotropy_shares_spectral(S, B[None])[0])
 
@@ -212,3 +222,78 @@ def delta_isoscore_star(C: ArrayLike, Q: ArrayLike, C0: ArrayLike, zeta: float =
     S = to_float64(check_square(C, "C"))
     B = check_basis(Q, "Q", d=S.shape[0])
     return float(delta_isoscores_star(S, B[None], C0, zeta)[0])
+
+
+@dataclass(frozen=True)
+class ControlComparison:
+    """One score of the proxy against the same score of its matched-rank control frames.
+
+    ``control_std`` with ddof = 1 (0 for one draw); ``z = (value − control_mean) /
+    control_std`` (``±inf`` when the controls do not vary and differ from the value, 0 when equal);
+    ``p_value = (1 + #{control ≥ value}) / (1 + draws)``, never below ``1/(draws + 1)``.
+    """
+
+    value: float
+    control_mean: float
+    control_std: float
+    z: float
+    p_value: float
+    draws: int
+
+
+def _against_controls(scores: torch.Tensor) -> ControlComparison:
+    """``scores[0]`` (the proxy) against ``scores[1:]`` (its controls)."""
+    value, controls = float(scores[0]), scores[1:]
+    draws = int(controls.numel())
+    mean = float(controls.mean())
+    std = float(controls.std()) if draws > 1 else 0.0
+    if std > 0:
+        z = (value - mean) / std
+    else:
+        z = math.copysign(math.inf, value - mean) if value != mean else 0.0
+    return ControlComparison(
+        value=value,
+        control_mean=mean,
+        control_std=std,
+        z=z,
+        p_value=(1 + int((controls >= value).sum())) / (1 + draws),
+        draws=draws,
+    )
+
+
+def _proxy_and_controls(proxy: ArrayLike, controls: Frames, d: int) -> torch.Tensor:
+    """``(1 + draws, d, k)``: the proxy stacked on its matched-rank controls."""
+    T = check_basis(proxy, "proxy", d=d)
+    k = T.shape[1]
+    C = to_float64(torch.as_tensor(controls)).to(T.device)
+    if C.ndim != 3 or C.shape[1:] != (d, k) or C.shape[0] < 1:
+        raise ValueError(
+            f"controls must be (draws ≥ 1, {d}, {k}) (matched rank), got {tuple(C.shape)}"
+        )
+    return torch.cat([T[None], C])
+
+
+def compare_anisotropy_share(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> ControlComparison:
+    """Spectral anisotropy share of the proxy (d × k) and of its control frames
+    ``(draws, d, k)`` from the *uncentred* gradient second moment ``M`` (``Σ gᵢgᵢᵀ`` or
+    ``GᵀG/n``): one eigen-decomposition for any number of frames. ``value`` =
+    ``tr(Q_Tᵀ A₊ Q_T) / tr(A₊)``; mean, std, z and ``p = (1 + #{share(N) ≥ share(T)}) /
+    (1 + draws)`` as :class:`ControlComparison`."""
+    S = to_float64(check_square(M, "M"))
+    return _against_controls(
+        anisotropy_shares_spectral(S, _proxy_and_controls(proxy, controls, S.shape[0]))
+    )
+
+
+def compare_delta_isoscore_star(
+    C: ArrayLike, proxy: ArrayLike, controls: Frames, C0: ArrayLike, zeta: float = 0.2
+) -> ControlComparison:
+    """ΔIsoScore* ``= IsoScore*(G(I − P_Q)) − IsoScore*(G)`` of the proxy and of its control
+    frames ``(draws, d, k)`` from the gradient *covariance* ``C``, the shrinkage covariance
+    ``C0`` and ``zeta`` (one d × d eigen-decomposition per frame). Positive: removing the frame
+    makes the gradients more isotropic. Mean, std, z and ``p = (1 + #{Δ(N) ≥ Δ(T)}) /
+    (1 + draws)`` as :class:`ControlComparison` (so ``p ≥ 1/(draws + 1)``: 1/21 with 20)."""
+    S = to_float64(check_square(C, "C"))
+    return _against_controls(
+        delta_isoscores_star(S, _proxy_and_controls(proxy, controls, S.shape[0]), C0, zeta)
+    )

@@ -5,9 +5,12 @@ Definitions (METHODS.md §2–3):
 * cosine anisotropy (Godey et al. 2024) — mean cosine over distinct pairs, uncentred, computed
   exactly in O(n·d) from the sum of unit rows: ``(‖Σ ûᵢ‖² − n) / (n(n − 1))``;
 * drift — ``‖mean(H)‖`` and ``‖mean(H)‖ / mean‖hᵢ‖``;
-* centred anisotropy (Razzhigaev et al. 2023) — ``σ₁ / Σ σᵢ`` of the centred matrix as the
-  paper states it, or ``σ₁² / Σ σᵢ²`` (METHODS.md: largest covariance eigenvalue over the
-  trace); ``1/d`` isotropic, ``1`` one direction;
+* centred anisotropy (Razzhigaev et al. 2023) — ``σ₁² / Σ σᵢ²`` of the centred matrix
+  ``X − mean(X)``: the largest covariance eigenvalue over the trace, as the authors' own code
+  computes it (``llm_microscope.calculate_anisotropy_torch``); ``1/d`` isotropic, ``1`` one
+  direction. The paper's text reads "top singular value over the sum of singular values":
+  that reading, ``σ₁ / Σ σᵢ``, has its own name, the centred *singular* anisotropy
+  (``1/d`` isotropic too, but smaller than σ₁²/Σσ² whenever one direction dominates);
 * Pearson and Spearman correlation (e.g. drift against cosine anisotropy across layers).
 
 Every reduction accumulates in float64, a row chunk at a time, so memory stays bounded for
@@ -27,7 +30,6 @@ from jaxtyping import Float
 
 from tangentlens.metrics._validate import (
     CHUNK_ROWS,
-    check_choice,
     check_count,
     check_matrix,
     check_square,
@@ -37,11 +39,12 @@ from tangentlens.metrics._validate import (
 from tangentlens.typing import ArrayLike, Moment
 
 __all__ = [
-    "SPECTRA",
     "Correlation",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
     "centred_scatter",
+    "centred_singular_anisotropy",
+    "centred_singular_anisotropy_from_moments",
     "correlations",
     "cosine_anisotropy",
     "cosine_anisotropy_from_sums",
@@ -272,62 +275,82 @@ def covariance(H: ArrayLike, ddof: int = 1) -> Moment:
     return scatter / (X.shape[0] - ddof)
 
 
-#: Spectra the centred anisotropy can be read from (see :func:`centred_anisotropy`).
-SPECTRA: tuple[str, ...] = ("singular", "variance")
-
-
-def _top_share(scatter: Moment, spectrum: str) -> float:
-    """Top share of the spectrum of a symmetric PSD scatter matrix: ``σ₁/Σσᵢ`` with
-    ``σᵢ = √λᵢ`` ("singular") or ``λ₁/Σλᵢ`` ("variance")."""
-    check_choice(spectrum, "spectrum", SPECTRA)
+def _centred_spectrum(scatter: Moment) -> torch.Tensor:
+    """Eigenvalues ``σᵢ²`` (ascending) of a symmetric PSD centred scatter matrix, those at
+    rounding level set to 0 (they are zero variances; their square roots would not be small)."""
     sym = (scatter + scatter.T) / 2
     if not float(torch.diagonal(sym).sum()) > 0:
         raise ValueError(
             "the centred data have zero variance (all rows equal): anisotropy undefined"
         )
     values = torch.linalg.eigvalsh(sym)
-    # eigenvalues at rounding level are zero variances: their square roots would not be small
     noise = values.shape[0] * torch.finfo(values.dtype).eps * float(values[-1])
-    values = torch.where(values > noise, values, torch.zeros_like(values))
-    if spectrum == "singular":
-        values = values.sqrt()
+    return torch.where(values > noise, values, torch.zeros_like(values))
+
+
+def _centred_scatter_of(X: torch.Tensor) -> Moment:
+    """A matrix with the centred scatter's nonzero spectrum: the d × d scatter, or the smaller
+    n × n Gram matrix of the centred rows when ``n < d``."""
+    if X.shape[0] < X.shape[1]:
+        Xc = to_float64(X) - to_float64(X).mean(dim=0)
+        return Xc @ Xc.T
+    return centred_scatter(X)[1]
+
+
+def _moments_scatter(n: int, sum: ArrayLike, second_moment: ArrayLike) -> Moment:
+    n = check_count(n, "n", minimum=2)
+    s = to_float64(check_vector(sum, "sum"))
+    M = to_float64(check_square(second_moment, "second_moment", size=s.shape[0]))
+    return M - torch.outer(s, s.to(M.device)) / n
+
+
+def _variance_share(values: torch.Tensor) -> float:
     return float(values[-1] / values.sum())
 
 
-def centred_anisotropy(H: ArrayLike, spectrum: str = "singular") -> float:
-    """Top share of the singular spectrum of the centred ``H`` (n × d), rows not normalised;
-    ``n ≥ 2``. ``1/d`` for isotropic data, ``1`` when all variance lies along one direction.
+def _singular_share(values: torch.Tensor) -> float:
+    root = values.sqrt()
+    return float(root[-1] / root.sum())
 
-    ``spectrum="singular"`` (default): ``σ₁ / Σσᵢ``, as Razzhigaev et al. (2023) state it ("the
-    ratio of the top singular value to the sum of all singular values");
-    ``spectrum="variance"``: ``σ₁² / Σσᵢ²``, the largest covariance eigenvalue over the trace
-    (METHODS.md's reading).
+
+def centred_anisotropy(H: ArrayLike) -> float:
+    """``σ₁² / Σσᵢ²`` of the centred ``H`` (n × d), rows not normalised, ``n ≥ 2``: the largest
+    eigenvalue of the covariance over its trace (Razzhigaev et al. 2023, as their
+    ``llm_microscope.calculate_anisotropy_torch`` computes it; METHODS.md §2). ``1/d`` for
+    isotropic data, ``1`` when all variance lies along one direction. For the paper text's
+    ``σ₁/Σσᵢ`` see :func:`centred_singular_anisotropy`.
     """
     X = check_matrix(H, "H", min_rows=2)
-    n, d = X.shape
-    if n < d:  # same nonzero spectrum from the smaller n × n Gram matrix
-        Xc = to_float64(X) - to_float64(X).mean(dim=0)
-        return _top_share(Xc @ Xc.T, spectrum)
-    _, scatter = centred_scatter(X)
-    return _top_share(scatter, spectrum)
+    return _variance_share(_centred_spectrum(_centred_scatter_of(X)))
 
 
-def centred_anisotropy_from_moments(
-    n: int, sum: ArrayLike, second_moment: ArrayLike, spectrum: str = "singular"
-) -> float:
-    """:func:`centred_anisotropy` from streaming moments.
+def centred_singular_anisotropy(H: ArrayLike) -> float:
+    """``σ₁ / Σσᵢ`` (singular values, not variances) of the centred ``H`` (n × d), ``n ≥ 2``: the
+    reading of Razzhigaev et al.'s text ("the ratio of the top singular value to the sum of all
+    singular values"). ``1/d`` isotropic, ``1`` one direction; ≤ :func:`centred_anisotropy`
+    whenever the top direction holds more than its share."""
+    X = check_matrix(H, "H", min_rows=2)
+    return _singular_share(_centred_spectrum(_centred_scatter_of(X)))
+
+
+def centred_anisotropy_from_moments(n: int, sum: ArrayLike, second_moment: ArrayLike) -> float:
+    """:func:`centred_anisotropy` (``σ₁²/Σσᵢ²``) from streaming moments.
 
     Args:
         n: number of rows accumulated (≥ 2).
         sum: ``Σᵢ hᵢ``, shape ``(d,)``.
         second_moment: uncentred ``Σᵢ hᵢhᵢᵀ``, shape ``(d, d)``, accumulated in float64.
-        spectrum: ``"singular"`` or ``"variance"`` (see :func:`centred_anisotropy`).
 
     The centred scatter is ``second_moment − sum sumᵀ / n``, which cancels: the result's relative
     error is about ``10 ε ‖mean‖² / tr(cov)`` (ε = 2.2e-16), e.g. 1e-12 when the drift is 100× the
     spread, 1e-8 at 10 000×. :func:`centred_anisotropy` (two passes) has no such loss.
     """
-    n = check_count(n, "n", minimum=2)
-    s = to_float64(check_vector(sum, "sum"))
-    M = to_float64(check_square(second_moment, "second_moment", size=s.shape[0]))
-    return _top_share(M - torch.outer(s, s.to(M.device)) / n, spectrum)
+    return _variance_share(_centred_spectrum(_moments_scatter(n, sum, second_moment)))
+
+
+def centred_singular_anisotropy_from_moments(
+    n: int, sum: ArrayLike, second_moment: ArrayLike
+) -> float:
+    """:func:`centred_singular_anisotropy` (``σ₁/Σσᵢ``) from streaming moments (arguments and
+    precision as :func:`centred_anisotropy_from_moments`)."""
+    return _singular_share(_centred_spectrum(_moments_scatter(n, sum, second_moment)))

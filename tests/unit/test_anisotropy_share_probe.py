@@ -1,0 +1,174 @@
+"""The anisotropy-share probe on planted gradient moments with known answers (METHODS.md §1.4)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tangentlens.capture.accumulators import MomentAccumulator
+from tangentlens.metrics import anisotropy_shares_spectral, complement_frames
+from tangentlens.probes import anisotropy_share
+from tangentlens.probes.base import StepData
+from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
+
+D, K, N = 32, 4, 3000
+SITE = "blocks.2.hook_resid_post"
+LAYER, STEP = 2, 640
+
+
+def _basis(d: int, k: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))[0]
+
+
+def _exact_noise(n: int, seed: int) -> torch.Tensor:
+    """Rows with mean exactly 0 and ``XᵀX / n = I`` exactly (orthonormal design)."""
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, D, generator=gen, dtype=torch.float64)
+    return math.sqrt(n) * torch.linalg.qr(A - A.mean(dim=0))[0]
+
+
+def _isoscore(eigenvalues: list[float]) -> float:
+    """IsoScore of a covariance spectrum, written out from Rudman et al. 2022 (METHODS.md)."""
+    lam = torch.tensor(eigenvalues, dtype=torch.float64)
+    d = lam.numel()
+    lam_hat = math.sqrt(d) * lam / torch.linalg.vector_norm(lam)
+    defect = float(torch.linalg.vector_norm(lam_hat - 1)) / math.sqrt(2 * (d - math.sqrt(d)))
+    return ((d - defect**2 * (d - math.sqrt(d))) ** 2 - d) / (d * (d - 1))
+
+
+def _step(bins: list[torch.Tensor]) -> StepData:
+    """A step whose only site has gradient moments of the given bins (and of their union)."""
+    overall, per_bin = MomentAccumulator(D), []
+    for rows in bins:
+        overall.update(rows)
+        acc = MomentAccumulator(D)
+        acc.update(rows)
+        per_bin.append(acc)
+    site = SimpleNamespace(g=overall, g_bins=per_bin)
+    return StepData("planted", STEP, 0, SimpleNamespace(sites={SITE: site}), {SITE: LAYER}, 8)
+
+
+def _table(rows: list[dict]) -> dict[tuple[str, str, str], float]:
+    return {(r["method"], r["freq_bin"], r["metric"]): r["value"] for r in rows}
+
+
+T = _basis(D, K, 1)  # the proxy
+T1, T2 = T[:, 0], T[:, 1]
+CONTROLS = TangentEnergyConfig(draws=99, seed=3)
+CONFIG = anisotropy_share.AnisotropyShareConfig(isoscore_draws=19, zeta=0.0)
+
+
+def _planted_bins() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(2)
+    # bin 0: isotropic noise plus a large mean gradient along a direction of the proxy
+    mean_in_proxy = torch.randn(N, D, generator=gen, dtype=torch.float64) + 4.0 * T1
+    # bin 1: zero mean, variance 9 along a proxy direction and 1 in every other direction
+    stretched = _exact_noise(N, 3)
+    stretched = stretched + 2.0 * (stretched @ T2)[:, None] * T2
+    return [mean_in_proxy, stretched]
+
+
+def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value():
+    rows = anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, CONFIG, CONTROLS)
+    got = _table(rows)
+    assert {r["layer"] for r in rows} == {LAYER} and {r["rank"] for r in rows} == {K}
+    assert {r["n_tokens"] for r in rows if r["freq_bin"] == "0"} == {N}
+    # bin 0: the uncentred second moment is ≈ I + 16 t₁t₁ᵀ: its excess lies in the proxy. (The
+    # covariance, ≈ I, has no excess there: the centred share read ≈ 0.1, the noise's share.)
+    assert got[("pca", "0", "anisotropy_share_spectral")] == pytest.approx(1.0, abs=2e-3)
+    assert got[("pca", "0", "anisotropy_share_spectral_control_mean")] == pytest.approx(
+        0.0, abs=2e-3
+    )
+    assert got[("pca", "0", "anisotropy_share_spectral_p_value")] == 1 / 100
+    assert got[("pca", "0", "anisotropy_share_spectral_z")] > 100
+    # bin 1: exact design, second moment I + 8 t₂t₂ᵀ: share exactly 1, every control exactly 0
+    assert got[("pca", "1", "anisotropy_share_spectral")] == pytest.approx(1.0, abs=1e-12)
+    assert got[("pca", "1", "anisotropy_share_spectral_control_mean")] == pytest.approx(
+        0.0, abs=1e-12
+    )
+    assert got[("pca", "1", "anisotropy_share_spectral_control_std")] == pytest.approx(
+        0.0, abs=1e-12
+    )
+    assert got[("pca", "1", "anisotropy_share_spectral_p_value")] == 1 / 100
+    # ΔIsoScore* (ζ = 0: IsoScore of the bin covariance ∝ I + 8 t₂t₂ᵀ); removing the proxy leaves
+    # an isotropic (d − k)-dim cloud. Closed form; p at its floor 1/(isoscore_draws + 1) = 1/20.
+    before = _isoscore([9.0] + [1.0] * (D - 1))
+    after = _isoscore([1.0] * (D - K) + [0.0] * K)
+    assert got[("pca", "1", "delta_isoscore_star")] == pytest.approx(after - before, rel=1e-9)
+    assert got[("pca", "1", "delta_isoscore_star_p_value")] == 1 / 20
+    assert got[("pca", "1", "delta_isoscore_star_control_mean")] < 0  # removes isotropic dirs
+    assert got[("pca", "1", "delta_isoscore_star_z")] > 10
+
+
+def test_metric_names_and_one_row_each():
+    rows = anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, CONFIG, CONTROLS)
+    names = {
+        f"{view}{suffix}"
+        for view in ("anisotropy_share_spectral", "delta_isoscore_star")
+        for suffix in ("", "_control_mean", "_control_std", "_z", "_p_value")
+    }
+    assert {r["metric"] for r in rows} == names
+    assert len(rows) == len(names) * 3  # bins "all", "0", "1"
+
+
+def test_a_random_subspace_in_place_of_the_proxy_reads_at_control_level():
+    R = _basis(D, K, 9)  # unrelated to the planted mean direction t₁
+    rows = anisotropy_share.rows(
+        _step(_planted_bins()[:1]), {SITE: {"random": R}}, CONFIG, CONTROLS
+    )
+    got = _table(rows)
+    # the second moment ≈ I + 16 t₁t₁ᵀ: any frame Q holds ≈ ‖Qᵀt₁‖² of the excess, and a Haar
+    # frame in R's complement holds k/(d − k) · (1 − ‖Rᵀt₁‖²) on average
+    held = float((R.T @ T1).pow(2).sum())
+    share = got[("random", "0", "anisotropy_share_spectral")]
+    assert share == pytest.approx(held, abs=5e-3)
+    mean = got[("random", "0", "anisotropy_share_spectral_control_mean")]
+    std = got[("random", "0", "anisotropy_share_spectral_control_std")]
+    assert mean == pytest.approx(K / (D - K) * (1 - held), abs=4 * std / math.sqrt(99) + 5e-3)
+    assert got[("random", "0", "anisotropy_share_spectral_p_value")] > 0.05
+    assert abs(got[("random", "0", "anisotropy_share_spectral_z")]) < 2
+    assert got[("random", "0", "delta_isoscore_star_p_value")] > 0.05
+
+
+def test_controls_are_the_tangent_energy_frames():
+    step = _step(_planted_bins())
+    got = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, CONFIG, CONTROLS))
+    acc = step.statistics.sites[SITE].g_bins[0]
+    frames = complement_frames(T, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 0))
+    shares = anisotropy_shares_spectral(acc.second_moment / acc.count, frames)
+    assert got[("pca", "0", "anisotropy_share_spectral_control_mean")] == pytest.approx(
+        float(shares.mean()), rel=1e-12
+    )
+    assert got[("pca", "0", "anisotropy_share_spectral_control_std")] == pytest.approx(
+        float(shares.std()), rel=1e-12
+    )
+    # another tangent-energy seed gives other frames
+    reseeded = _table(
+        anisotropy_share.rows(
+            step, {SITE: {"pca": T}}, CONFIG, TangentEnergyConfig(draws=99, seed=4)
+        )
+    )
+    assert reseeded[("pca", "0", "anisotropy_share_spectral_control_mean")] != pytest.approx(
+        float(shares.mean()), rel=1e-6
+    )
+
+
+def test_more_isoscore_draws_than_energy_draws_extend_the_same_sequence():
+    few = TangentEnergyConfig(draws=5, seed=3)
+    many = anisotropy_share.AnisotropyShareConfig(isoscore_draws=9, zeta=0.0)
+    got = _table(anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, many, few))
+    assert got[("pca", "1", "anisotropy_share_spectral_p_value")] == 1 / 6
+    assert got[("pca", "1", "delta_isoscore_star_p_value")] == 1 / 10
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="isoscore_draws must be an integer ≥ 1"):
+        anisotropy_share.AnisotropyShareConfig(isoscore_draws=0)
+    with pytest.raises(ValueError, match="zeta"):
+        anisotropy_share.AnisotropyShareConfig(zeta=1.5)
+    with pytest.raises(TypeError, match="seed"):
+        anisotropy_share.AnisotropyShareConfig(seed=1)  # type: ignore[call-arg]
