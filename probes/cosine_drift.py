@@ -1,10 +1,23 @@
 """Cosine anisotropy and drift of the mean (Godey et al. 2024; METHODS.md §3), per site, from the
 streamed sums of every kept token: ``cosine_anisotropy`` (exact mean pairwise cosine),
-``drift_norm`` (‖mean‖), ``relative_drift`` (‖mean‖ / mean ‖h‖). Across the sites of a step:
-``drift_cosine_pearson`` / ``drift_cosine_spearman`` (site "-"; needs ≥ 3 sites)."""
+``drift_norm`` (‖mean(H)‖), ``relative_drift`` (‖mean‖ / mean ‖h‖).
+
+The drift–anisotropy correlation relates ‖mean(H)‖ to cosine anisotropy, as Godey et al. do —
+not relative drift, which for rows of equal norm is a monotone function of the mean cosine
+(``‖mean‖² / r² = 1/n + (1 − 1/n)·cos``), so its Spearman would be 1 whatever the model does:
+
+* ``drift_cosine_pearson`` / ``drift_cosine_spearman`` with ``method = "across_layers"`` — across
+  the sites of one step (site "-"; ≥ 3 sites);
+* the same metrics with ``method = "across_steps"`` — per site, across every scored step
+  (:func:`across_steps_rows`; ``step`` = the last step, ≥ 3 steps).
+
+``n_tokens`` of a correlation row is its number of points (sites or steps): a Spearman over a
+handful of points takes few values.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +29,14 @@ from tangentlens.metrics import (
     drift_norm_from_sums,
     relative_drift_from_sums,
 )
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Needs, StepData, make_row, row
 
-__all__ = ["NAME", "CosineDriftConfig", "needs", "rows"]
+__all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
 
 NAME = "cosine_drift"
+
+#: Fewest points a drift–anisotropy correlation is computed on.
+MIN_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,14 @@ def needs(config: CosineDriftConfig) -> Needs:
     return Needs()
 
 
+def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, float]]:
+    """``(metric, value)`` of the drift–anisotropy Pearson and Spearman (none below 3 points)."""
+    if len(drifts) < MIN_POINTS:
+        return []
+    corr = correlations(np.array(drifts), np.array(cosines))
+    return [("drift_cosine_pearson", corr.pearson), ("drift_cosine_spearman", corr.spearman)]
+
+
 def rows(data: StepData, config: CosineDriftConfig) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     drifts, cosines = [], []
@@ -40,7 +64,7 @@ def rows(data: StepData, config: CosineDriftConfig) -> list[dict[str, Any]]:
         cosine = cosine_anisotropy_from_sums(h.sum_unit, h.n_nonzero)
         drift = drift_norm_from_sums(h.sum, None, h.count)
         relative = relative_drift_from_sums(h.sum, float(h.sum_norms), h.count)
-        drifts.append(relative)
+        drifts.append(drift)
         cosines.append(cosine)
         for metric, value in (
             ("cosine_anisotropy", cosine),
@@ -48,8 +72,43 @@ def rows(data: StepData, config: CosineDriftConfig) -> list[dict[str, Any]]:
             ("relative_drift", relative),
         ):
             out.append(make_row(data, NAME, metric, value, site=site, n_tokens=h.count))
-    if len(drifts) >= 3:
-        corr = correlations(np.array(drifts), np.array(cosines))
-        out.append(make_row(data, NAME, "drift_cosine_pearson", corr.pearson))
-        out.append(make_row(data, NAME, "drift_cosine_spearman", corr.spearman))
+    common = {"method": "across_layers", "n_tokens": len(drifts)}
+    for metric, value in _correlation(drifts, cosines):
+        out.append(make_row(data, NAME, metric, value, **common))
+    return out
+
+
+def across_steps_rows(step_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per site, the drift–anisotropy correlation across steps from the ``drift_norm`` and
+    ``cosine_anisotropy`` rows of every scored step (any order; other rows are ignored). Keyed
+    at the last step, ``method = "across_steps"``; sites seen at fewer than 3 steps give none."""
+    points: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in step_rows:
+        if r["probe"] == NAME and r["metric"] in ("drift_norm", "cosine_anisotropy"):
+            points.setdefault((r["suite"], r["site"]), {}).setdefault(r["step"], {})[
+                r["metric"]
+            ] = r
+    out: list[dict[str, Any]] = []
+    for (suite, site), by_step in sorted(points.items()):
+        steps = sorted(s for s, m in by_step.items() if len(m) == 2)
+        if len(steps) < MIN_POINTS:
+            continue
+        last = by_step[steps[-1]]["drift_norm"]
+        drifts = [by_step[s]["drift_norm"]["value"] for s in steps]
+        cosines = [by_step[s]["cosine_anisotropy"]["value"] for s in steps]
+        for metric, value in _correlation(drifts, cosines):
+            out.append(
+                row(
+                    suite,
+                    last["step"],
+                    last["tokens_seen"],
+                    NAME,
+                    metric,
+                    value,
+                    site=site,
+                    layer=last["layer"],
+                    method="across_steps",
+                    n_tokens=len(steps),
+                )
+            )
     return out

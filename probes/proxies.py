@@ -1,23 +1,51 @@
 """Fitting the tangent proxies of a site: concept dictionaries on its activations.
 
-PCA is fitted from the streamed moments of every kept token; semi-NMF and SAEs on the sampled
-activation rows (the capture's reservoir). Each proxy is an orthonormal basis (d × rank).
+Every method is fitted on **centred** activations by default (METHODS.md §1.1: a tangent space is
+spanned by differences, and PCA, semi-NMF and SAEs are only comparable on the same data); over a
+window of checkpoints each checkpoint is centred on its own mean before pooling, so the change of
+the mean between checkpoints does not become "variance" that PCA's top component would chase.
+PCA comes from the (pooled, centred) streamed moments of every kept token; semi-NMF and SAEs from
+the sampled activation rows (the capture's reservoir). ``centre = False`` fits everything on the
+raw activations instead.
+
+The mean direction ``m̂ = mean(H) / ‖mean(H)‖`` is its own rank-1 proxy (method
+``mean_direction``, scored against rank-1 controls), so energy along the drift is reported as
+such. It follows the fit policy: the pooled window mean under ``frozen_early``, the step's mean
+under ``per_checkpoint``.
+
+Each proxy is an orthonormal basis (d × rank, float64); :class:`FittedProxies` also carries the
+fit diagnostics that tell whether a proxy is a good fit (:func:`fit_rows`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF
 from tangentlens.metrics._validate import check_count
+from tangentlens.probes.base import StepData, make_row
 from tangentlens.typing import Basis
 
-__all__ = ["METHODS", "ProxyConfig", "fit_proxies", "fit_proxy_bases"]
+__all__ = [
+    "FIT_PROBE",
+    "MEAN_DIRECTION",
+    "METHODS",
+    "ActivationPool",
+    "FittedProxies",
+    "ProxyConfig",
+    "fit_proxies",
+    "fit_rows",
+]
 
 METHODS: tuple[str, ...] = ("seminmf", "pca", "sae")
+#: The method name of the rank-1 proxy spanned by the mean activation.
+MEAN_DIRECTION = "mean_direction"
+#: The ``probe`` value of the fit-quality rows.
+FIT_PROBE = "proxy_fit"
 
 
 @dataclass(frozen=True)
@@ -25,7 +53,8 @@ class ProxyConfig:
     """Which dictionaries span the proxies, at which rank, with which seed.
 
     ``sae_samples``: activation rows the SAE trains on (the sample is cycled); ``sae_k``: active
-    latents per row of the TopK SAE.
+    latents per row of the TopK SAE; ``centre``: fit on activations centred per checkpoint;
+    ``mean_direction``: add the rank-1 proxy ``m̂``.
     """
 
     methods: tuple[str, ...] = ("seminmf", "pca")
@@ -34,6 +63,8 @@ class ProxyConfig:
     seminmf_max_iter: int = 500
     sae_samples: int = 100_000
     sae_k: int = 16
+    centre: bool = True
+    mean_direction: bool = True
 
     def __post_init__(self) -> None:
         methods = tuple(self.methods)
@@ -44,38 +75,123 @@ class ProxyConfig:
         check_count(self.rank, "rank", minimum=1)
 
 
-def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> dict[str, Basis]:
-    """One orthonormal basis (d × rank, float64) per method for this site: PCA from its moments,
-    semi-NMF / SAE on its reservoir's activation rows."""
+@dataclass(frozen=True)
+class FittedProxies:
+    """``bases[method]`` (d × rank, orthonormal, float64) and ``diagnostics[method][metric]``."""
+
+    bases: dict[str, Basis]
+    diagnostics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class ActivationPool:
+    """Activations of one site pooled over checkpoints, each centred on its own mean when the
+    fit is centred: moments (for PCA and the mean direction) and sampled rows (semi-NMF, SAE)."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[MomentAccumulator, torch.Tensor | None]] = []
+
+    def add(self, moments: MomentAccumulator, sample: torch.Tensor | None) -> None:
+        """One checkpoint's activation moments (with a second moment) and sampled rows (n × d)."""
+        if moments.second_moment is None or moments.count < 2:
+            raise ValueError("a checkpoint's activations need a second moment over ≥ 2 rows")
+        self._parts.append((moments, sample))
+
+    def fit(self, config: ProxyConfig) -> FittedProxies:
+        """Fit every method of ``config`` on the pooled activations."""
+        if not self._parts:
+            raise ValueError("no checkpoint's activations were added to the pool")
+        n = sum(m.count for m, _ in self._parts)
+        total = sum(m.sum for m, _ in self._parts)
+        d = total.shape[0]
+        second = torch.zeros(d, d, dtype=torch.float64)
+        rows: list[torch.Tensor] = []
+        for m, sample in self._parts:
+            mean = (m.sum / m.count).cpu()
+            scatter = m.second_moment.cpu() - m.count * torch.outer(mean, mean)  # type: ignore[union-attr]
+            second += scatter if config.centre else m.second_moment.cpu()  # type: ignore[union-attr]
+            if sample is not None:
+                rows.append(sample.double() - mean if config.centre else sample.double())
+        sample = torch.cat(rows) if rows else None
+        if sample is None and any(m in ("seminmf", "sae") for m in config.methods):
+            raise ValueError(
+                "semi-NMF and SAE proxies need sampled activation rows (the reservoir)"
+            )
+        out = FittedProxies({}, {})
+        for method in config.methods:
+            if method == "pca":
+                pca = PCA.from_moments(config.rank, n, torch.zeros(d, dtype=torch.float64), second)
+                out.bases[method] = pca.basis()
+                out.diagnostics[method] = {
+                    "pca_explained_variance": float(pca.explained_variance_ratio_.sum())
+                }
+            elif method == "seminmf":
+                nmf = SemiNMF(config.rank, seed=config.seed, max_iter=config.seminmf_max_iter)
+                nmf.fit(sample)
+                out.bases[method] = nmf.basis()
+                out.diagnostics[method] = {
+                    "seminmf_relative_error": nmf.relative_error_,
+                    "seminmf_svd_bound": nmf.svd_bound_,
+                    "seminmf_converged": float(nmf.converged_),
+                }
+            else:
+                sae = SAE(
+                    config.rank,
+                    k=config.sae_k,
+                    training_samples=config.sae_samples,
+                    batch_size=min(1024, sample.shape[0]),  # type: ignore[union-attr]
+                    seed=config.seed,
+                ).fit(sample)
+                out.bases[method] = sae.basis()
+                out.diagnostics[method] = {
+                    "sae_explained_variance": sae.explained_variance_,
+                    "sae_l0": sae.l0_,
+                }
+        if config.mean_direction:
+            mean = (total / n).double().cpu()
+            norm = float(mean.norm())
+            if not norm > 0:
+                raise ValueError("the mean activation is zero: the mean direction is undefined")
+            out.bases[MEAN_DIRECTION] = (mean / norm)[:, None]
+        return out
+
+
+def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> FittedProxies:
+    """Proxies of one step's site: PCA from its moments, semi-NMF / SAE on its reservoir."""
+    pool = ActivationPool()
     sample = None
     if site.reservoir is not None and len(site.reservoir):
         sample = site.reservoir.columns()["H"]
-    return fit_proxy_bases(site.h, sample, config)
+    pool.add(site.h, sample)
+    return pool.fit(config)
 
 
-def fit_proxy_bases(
-    moments: MomentAccumulator, sample: torch.Tensor | None, config: ProxyConfig
-) -> dict[str, Basis]:
-    """Proxies from activation ``moments`` (PCA) and sampled rows ``sample`` (n × d; semi-NMF,
-    SAE) — e.g. pooled over the early window of steps."""
-    if sample is None and any(m in ("seminmf", "sae") for m in config.methods):
-        raise ValueError("semi-NMF and SAE proxies need sampled activation rows (the reservoir)")
-    proxies: dict[str, torch.Tensor] = {}
-    for method in config.methods:
-        if method == "pca":
-            fitted = PCA.from_moments(
-                config.rank, moments.count, moments.sum, moments.second_moment
-            )
-        elif method == "seminmf":
-            fitted = SemiNMF(config.rank, seed=config.seed, max_iter=config.seminmf_max_iter)
-            fitted.fit(sample)
-        else:
-            fitted = SAE(
-                config.rank,
-                k=config.sae_k,
-                training_samples=config.sae_samples,
-                batch_size=min(1024, sample.shape[0]),  # type: ignore[union-attr]
-                seed=config.seed,
-            ).fit(sample)
-        proxies[method] = fitted.basis()
-    return proxies
+def fit_rows(
+    data: StepData, proxies: dict[str, dict[str, Basis]], diagnostics: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Fit-quality rows (probe ``proxy_fit``) for every site of the step:
+
+    * ``explained_variance`` — the share of this step's centred activation variance inside each
+      scored proxy, ``tr(Qᵀ C Q) / tr(C)``; under ``frozen_early`` it tells how much of a later
+      step's variance the frozen proxy still explains;
+    * the fit's own diagnostics where this step's activations were fitted (``diagnostics[site]
+      [method][metric]``): ``pca_explained_variance``, ``seminmf_relative_error`` and
+      ``seminmf_svd_bound`` (the truncated-SVD error at the same rank, a floor),
+      ``seminmf_converged`` (1/0), ``sae_explained_variance``, ``sae_l0``.
+    """
+    out: list[dict[str, Any]] = []
+    for site, by_method in proxies.items():
+        stats = data.statistics.sites.get(site)
+        if stats is None or stats.h.count < 2:
+            continue
+        cov = stats.h.covariance().cpu()
+        trace = float(torch.diagonal(cov).sum())
+        for method, basis in by_method.items():
+            common = {"site": site, "method": method, "rank": basis.shape[1]}
+            if trace > 0:
+                inside = float(torch.einsum("dk,de,ek->", basis, cov, basis))
+                out.append(
+                    make_row(data, FIT_PROBE, "explained_variance", inside / trace, **common)
+                )
+            for metric, value in diagnostics.get(site, {}).get(method, {}).items():
+                out.append(make_row(data, FIT_PROBE, metric, value, **common))
+    return out

@@ -1,11 +1,14 @@
 """Subspace stability (METHODS.md §1.8): principal angles between tangent proxies.
 
-Per site and step: between every pair of methods at this step (``method = "pca~seminmf"``),
-between this step's proxy and the previous selected step's (``method = "<m>@prev"``), and, with
-``seeds > 1``, between the seeded dictionaries (semi-NMF, SAE) refitted on this step's sample
-with other seeds and the same refit at the recipe's seed (``method = "<m>~seed<s>"``; same data,
-so only the seed differs). Metrics:
-``principal_angle_mean`` and ``principal_angle_max`` (degrees)."""
+Every comparison is between proxies fitted on each step's own activations (its *refit*): under
+``frozen_early`` the frozen proxy compared with itself would read 0° by construction. Per site and
+step: between every pair of methods (``method = "pca~seminmf"``), between this step's refit and
+the previous selected step's (``method = "<m>@prev"``), under ``frozen_early`` between this
+step's refit and the frozen proxy (``method = "<m>@frozen"``: is the frozen proxy still valid?),
+and, with ``seeds > 1``, between the seeded dictionaries (semi-NMF, SAE) refitted on this step's
+sample with other seeds and the same refit at the recipe's seed (``method = "<m>~seed<s>"``; same
+data, so only the seed differs). Metrics: ``principal_angle_mean`` and ``principal_angle_max``
+(degrees)."""
 
 from __future__ import annotations
 
@@ -53,11 +56,12 @@ def rows(
     previous: dict[str, dict[str, Basis]] | None,
     reseeded: dict[str, dict[str, dict[int, Basis]]],
     config: SubspaceStabilityConfig,
+    frozen: dict[str, dict[str, Basis]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``proxies`` of this step and ``previous`` of the previous selected step (None at the
-    first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the dictionary
+    """``proxies``: this step's refits and ``previous`` the previous selected step's (None at
+    the first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the dictionary
     refitted on this step's sample at the recipe's seed (the smallest) and at other seeds
-    (empty when ``seeds == 1``)."""
+    (empty when ``seeds == 1``); ``frozen`` the frozen-early proxies (None otherwise)."""
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():
         for (m1, q1), (m2, q2) in itertools.combinations(sorted(by_method.items()), 2):
@@ -67,8 +71,10 @@ def rows(
             for seed in others:
                 label = f"{method}~seed{seed}"
                 out += _angle_rows(data, site, label, by_seed[base_seed], by_seed[seed])
-        if previous is not None and site in previous:
+        for label, other in (("prev", previous), ("frozen", frozen)):
+            if other is None or site not in other:
+                continue
             for method, basis in sorted(by_method.items()):
-                if method in previous[site]:
-                    out += _angle_rows(data, site, f"{method}@prev", basis, previous[site][method])
+                if method in other[site]:
+                    out += _angle_rows(data, site, f"{method}@{label}", basis, other[site][method])
     return out

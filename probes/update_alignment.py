@@ -1,5 +1,5 @@
-"""Update alignment (METHODS.md §1.7): does what changed between the previous selected step and
-this one fall in the tangent proxy? Two kinds of update rows, each scored like gradient energy
+"""Update alignment (METHODS.md §1.7): does what changed between the previous selected step s and
+this one s′ fall in the tangent proxy? Two kinds of update rows, each scored like gradient energy
 against the same seeded controls (``*_energy_fraction``, ``*_energy_ratio``, ``*_energy_p_value``,
 one row set per site and proxy method):
 
@@ -7,6 +7,13 @@ one row set per site and proxy method):
   embedding site's proxy (needs ``capture.embed = true``);
 * ``centroid_update`` — the change of the mean activation of each of the ``centroid_types`` most
   frequent token types, in each site's proxy.
+
+The proxies must come from data of step s or earlier: a proxy fitted after the update contains
+its directions and scores it high by construction. The sweep passes step s's own proxies under
+``per_checkpoint`` and the frozen proxies under ``frozen_early``; a transition that ends inside
+the frozen fit window (s′ ≤ the window's last checkpoint) was seen by that fit, so its rows are
+named ``embedding_update_in_window_*`` / ``centroid_update_in_window_*`` and stay out of the
+headline metrics.
 """
 
 from __future__ import annotations
@@ -85,14 +92,20 @@ def rows(
     embedding_delta: tuple[str, torch.Tensor] | None,
     centroid_deltas: dict[str, torch.Tensor],
     config: UpdateAlignmentConfig,
+    *,
+    in_window: bool = False,
 ) -> list[dict[str, Any]]:
-    """``embedding_delta``: ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site,
-    the change of the tracked types' centroids (m × d)."""
+    """Score the update ending at ``data.step``. ``proxies`` ``{site: {method: basis}}`` must be
+    fitted on data of the previous step or earlier; ``in_window``: the transition ends inside
+    the frozen fit window (rows named ``*_update_in_window_*``). ``embedding_delta``:
+    ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site, the change of the
+    tracked types' centroids (m × d, float64)."""
+    suffix = "_in_window" if in_window else ""
     out: list[dict[str, Any]] = []
     if embedding_delta is not None and embedding_delta[0] in proxies:
         site, delta = embedding_delta
-        out += _score(data, "embedding_update", site, proxies[site], delta, config)
+        out += _score(data, f"embedding_update{suffix}", site, proxies[site], delta, config)
     for site, delta in centroid_deltas.items():
         if site in proxies:
-            out += _score(data, "centroid_update", site, proxies[site], delta, config)
+            out += _score(data, f"centroid_update{suffix}", site, proxies[site], delta, config)
     return out

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from tangentlens.cli import main
 from tangentlens.sweep.store import SCHEMA, read_results
@@ -64,6 +65,7 @@ def _rows(run_dir):
 def test_results_schema_manifest_and_report(finished_run, env, capsys):
     parts = sorted((finished_run / "results").glob("*.parquet"))
     assert [p.stem for p in parts] == [
+        "across-steps",
         "step-00000000",
         "step-00000004",
         "step-00000040",
@@ -125,7 +127,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / ".lock").exists()  # a killed sweep leaves its lock…
-    assert len(list((out / "results").glob("*.parquet"))) < 4
+    assert len(list((out / "results").glob("*.parquet"))) < 5
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
     resumed, reference = _rows(out), _rows(finished_run)
@@ -133,6 +135,40 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     for key, row in reference.items():
         assert all(_same(row[f], resumed[key][f]) for f in row), key
     assert not list((out / "results").glob(".*"))  # no temporary file left behind
+
+
+def test_per_checkpoint_updates_are_scored_in_the_proxy_of_the_earlier_step(env, tmp_path):
+    """The update s → s′ must be scored in a proxy fitted on data of s: a proxy fitted at s′
+    already contains the update's directions."""
+    from tangentlens.metrics import energy_fraction
+
+    out = tmp_path / "per-checkpoint"
+    argv = ["sweep", "--recipe", MICRO, "--out", str(out)]
+    assert main([*argv, "--set", "probes.tangent_energy.fit_policy='per_checkpoint'"]) == 0
+    rows = read_results(out).to_pylist()
+    state = out / "state"
+    before, after = (torch.load(state / f"centroids-{s:08d}.pt") for s in (4, 40))
+    proxies = {s: torch.load(state / f"proxies-{s:08d}.pt") for s in (4, 40)}
+    site, checked = "blocks.1.hook_resid_post", 0
+    (ids_a, old), (ids_b, new) = before[site], after[site]
+    at_a = {i: n for n, i in enumerate(ids_a.tolist())}
+    common = [(n, at_a[i]) for n, i in enumerate(ids_b.tolist()) if i in at_a]
+    delta = new[[b for b, _ in common]] - old[[a for _, a in common]]
+    for method in ("pca", "seminmf"):
+        (row,) = [
+            r
+            for r in rows
+            if r["step"] == 40
+            and r["site"] == site
+            and r["method"] == method
+            and r["metric"] == "centroid_update_energy_fraction"
+        ]
+        expected = energy_fraction(delta, proxies[4][site][method])
+        assert row["value"] == pytest.approx(expected, rel=1e-9)
+        assert abs(expected - energy_fraction(delta, proxies[40][site][method])) > 1e-3
+        checked += 1
+    assert checked == 2
+    assert not any("in_window" in r["metric"] for r in rows)
 
 
 def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):

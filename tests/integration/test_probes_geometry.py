@@ -28,7 +28,7 @@ def test_cosine_drift(micro_step_data):
     assert table[(site, "-", "all", "drift_norm")]["value"] == pytest.approx(
         float(h.sum.norm() / h.count)
     )
-    assert ("-", "-", "all", "drift_cosine_pearson") not in table  # 2 sites < 3
+    assert ("-", "across_layers", "all", "drift_cosine_pearson") not in table  # 2 sites < 3
 
 
 def test_shape_of_learning(micro_step_data):

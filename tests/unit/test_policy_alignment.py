@@ -3,31 +3,38 @@
 import pytest
 import torch
 
-from tangentlens.dictionaries import fit_windows
+from tangentlens.dictionaries import early_window, in_window
 from tangentlens.metrics import centroid_shift, complement_frames, update_alignment
+from tangentlens.models.schedule import PYTHIA_STEPS, log_spaced_schedule
 
 
-def test_frozen_early_pools_the_first_30_percent():
-    steps = [0, 1, 2, 4, 8, 16, 32, 64, 100, 200]
-    windows = fit_windows(steps, "frozen_early")
-    assert set(windows) == set(steps)
-    assert all(w == (0, 1, 2) for w in windows.values())  # ceil(0.3 × 10) = 3
-    assert fit_windows(steps[:2], "frozen_early", early_fraction=0.1)[1] == (0,)
-    assert fit_windows(steps, "frozen_early", early_fraction=1.0)[0] == tuple(steps)
-    assert fit_windows(steps, "per_checkpoint")[64] == (64,)
+def test_frozen_early_window_follows_training_progress_not_the_selection():
+    mini = log_spaced_schedule(1200, 100)  # 0, 1, 2, …, 64, 100, 200, …, 1200
+    # step ≤ 0.3 × 1200 = 360: eleven candidates, thinned to 8 evenly spaced in step
+    assert early_window(mini) == (0, 8, 16, 32, 64, 100, 200, 300)
+    # Pythia: ≤ 42900, 53 candidates → every 6000 steps (the old window of a log:12
+    # selection was steps 0, 2, 8, 32)
+    assert early_window(PYTHIA_STEPS) == tuple(range(0, 42_001, 6000))
+    assert early_window(mini, max_checkpoints=20) == (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 300)
+    assert early_window(mini, early_fraction=1.0, max_checkpoints=2) == (0, 1200)
+    assert early_window(mini, max_checkpoints=1) == (300,)
+    assert early_window([500, 1000]) == (500,)  # nothing ≤ 300: the first checkpoint
 
 
-def test_fit_policy_bad_input():
-    with pytest.raises(
-        ValueError, match=r"policy must be one of \('frozen_early', 'per_checkpoint'\)"
-    ):
-        fit_windows([0, 1], "frozen_late")
-    with pytest.raises(ValueError, match="distinct and ascending"):
-        fit_windows([4, 1], "per_checkpoint")
+def test_transitions_inside_the_window():
+    window = (0, 8, 16, 300)
+    assert in_window(300, window) and in_window(16, window)
+    assert not in_window(400, window)
+    assert not in_window(0, ())
+
+
+def test_fit_window_bad_input():
     with pytest.raises(ValueError, match="early_fraction"):
-        fit_windows([0, 1], "frozen_early", early_fraction=0.0)
-    with pytest.raises(ValueError, match="at least one step"):
-        fit_windows([], "frozen_early")
+        early_window([0, 1], early_fraction=0.0)
+    with pytest.raises(ValueError, match="max_checkpoints"):
+        early_window([0, 1], max_checkpoints=0)
+    with pytest.raises(ValueError, match="no checkpoints"):
+        early_window([])
 
 
 def test_centroid_shift_and_update_alignment():
@@ -47,3 +54,40 @@ def test_centroid_shift_and_update_alignment():
     assert result.energy_p_value == pytest.approx(1 / 20)
     with pytest.raises(ValueError, match="no token type"):
         centroid_shift(count_a, sum_a, count_b, sum_b, min_count=6)
+
+
+def _alignment_rows(delta, proxy, in_window=False):
+    from tangentlens.probes import update_alignment as probe
+    from tangentlens.probes.base import StepData
+
+    data = StepData("s", 8, 0, statistics=None, layers={"site": 1}, seq_len=4)
+    config = probe.UpdateAlignmentConfig(draws=99)
+    rows = probe.rows(
+        data, {"site": {"pca": proxy}}, None, {"site": delta}, config, in_window=in_window
+    )
+    return {r["metric"]: r["value"] for r in rows}
+
+
+def test_update_alignment_reads_chance_for_random_updates_and_high_for_planted_ones():
+    gen = torch.Generator().manual_seed(3)
+    d, k, m = 64, 4, 300
+    proxy = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))[0]
+    random_update = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    got = _alignment_rows(random_update, proxy)
+    # chance: E = k/d up to sampling; ratio ≈ 1; p far from its floor 1/100
+    assert got["centroid_update_energy_fraction"] == pytest.approx(k / d, rel=0.15)
+    assert got["centroid_update_energy_ratio"] == pytest.approx(1.0, abs=0.15)
+    assert got["centroid_update_energy_p_value"] > 0.05
+    planted = torch.randn(m, k, generator=gen, dtype=torch.float64) @ proxy.T
+    planted = planted + 0.05 * random_update  # mostly inside the proxy of s
+    got = _alignment_rows(planted, proxy)
+    inside = float((planted @ proxy).pow(2).sum() / planted.pow(2).sum())
+    assert got["centroid_update_energy_fraction"] == pytest.approx(inside, rel=1e-10)
+    assert inside > 0.9
+    assert got["centroid_update_energy_p_value"] == pytest.approx(1 / 100)
+    marked = _alignment_rows(planted, proxy, in_window=True)
+    assert set(marked) == {
+        "centroid_update_in_window_energy_fraction",
+        "centroid_update_in_window_energy_ratio",
+        "centroid_update_in_window_energy_p_value",
+    }

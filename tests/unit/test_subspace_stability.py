@@ -33,3 +33,15 @@ def test_angles_between_methods_steps_and_seeds():
     assert all(r["layer"] == 2 for r in rows)
     with pytest.raises(ValueError, match="seeds"):
         subspace_stability.SubspaceStabilityConfig(seeds=0)
+
+
+def test_frozen_early_compares_each_refit_with_the_frozen_proxy():
+    data = StepData("s", 10, 0, statistics=None, layers={"site": 2}, seq_len=8)
+    frozen = {"site": {"pca": _rotated(0.0)}}
+    refit = {"site": {"pca": _rotated(math.radians(20))}}
+    config = subspace_stability.SubspaceStabilityConfig()
+    rows = subspace_stability.rows(data, refit, None, {}, config, frozen=frozen)
+    got = {(r["method"], r["metric"]): r["value"] for r in rows}
+    assert got[("pca@frozen", "principal_angle_max")] == pytest.approx(20)
+    assert got[("pca@frozen", "principal_angle_mean")] == pytest.approx(10)
+    assert subspace_stability.rows(data, refit, None, {}, config) == []  # no frozen, no @frozen

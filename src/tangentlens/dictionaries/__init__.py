@@ -3,7 +3,7 @@ SAELens) whose span is the tangent proxy, and float64 subspace tools."""
 
 from tangentlens.dictionaries.base import ConceptDictionary, check_rank
 from tangentlens.dictionaries.pca import PCA
-from tangentlens.dictionaries.policy import FIT_POLICIES, fit_windows
+from tangentlens.dictionaries.policy import FIT_POLICIES, early_window, in_window
 from tangentlens.dictionaries.sae import SAE, SAE_ARCHITECTURES
 from tangentlens.dictionaries.seminmf import SOLVERS, SemiNMF
 from tangentlens.metrics.subspace import (
@@ -25,7 +25,8 @@ __all__ = [
     "SemiNMF",
     "check_basis",
     "check_rank",
-    "fit_windows",
+    "early_window",
+    "in_window",
     "principal_angles",
     "projector",
     "span_basis",

@@ -1,35 +1,84 @@
 """Fit policies: which checkpoints' activations a step's tangent proxy is fitted on.
 
-* ``frozen_early`` — fit once on the activations pooled over the first ``early_fraction`` of the
-  selected steps (default 30 %, at least one step) and hold that proxy fixed for every step, as
-  Bernas et al. do;
+* ``frozen_early`` — fit once on activations pooled over the suite's early checkpoints and hold
+  that proxy fixed for every scored step, as Bernas et al. do. The window is defined by training
+  progress over the **suite's own checkpoints**, not by which steps a sweep scores: the
+  checkpoints with ``step ≤ early_fraction × final step`` (default 0.3), at most
+  ``max_checkpoints`` of them (default 8), chosen evenly spaced in step (:func:`early_window`);
 * ``per_checkpoint`` — fit at each step on that step's own activations.
+
+An update ``s → s′`` is scored inside the window (:func:`in_window`) when ``s′`` is at most the
+window's last step: the frozen proxy was fitted on data that already contains it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from tangentlens.metrics._validate import check_choice, check_fraction
+from tangentlens.metrics._validate import check_count, check_fraction
 
-__all__ = ["FIT_POLICIES", "fit_windows"]
+__all__ = ["FIT_POLICIES", "early_window", "in_window"]
 
 FIT_POLICIES: tuple[str, ...] = ("frozen_early", "per_checkpoint")
 
 
-def fit_windows(
-    steps: Sequence[int], policy: str, early_fraction: float = 0.3
-) -> dict[int, tuple[int, ...]]:
-    """For each step (ascending, distinct), the steps whose pooled activations fit its proxy."""
-    policy = check_choice(policy, "policy", FIT_POLICIES)
+def early_window(
+    checkpoints: Sequence[int], early_fraction: float = 0.3, max_checkpoints: int = 8
+) -> tuple[int, ...]:
+    """The frozen-early fit window of a suite whose checkpoints are ``checkpoints``.
+
+    Candidates are the checkpoints with ``step ≤ early_fraction × max(checkpoints)``. When there
+    are more than ``max_checkpoints``, the window is the ascending choice of candidates closest
+    to ``max_checkpoints`` evenly spaced targets between the first and last candidate (least
+    total distance, by dynamic programming), so a log-spaced schedule does not crowd it with
+    barely trained models. With ``max_checkpoints = 1`` it is the last candidate.
+
+    >>> early_window([0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 300, 400, 1200])
+    (0, 8, 16, 32, 64, 100, 200, 300)
+    >>> early_window(range(0, 1001, 50), max_checkpoints=3)
+    (0, 150, 300)
+    """
     fraction = check_fraction(early_fraction, "early_fraction", low_open=True)
-    ordered = list(steps)
+    limit = check_count(max_checkpoints, "max_checkpoints", minimum=1)
+    ordered = sorted(set(int(s) for s in checkpoints))
     if not ordered:
-        raise ValueError("no steps selected: a fit policy needs at least one step")
-    if ordered != sorted(set(ordered)):
-        raise ValueError(f"steps must be distinct and ascending, got {ordered}")
-    if policy == "per_checkpoint":
-        return {step: (step,) for step in ordered}
-    window = tuple(ordered[: max(1, math.ceil(fraction * len(ordered)))])
-    return dict.fromkeys(ordered, window)
+        raise ValueError("the suite has no checkpoints: a fit window needs at least one")
+    candidates = [s for s in ordered if s <= fraction * ordered[-1]] or ordered[:1]
+    if len(candidates) <= limit:
+        return tuple(candidates)
+    if limit == 1:
+        return (candidates[-1],)
+    return tuple(_closest_increasing(candidates, limit))
+
+
+def _closest_increasing(candidates: list[int], n: int) -> list[int]:
+    """``n`` ascending candidates minimising ``Σ |cᵢ − tᵢ|`` against ``n`` evenly spaced
+    targets from the first to the last candidate."""
+    first, last = candidates[0], candidates[-1]
+    targets = [first + (last - first) * i / (n - 1) for i in range(n)]
+    m = len(candidates)
+    inf = float("inf")
+    cost = [[abs(c - targets[0]) for c in candidates]]
+    back: list[list[int]] = [[-1] * m]
+    for i in range(1, n):
+        row, links = [inf] * m, [-1] * m
+        best, best_at = inf, -1
+        for j in range(m):
+            if j >= 1 and cost[i - 1][j - 1] < best:
+                best, best_at = cost[i - 1][j - 1], j - 1
+            if best < inf:
+                row[j], links[j] = best + abs(candidates[j] - targets[i]), best_at
+        cost.append(row)
+        back.append(links)
+    j = min(range(m), key=lambda c: (cost[-1][c], -c))
+    chosen = []
+    for i in range(n - 1, -1, -1):
+        chosen.append(candidates[j])
+        j = back[i][j]
+    return chosen[::-1]
+
+
+def in_window(step: int, window: Sequence[int]) -> bool:
+    """Whether the update that ends at ``step`` lies inside the fit ``window`` (``step ≤`` its
+    last checkpoint): a proxy fitted on that window has seen the update."""
+    return bool(window) and step <= max(window)

@@ -3,6 +3,7 @@ compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-rend
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -73,9 +74,25 @@ def _layer_label(layer: Any) -> str:
     return "emb" if layer is None else f"L{layer}"
 
 
+def _window_line(run_dir: Path) -> str | None:
+    """The frozen-early fit window recorded in the run's manifest, as one line."""
+    manifest = Path(run_dir) / "manifest.json"
+    window = json.loads(manifest.read_text()).get("fit_window") if manifest.exists() else None
+    if not window:
+        return None
+    return (
+        f"frozen-early proxies fitted on checkpoints {', '.join(map(str, window))}; update "
+        f"alignment of transitions ending at step ≤ {window[-1]} is reported as *_in_window_*"
+    )
+
+
 def render_report(run_dir: str | Path, console: Console) -> None:
     """Print the headline tables of the run in ``run_dir``."""
     rows = read_results(run_dir).to_pylist()
+    window = _window_line(Path(run_dir))
+    if window:
+        console.print(f"[dim]{window}[/]")
+        console.print()
     probes = {r["probe"] for r in rows}
     tables: list[Table | None] = [
         _pivot(
@@ -88,8 +105,8 @@ def render_report(run_dir: str | Path, console: Console) -> None:
     ]
     layer_metrics = [
         ("cosine_drift", "cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
-        ("cosine_drift", "relative_drift", "relative drift ‖mean‖ / mean‖h‖"),
-        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁/Σσ"),
+        ("cosine_drift", "drift_norm", "drift ‖mean(H)‖"),
+        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
         ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
         ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over heads"),
         ("qk_drift", "attention_entropy", "attention entropy (nats), mean over heads"),

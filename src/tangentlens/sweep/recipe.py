@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.dictionaries import FIT_POLICIES
-from tangentlens.metrics._validate import check_count
+from tangentlens.metrics._validate import check_count, check_fraction
 from tangentlens.models.untrained_block import UntrainedBlockConfig
 from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
 from tangentlens.probes.cosine_drift import CosineDriftConfig
@@ -108,7 +108,8 @@ CAPTURE_SITE_KINDS: tuple[str, ...] = (
 @dataclass(frozen=True)
 class CaptureSpec:
     """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at every layer, plus the embedding if
-    ``embed``), the reservoir size, the loss reduction and the seed."""
+    ``embed``), the reservoir size, the loss reduction (``"sum"``, the only one: gradients of
+    the summed token loss) and the seed."""
 
     sites: tuple[str, ...] = ("resid_post",)
     embed: bool = False
@@ -123,8 +124,11 @@ class CaptureSpec:
                     f"capture.sites: unknown site kind {kind!r}; allowed: {CAPTURE_SITE_KINDS}"
                     f"{_suggest(kind, CAPTURE_SITE_KINDS)}"
                 )
-        if self.reduction not in ("sum", "mean"):
-            raise ValueError(f"capture.reduction must be 'sum' or 'mean', got {self.reduction!r}")
+        if self.reduction != "sum":
+            raise ValueError(
+                f"capture.reduction must be 'sum', got {self.reduction!r} ('mean' was removed: "
+                "dividing each batch by its own token count reweighted tokens across batches)"
+            )
         check_count(self.reservoir, "capture.reservoir", minimum=0)
 
 
@@ -136,12 +140,15 @@ class TangentSpec:
     rank: int = 16
     fit_policy: str = "per_checkpoint"
     early_fraction: float = 0.3
+    window_checkpoints: int = 8
     draws: int = 100
     bootstrap: int = 200
     data_matched_m: int | None = None
     seminmf_max_iter: int = 500
     sae_samples: int = 100_000
     sae_k: int = 16
+    centre: bool = True
+    mean_direction: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -156,6 +163,8 @@ class TangentSpec:
                     f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
                     f"{METHODS}{_suggest(method, METHODS)}"
                 )
+        check_fraction(self.early_fraction, "probes.tangent_energy.early_fraction", low_open=True)
+        check_count(self.window_checkpoints, "probes.tangent_energy.window_checkpoints", minimum=1)
         self.proxy_config()
         self.energy_config()
 
@@ -167,6 +176,8 @@ class TangentSpec:
             seminmf_max_iter=self.seminmf_max_iter,
             sae_samples=self.sae_samples,
             sae_k=self.sae_k,
+            centre=self.centre,
+            mean_direction=self.mean_direction,
         )
 
     def energy_config(self) -> TangentEnergyConfig:

@@ -2,12 +2,17 @@
 
 Units, in order:
 
-* ``fit-proxies`` (only with ``fit_policy = "frozen_early"``) — the early window's steps are
-  captured forward-only and the proxies fitted on their pooled activations (PCA on pooled
-  moments, semi-NMF / SAE on the pooled sampled rows), saved to ``state/proxies.pt``;
+* ``fit-proxies`` (only with ``fit_policy = "frozen_early"``) — the suite's early checkpoints
+  (:func:`tangentlens.dictionaries.early_window`: step ≤ ``early_fraction`` × the final step, at
+  most ``window_checkpoints``, whatever steps the sweep scores) are captured forward-only and
+  the proxies fitted on their pooled activations (PCA on pooled moments, semi-NMF / SAE on the
+  pooled sampled rows), saved to ``state/proxies.pt``;
 * ``step-<N>`` — one capture of step N with everything the enabled probes need, then every
   probe's rows plus the capture's own rows (probe ``capture``: ``mean_loss``, ``n_tokens``,
-  ``excluded_<reason>``).
+  ``excluded_<reason>``). Update alignment scores the transition from the previous selected
+  step with proxies from data of that step or earlier (its own fit, or the frozen proxies);
+* ``across-steps`` — rows computed from every step's rows once they all exist (the
+  drift–anisotropy correlation across steps).
 
 A finished unit's rows land atomically in ``results/<unit>.parquet``; ``--resume`` skips those,
 so interrupting at any moment and resuming gives exactly the table of an uninterrupted run.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,13 +44,15 @@ from tangentlens.data import (
     FrequencyBins,
     FrequencyTable,
     SpecialTokens,
+    document_encoder,
     iter_batches,
     limit_tokens,
     load_corpus,
-    pack_causal,
-    pack_encoder,
+    pack_rows,
+    special_tokens_of,
     tokenize_corpus,
 )
+from tangentlens.dictionaries import early_window, in_window
 from tangentlens.models import hook_name, open_suite
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import (
@@ -58,12 +66,24 @@ from tangentlens.probes import (
     untrained_block,
     update_alignment,
 )
-from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.proxies import fit_proxies, fit_proxy_bases
+from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.proxies import FIT_PROBE, ActivationPool, fit_proxies, fit_rows
 from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
 
-__all__ = ["SweepEvent", "run_sweep"]
+__all__ = ["ESTIMATORS", "SweepEvent", "run_sweep"]
+
+#: The estimator choices behind the metrics, recorded in every run's manifest.
+ESTIMATORS: dict[str, str] = {
+    "fit_window": "frozen_early: the suite's checkpoints with step ≤ early_fraction × final step, "
+    "at most window_checkpoints, evenly spaced in step",
+    "update_alignment": "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: "
+    "s's own fit; frozen_early: the frozen proxies, *_update_in_window_* when s′ ≤ the window's "
+    "last checkpoint); centroid differences in float64",
+    "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
+    "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
+    "steps (per site, at the last step); n_tokens = number of points",
+}
 
 _SIMPLE_PROBES = {
     "cosine_drift": cosine_drift,
@@ -95,19 +115,7 @@ class _Data:
 
 
 def _special_tokens(tokenizer: Any, family: str) -> SpecialTokens:
-    def token_id(name: str) -> int | None:
-        return getattr(tokenizer, f"{name}_token_id", None)
-
-    if family == "encoder":
-        unk = token_id("unk")
-        return SpecialTokens(
-            pad_id=token_id("pad"),
-            cls_id=token_id("cls"),
-            sep_id=token_id("sep"),
-            mask_id=token_id("mask"),
-            other_ids=frozenset() if unk is None else frozenset({unk}),
-        )
-    return SpecialTokens(bos_id=token_id("bos"), eos_id=token_id("eos"), pad_id=token_id("pad"))
+    return special_tokens_of(tokenizer, family)
 
 
 def _prepare_data(suite: CheckpointSuite, recipe: Recipe) -> _Data:
@@ -123,17 +131,20 @@ def _prepare_data(suite: CheckpointSuite, recipe: Recipe) -> _Data:
         corpus = load_corpus(spec.corpus)
     tokenizer = suite.tokenizer()
     special = _special_tokens(tokenizer, suite.family)
-    docs = tokenize_corpus(corpus, lambda texts: tokenizer(texts)["input_ids"])
-    if suite.family == "encoder":
-        rows = pack_encoder(docs, spec.seq_len, cls_id=special.cls_id, sep_id=special.sep_id)
-    else:
-        rows = pack_causal(docs, spec.seq_len, eos_id=special.eos_id)
+    # tokenised and packed exactly as the mini suites are trained: documents without special
+    # tokens, the packer adds the row's [CLS] … [SEP] (encoders) or EOS between documents
+    docs = tokenize_corpus(corpus, document_encoder(tokenizer))
+    rows = pack_rows(docs, spec.seq_len, family=suite.family, special=special)
     rows = limit_tokens(rows, spec.max_tokens)
     if len(rows) == 0:
         raise ValueError(
             f"the analysis corpus gives no row of {spec.seq_len} tokens; lower data.seq_len"
         )
-    frequencies = FrequencyTable.from_tokens(rows, vocab_size=len(tokenizer))
+    # counted over the positions a capture keeps (no EOS/BOS/CLS/SEP/PAD, no position 0 or
+    # last position of a causal row), with the original tokens a capture bins by
+    frequencies = FrequencyTable.from_rows(
+        rows, len(tokenizer), special, causal=suite.family != "encoder"
+    )
     return _Data(
         rows=rows,
         frequencies=frequencies,
@@ -204,37 +215,62 @@ def _capture(
     )
 
 
+def _fit_window(recipe: Recipe, suite: CheckpointSuite) -> tuple[int, ...]:
+    """The frozen-early fit window over the suite's own checkpoints (``()`` without one)."""
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None or spec.fit_policy != "frozen_early":
+        return ()
+    return early_window(suite.steps, spec.early_fraction, spec.window_checkpoints)
+
+
 def _frozen_proxies(
     suite: CheckpointSuite, recipe: Recipe, data: _Data, store: RunStore, window: list[int]
-) -> dict[str, dict[str, torch.Tensor]]:
-    """Fit (or read back) the frozen-early proxies on the pooled window."""
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+    """Fit (or read back) the frozen-early proxies on the pooled window (each checkpoint centred
+    on its own mean); returns the bases and the fit diagnostics per site and method."""
     path = store.state / "proxies.pt"
     if path.exists():
-        return torch.load(path, weights_only=True)
+        saved = torch.load(path, weights_only=True)
+        return saved["bases"], saved["diagnostics"]
     spec = recipe.probes["tangent_energy"]
-    moments: dict[str, Any] = {}
-    samples: dict[str, list[torch.Tensor]] = {}
+    pools: dict[str, ActivationPool] = {}
     for step in window:
         model = suite.load(step, device=recipe.suite.resolved_device())
         sites = _sites(model, recipe)
         stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
         for name, site in stats.sites.items():
-            if name in moments:
-                moments[name].merge(site.h)
-            else:
-                moments[name] = site.h
-            if site.reservoir is not None:
-                samples.setdefault(name, []).append(site.reservoir.columns()["H"])
-    proxies = {
-        name: fit_proxy_bases(
-            moments[name],
-            torch.cat(samples[name]) if name in samples else None,
-            spec.proxy_config(),
+            sample = site.reservoir.columns()["H"] if site.reservoir is not None else None
+            pools.setdefault(name, ActivationPool()).add(site.h.to("cpu"), sample)
+    fitted = {name: pool.fit(spec.proxy_config()) for name, pool in pools.items()}
+    bases = {name: f.bases for name, f in fitted.items()}
+    diagnostics = {name: f.diagnostics for name, f in fitted.items()}
+    saved = {"bases": bases, "diagnostics": diagnostics}
+    store.write_state("proxies.pt", lambda tmp: torch.save(saved, tmp))
+    return bases, diagnostics
+
+
+def _window_fit_rows(
+    recipe: Recipe, suite: CheckpointSuite, window: tuple[int, ...], diagnostics: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The frozen fit's diagnostics as rows keyed at the window's last checkpoint."""
+    step, rank = window[-1], recipe.probes["tangent_energy"].rank
+    return [
+        row(
+            recipe.suite.name,
+            step,
+            suite.tokens_seen(step) or 0,
+            FIT_PROBE,
+            metric,
+            value,
+            site=site,
+            layer=int(match[1]) if (match := re.match(r"blocks\.(\d+)\.", site)) else None,
+            method=method,
+            rank=rank,
         )
-        for name in moments
-    }
-    store.write_state("proxies.pt", lambda tmp: torch.save(proxies, tmp))
-    return proxies
+        for site, by_method in diagnostics.items()
+        for method, metrics in by_method.items()
+        for metric, value in metrics.items()
+    ]
 
 
 def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
@@ -257,14 +293,14 @@ def _embedding(model: torch.nn.Module) -> torch.Tensor:
 def _tracked_centroids(
     stats: CaptureStatistics, tracked: torch.Tensor
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Per site: (type ids seen at this step among ``tracked``, their centroids float32)."""
+    """Per site: (type ids seen at this step among ``tracked``, their centroids in float64 —
+    the update is a difference of nearby centroids)."""
     out = {}
     for site, s in stats.sites.items():
         if s.types is None:
             continue
         seen = tracked[s.types.count[tracked] > 0]
-        centroids = s.types.sum[seen] / s.types.count[seen, None]
-        out[site] = (seen, centroids.float())
+        out[site] = (seen, s.types.sum[seen].double() / s.types.count[seen, None])
     return out
 
 
@@ -275,12 +311,14 @@ def _update_rows(
     store: RunStore,
     step_data: StepData,
     model: torch.nn.Module,
-    proxies: dict[str, dict[str, torch.Tensor]],
+    proxies: dict[str, dict[str, torch.Tensor]] | None,
     previous_step: int | None,
     before: dict[str, Any],
     carry: dict[str, Any],
+    in_window: bool,
 ) -> list[dict[str, Any]]:
-    """Save this step's tracked centroids; score the updates since the previous step.
+    """Save this step's tracked centroids; score the updates since the previous step against
+    ``proxies`` fitted on data of the previous step or earlier (None: nothing to score).
 
     ``before`` holds the previous step's centroids and embedding when this sweep computed them
     (after a resume they are read back from disk and the model); this step's go into ``carry``.
@@ -293,7 +331,7 @@ def _update_rows(
     store.write_state(f"centroids-{step_data.step:08d}.pt", lambda tmp: torch.save(centroids, tmp))
     embedding = _embedding(model)
     carry.update(centroids=centroids, embedding=embedding)
-    if previous_step is None:
+    if previous_step is None or proxies is None:
         return []
     old_centroids = before.get("centroids")
     if old_centroids is None:
@@ -307,11 +345,13 @@ def _update_rows(
     for site, (ids, now) in centroids.items():
         old_ids, old = old_centroids[site]
         _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
-        deltas[site] = (now[at_now] - old[at_old]).double()
+        deltas[site] = now[at_now].double() - old[at_old].double()
     embed_site = hook_name(model, "embed")
     seen = torch.from_numpy(data.frequencies.counts > 0)
     delta_embed = (embedding - old_embedding)[: seen.numel()][seen]
-    return update_alignment.rows(step_data, proxies, (embed_site, delta_embed), deltas, config)
+    return update_alignment.rows(
+        step_data, proxies, (embed_site, delta_embed), deltas, config, in_window=in_window
+    )
 
 
 def _reseeded_proxies(
@@ -325,9 +365,11 @@ def _reseeded_proxies(
     out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
     for offset in range(seeds):
         seed = spec.seed + offset
-        config = dataclasses.replace(spec.proxy_config(), methods=seeded, seed=seed)
+        config = dataclasses.replace(
+            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
+        )
         for site, site_stats in stats.sites.items():
-            for method, basis in fit_proxies(site_stats, config).items():
+            for method, basis in fit_proxies(site_stats, config).bases.items():
                 out.setdefault(site, {}).setdefault(method, {})[seed] = basis
     return out
 
@@ -340,9 +382,12 @@ def _step_rows(
     steps: list[int],
     step: int,
     frozen: dict[str, dict[str, torch.Tensor]] | None,
+    window: tuple[int, ...],
     status: Callable[[str], None],
     last: dict[str, Any],
 ) -> list[dict[str, Any]]:
+    """Rows of one step; ``frozen`` the frozen-early proxies fitted on ``window`` (None and
+    ``()`` under per_checkpoint); ``last`` the previous unit's carried state."""
     needs = _needs(recipe)
     status(f"step {step}: loading")
     model = suite.load(step, device=recipe.suite.resolved_device())
@@ -367,33 +412,58 @@ def _step_rows(
     if "tangent_energy" not in recipe.probes:
         return rows
     spec = recipe.probes["tangent_energy"]
-    proxies = frozen
-    if proxies is None:
-        status(f"step {step}: fitting proxies ({', '.join(spec.methods)})")
-        proxies = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
-    store.write_state(f"proxies-{step:08d}.pt", lambda tmp: torch.save(proxies, tmp))
-    status(f"step {step}: controls ({spec.draws} per measurement)")
-    rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
-    if "anisotropy_share" in recipe.probes:
-        status(f"step {step}: anisotropy share")
-        rows += anisotropy_share.rows(step_data, proxies, recipe.probes["anisotropy_share"])
     index = steps.index(step)
     previous_step = steps[index - 1] if index else None
     # the previous unit's state, when this sweep computed it (else it is read back: a resume)
     before = last if previous_step is not None and last.get("step") == previous_step else {}
-    carry: dict[str, Any] = {"step": step, "proxies": proxies}
+    carry: dict[str, Any] = {"step": step}
+    own = None  # this step's own fit: the scored proxies under per_checkpoint
+    diagnostics: dict[str, Any] = {}
+    if frozen is None or "subspace_stability" in recipe.probes:
+        status(f"step {step}: fitting proxies ({', '.join(spec.methods)})")
+        fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+        own = {n: f.bases for n, f in fitted.items()}
+        diagnostics = {n: f.diagnostics for n, f in fitted.items()}
+        store.write_state(f"proxies-{step:08d}.pt", lambda tmp: torch.save(own, tmp))
+        carry["proxies"] = own
+    proxies = own if frozen is None else frozen
+    # fit quality of the scored proxies on this step's activations (and of this step's own fit)
+    rows += fit_rows(step_data, proxies, diagnostics if frozen is None else {})
+    status(f"step {step}: controls ({spec.draws} per measurement)")
+    rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
+    if "anisotropy_share" in recipe.probes:
+        status(f"step {step}: anisotropy share")
+        share = recipe.probes["anisotropy_share"]
+        rows += anisotropy_share.rows(step_data, proxies, share, spec.energy_config())
+
+    def previous_fit() -> dict[str, dict[str, torch.Tensor]]:
+        if "proxies" in before:
+            return before["proxies"]
+        return torch.load(store.state / f"proxies-{previous_step:08d}.pt", weights_only=True)
+
     if "subspace_stability" in recipe.probes:
-        previous = before.get("proxies")
-        if previous is None and previous_step is not None:
-            previous = torch.load(
-                store.state / f"proxies-{previous_step:08d}.pt", weights_only=True
-            )
         stability = recipe.probes["subspace_stability"]
         reseeded = _reseeded_proxies(stats, spec, stability.seeds)
-        rows += subspace_stability.rows(step_data, proxies, previous, reseeded, stability)
+        previous = previous_fit() if previous_step is not None else None
+        rows += subspace_stability.rows(step_data, own, previous, reseeded, stability, frozen)
     if "update_alignment" in recipe.probes:
+        # the update previous_step → step is scored in a proxy fitted on data of previous_step
+        # or earlier: its own fit, or the frozen window (then marked when step is inside it)
+        scoring = frozen
+        if frozen is None and previous_step is not None:
+            scoring = previous_fit()
         rows += _update_rows(
-            suite, recipe, data, store, step_data, model, proxies, previous_step, before, carry
+            suite,
+            recipe,
+            data,
+            store,
+            step_data,
+            model,
+            scoring,
+            previous_step,
+            before,
+            carry,
+            in_window(step, window),
         )
     last.clear()
     last.update(carry)
@@ -403,10 +473,10 @@ def _step_rows(
 def _masked_counts(store: RunStore) -> dict[str, dict[str, int]]:
     """Positions excluded per reason at every step, from the capture rows of the parts."""
     counts: dict[str, dict[str, int]] = {}
-    for row in read_results(store.root).to_pylist():
-        if row["probe"] == "capture" and row["metric"].startswith("excluded_"):
-            reason = row["metric"].removeprefix("excluded_")
-            counts.setdefault(str(row["step"]), {})[reason] = int(row["value"])
+    for r in read_results(store.root).to_pylist():
+        if r["probe"] == "capture" and r["metric"].startswith("excluded_"):
+            reason = r["metric"].removeprefix("excluded_")
+            counts.setdefault(str(r["step"]), {})[reason] = int(r["value"])
     return counts
 
 
@@ -440,6 +510,8 @@ def _manifest(recipe: Recipe, suite: CheckpointSuite, steps: list[int]) -> dict[
         "recipe": recipe.to_dict(),
         "suite": {"kind": suite.kind, "name": suite.name, "family": suite.family},
         "steps": steps,
+        "fit_window": list(_fit_window(recipe, suite)),
+        "estimators": ESTIMATORS,
         "versions": _versions(),
         "git_hash": _git_hash(),
         "python": platform.python_version(),
@@ -477,13 +549,14 @@ def run_sweep(
         data = _prepare_data(suite, recipe)
         frozen = None
         units = [f"step-{step:08d}" for step in steps]
-        spec = recipe.probes.get("tangent_energy")
-        if spec is not None and spec.fit_policy == "frozen_early":
-            from tangentlens.dictionaries import fit_windows
-
-            window = list(fit_windows(steps, "frozen_early", spec.early_fraction)[steps[0]])
+        window = _fit_window(recipe, suite)
+        if window:
             emit(SweepEvent("unit-start", "fit-proxies", 0, len(units)))
-            frozen = _frozen_proxies(suite, recipe, data, store, window)
+            frozen, diagnostics = _frozen_proxies(suite, recipe, data, store, list(window))
+            if not store.has_part("fit-proxies"):
+                store.write_part(
+                    "fit-proxies", _window_fit_rows(recipe, suite, window, diagnostics)
+                )
         total = len(units) + ("untrained_block" in recipe.probes)
         last: dict[str, Any] = {}  # the previous unit's state for the cross-step probes
         for done, (step, unit) in enumerate(zip(steps, units, strict=True)):
@@ -495,9 +568,12 @@ def run_sweep(
             def status(text: str, unit: str = unit, done: int = done) -> None:
                 emit(SweepEvent("status", unit, done, total, text))
 
-            rows = _step_rows(suite, recipe, data, store, steps, step, frozen, status, last)
+            rows = _step_rows(suite, recipe, data, store, steps, step, frozen, window, status, last)
             store.write_part(unit, rows)
             emit(SweepEvent("unit-done", unit, done + 1, total))
+        if "cosine_drift" in recipe.probes and not store.has_part("across-steps"):
+            across = cosine_drift.across_steps_rows(read_results(store.root).to_pylist())
+            store.write_part("across-steps", across)
         if "untrained_block" in recipe.probes and not store.has_part("untrained-block"):
             emit(SweepEvent("unit-start", "untrained-block", len(units), total))
             config = recipe.probes["untrained_block"]
