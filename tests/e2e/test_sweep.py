@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     parts = sorted((finished_run / "results").glob("*.parquet"))
     assert [p.stem for p in parts] == [
         "across-steps",
+        "fit-proxies",
         "step-00000000",
         "step-00000004",
         "step-00000040",
@@ -101,6 +103,8 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     masked = manifest["masked_tokens"]["40"]
     assert masked["position0"] == masked["no_target"] == 2048 // 32
     assert (finished_run / "state" / "proxies.pt").exists()
+    assert manifest["fit_window"] == [0, 1, 2, 4, 8]  # micro-pythia: step ≤ 0.3 × 40
+    assert set(manifest["estimators"]) >= {"fit_window", "update_alignment", "drift_cosine"}
     assert not (finished_run / ".lock").exists()
     assert main(["report", str(finished_run)]) == 0
     out = capsys.readouterr().out
@@ -108,6 +112,30 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     for name in ("tangent_energy", "anisotropy_depth", "twonn", "qk_drift"):
         png = (finished_run / "figures" / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def _glossary() -> set[tuple[str, str]]:
+    """``(probe, metric)`` of every row of the README's metric glossary table."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    body = text.split("## Metric glossary\n", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"^\| `([a-z_]+)` \| `([a-z_<>]+)` \|", body, flags=re.M)
+    assert found, "no glossary rows found"
+    return set(found)
+
+
+def test_glossary_names_every_emitted_metric_and_nothing_else(finished_run):
+    """The README glossary and the metrics of a micro sweep with every probe are the same set
+    (``excluded_<reason>`` stands for every exclusion reason)."""
+    emitted = {
+        (r["probe"], re.sub(r"^excluded_.*", "excluded_<reason>", r["metric"]))
+        for r in read_results(finished_run).to_pylist()
+    }
+    glossary = _glossary()
+    assert emitted - glossary == set(), "emitted but not in the README glossary"
+    # SAE proxies cost seconds per fit, so the micro recipe has none: tests/unit/test_proxies.py
+    # checks that an SAE fit reports these two
+    sae_only = {("proxy_fit", "sae_explained_variance"), ("proxy_fit", "sae_l0")}
+    assert glossary - emitted == sae_only, "in the README glossary but never emitted"
 
 
 def _same(a, b):
@@ -127,7 +155,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / ".lock").exists()  # a killed sweep leaves its lock…
-    assert len(list((out / "results").glob("*.parquet"))) < 5
+    assert len(list((out / "results").glob("*.parquet"))) < 6
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
     resumed, reference = _rows(out), _rows(finished_run)

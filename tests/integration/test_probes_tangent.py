@@ -13,10 +13,9 @@ from tangentlens.probes.proxies import ProxyConfig, fit_proxies
 
 
 def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):
-    config = ProxyConfig(methods=methods, rank=rank)
-    return {
-        name: fit_proxies(site, config) for name, site in micro_step_data.statistics.sites.items()
-    }
+    config = ProxyConfig(methods=methods, rank=rank, mean_direction=False)
+    sites = micro_step_data.statistics.sites
+    return {name: fit_proxies(site, config).bases for name, site in sites.items()}
 
 
 def test_tangent_energy_rows(micro_step_data):
@@ -51,17 +50,21 @@ def test_tangent_energy_rows(micro_step_data):
 
 
 def test_anisotropy_share_rows(micro_step_data):
+    controls = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=0)
     rows = anisotropy_share.rows(
         micro_step_data,
         _proxies(micro_step_data, ("pca",)),
         anisotropy_share.AnisotropyShareConfig(5),
+        controls,
     )
     values = {(r["site"], r["freq_bin"], r["metric"]): r["value"] for r in rows}
-    assert len(values) == 2 * 4 * 4
+    assert len(values) == 2 * 4 * 10
     assert all(np.isfinite(v) for v in values.values())
-    for key, v in values.items():
-        if key[2].startswith("anisotropy_share"):
-            assert 0 <= v <= 1
+    for (_, _, metric), v in values.items():
+        if metric == "anisotropy_share_spectral_p_value":
+            assert round(v * 31) == pytest.approx(v * 31)  # a count over 30 draws + 1
+        if metric == "delta_isoscore_star_p_value":
+            assert round(v * 6) == pytest.approx(v * 6)  # over the first 5 draws + 1
 
 
 def test_probe_configs_reject_bad_values():

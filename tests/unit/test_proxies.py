@@ -102,3 +102,15 @@ def test_pool_bad_input():
     pool.add(acc, None)
     with pytest.raises(ValueError, match="need sampled activation rows"):
         pool.fit(ProxyConfig(methods=("seminmf",)))
+
+
+def test_sae_fit_reports_explained_variance_and_l0():
+    gen = torch.Generator().manual_seed(2)
+    _, parts = _window(gen)
+    pool = ActivationPool()
+    pool.add(*parts[0])
+    config = ProxyConfig(methods=("sae",), rank=K, sae_k=2, sae_samples=1600, mean_direction=False)
+    fitted = pool.fit(config)
+    assert set(fitted.diagnostics["sae"]) == {"sae_explained_variance", "sae_l0"}
+    assert 0 < fitted.diagnostics["sae"]["sae_l0"] <= 2  # TopK keeps at most k latents
+    assert fitted.bases["sae"].shape == (D, K)
