@@ -3,9 +3,10 @@
 from tangentlens.report.reproduction import reproduction_summary
 
 
-def _row(probe, metric, step, value, layer=0, freq_bin="all"):
+def _row(probe, metric, step, value, layer=0, freq_bin="all", method="pca"):
     return {
         "probe": probe,
+        "method": method,
         "metric": metric,
         "step": step,
         "value": value,
@@ -44,6 +45,17 @@ def test_findings_that_do_not_hold_are_reported_as_such():
     rows += [
         _row("tangent_energy", "energy_ratio", s, v) for s, v in [(0, 1.1), (10, 1.2), (100, 3.0)]
     ]
-    rows += [_row("frequency_geometry", "freq_distance_spearman", 100, 0.2)]
-    assert [f.holds for f in reproduction_summary(rows)] == [False, False, False, False]
+    # the rank-1 mean direction is not a tangent proxy: its large early ratio must not count
+    rows += [
+        _row("tangent_energy", "energy_ratio", s, v, method="mean_direction")
+        for s, v in [(0, 50.0), (10, 40.0), (100, 2.0)]
+    ]
+    rows += [
+        _row("frequency_geometry", "freq_distance_spearman", s, v)
+        for s, v in [(0, 0.01), (100, 0.2)]
+    ]
+    findings = reproduction_summary(rows)
+    assert [f.holds for f in findings] == [False, False, False, False]
+    assert "mean direction m̂, rank 1: 50.00 at step 0, 2.00 at step 100" in findings[2].evidence
+    assert "at step 0: 0.01" in findings[3].evidence
     assert reproduction_summary([]) == []

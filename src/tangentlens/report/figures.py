@@ -98,7 +98,7 @@ def _tangent_energy(rows: list[Row], path: Path) -> bool:
 
 def _anisotropy_depth(rows: list[Row], path: Path) -> bool:
     panels = [
-        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁/Σσ"),
+        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
         ("cosine_drift", "cosine_anisotropy", "cosine anisotropy"),
     ]
     present = [p for p in panels if any(r["probe"] == p[0] for r in rows)]

@@ -6,10 +6,11 @@
   peaks at an interior step at least 5 % above the first step's and ends at least 5 % below
   the peak;
 * tangent/normal energy ratio well above 1 early and smaller late (Bernas et al.): mean
-  ``energy_ratio`` (all tokens, every site and method) over the early 30 % of steps > 1.5 and
-  above the last step's;
+  ``energy_ratio`` (all tokens, every site and dictionary method; the rank-1 mean direction is
+  reported on its own) over the early 30 % of steps > 1.5 and above the last step's;
 * negative correlation of log-frequency with centroid distance (Bernas et al.): the last step's
-  Spearman correlation, averaged over layers, < 0.
+  Spearman correlation, averaged over layers, < 0 (the first step's is given as context: at
+  initialisation it should be near 0).
 
 Each finding is stated whichever way it comes out.
 """
@@ -23,6 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Finding", "reproduction_summary"]
+
+#: The rank-1 mean-direction proxy (``tangentlens.probes.proxies.MEAN_DIRECTION``).
+MEAN_DIRECTION = "mean_direction"
 
 Row = dict[str, Any]
 
@@ -85,7 +89,8 @@ def _rise_fall(rows: list[Row]) -> Finding | None:
 
 
 def _energy_trend(rows: list[Row]) -> Finding | None:
-    picked = [r for r in _pick(rows, "tangent_energy", "energy_ratio") if r["freq_bin"] == "all"]
+    ratios = [r for r in _pick(rows, "tangent_energy", "energy_ratio") if r["freq_bin"] == "all"]
+    picked = [r for r in ratios if r["method"] != MEAN_DIRECTION]
     if not picked:
         return None
     by_step = _mean_by(picked, "step")
@@ -97,7 +102,19 @@ def _energy_trend(rows: list[Row]) -> Finding | None:
         "tangent/normal energy ratio well above 1 early, smaller late",
         early_ratio > 1.5 and late_ratio < early_ratio,
         f"mean energy ratio over steps {early}: {early_ratio:.2f}; at step {steps[-1]}: "
-        f"{late_ratio:.2f}",
+        f"{late_ratio:.2f}" + _mean_direction_trend(ratios),
+    )
+
+
+def _mean_direction_trend(ratios: list[Row]) -> str:
+    """The rank-1 mean direction's energy ratio at the first and last step (or nothing)."""
+    by_step = _mean_by([r for r in ratios if r["method"] == MEAN_DIRECTION], "step")
+    if not by_step:
+        return ""
+    first, last = min(by_step), max(by_step)
+    return (
+        f" (mean direction m̂, rank 1: {by_step[first]:.2f} at step {first}, "
+        f"{by_step[last]:.2f} at step {last})"
     )
 
 
@@ -105,13 +122,14 @@ def _frequency(rows: list[Row]) -> Finding | None:
     picked = _pick(rows, "frequency_geometry", "freq_distance_spearman")
     if not picked:
         return None
-    last = max(r["step"] for r in picked)
-    values = [r["value"] for r in picked if r["step"] == last]
-    mean = statistics.fmean(values)
+    by_step = _mean_by(picked, "step")
+    first, last = min(by_step), max(by_step)
+    n_sites = sum(r["step"] == last for r in picked)
     return Finding(
         "log-frequency correlates negatively with centroid distance",
-        mean < 0,
-        f"Spearman at step {last}, mean over {len(values)} sites: {mean:.2f} (seeds: ≈ −0.5)",
+        by_step[last] < 0,
+        f"Spearman at step {last}, mean over {n_sites} sites: {by_step[last]:.2f} (seeds: ≈ −0.5;"
+        f" at step {first}: {by_step[first]:.2f})",
     )
 
 
