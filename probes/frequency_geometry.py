@@ -1,12 +1,22 @@
 """Token frequency and geometry (Bernas et al. 2026; METHODS.md §1.6), per site:
 
-* ``freq_distance_pearson`` / ``freq_distance_spearman`` — correlation, across token types seen
-  at least ``min_count`` times, of log-frequency with the mean distance of the type's sampled
-  occurrences to its centroid (centroids from every kept token); ``freq_rms_distance_spearman``
-  the same with the exact RMS distance from the streamed sums;
-  (omitted where every occurrence of a type is the same vector, e.g. at the embedding);
+* ``freq_distance_pearson`` / ``freq_distance_spearman`` — Pearson / Spearman correlation, across
+  the token types seen at least ``min_count`` (≥ 2) times in the capture stream, of the type's
+  log-frequency ``log f_t`` (analysis corpus table) with its Bessel-corrected mean squared
+  distance to its centroid::
+
+      s²_t = Σᵢ ‖hᵢ − c_t‖² / (n_t − 1) = (Σᵢ ‖hᵢ‖² − n_t ‖c_t‖²) / (n_t − 1),   c_t = Σᵢ hᵢ / n_t,
+
+  exact from the streamed per-type sums over every kept token (``n_t`` = the type's count over
+  the whole stream, no sample). The Pearson is taken on ``s²_t`` (unbiased at every count), not
+  on its square root; the Spearman is the same either way. ``n_tokens`` of these rows is the
+  number of types correlated. Omitted where every occurrence of a type is the same vector (e.g.
+  at the embedding). See :mod:`tangentlens.metrics.frequency` for why ``n_t − 1`` (the ``÷ n_t``
+  spread makes rare types look tight and manufactures a positive correlation) and for the small
+  positive shift the Spearman keeps at low effective width;
 * ``curvature_visibility`` per frequency bin (ours) — pooled outside/inside variance of the
-  ``k``-nearest-neighbour patches of sampled anchors, grouped by the anchor token's bin.
+  ``k``-nearest-neighbour patches of sampled (reservoir) anchors, grouped by the anchor token's
+  bin.
 """
 
 from __future__ import annotations
@@ -16,14 +26,14 @@ from typing import Any
 
 import torch
 
+from tangentlens.capture import TypeSums
 from tangentlens.metrics import (
-    centroid_distance_sums,
-    centroids_from_sums,
+    centroid_spread_from_sums,
     frequency_distance_correlation,
     local_spectra,
     pooled_visibility,
-    rms_centroid_distance_from_sums,
 )
+from tangentlens.metrics._validate import check_count
 from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes.base import Needs, StepData, make_row
 
@@ -37,14 +47,18 @@ _SAME_VECTOR_TOL = 1e-6
 
 @dataclass(frozen=True)
 class FrequencyGeometryConfig:
-    """``min_count`` occurrences for a type to enter the correlation; curvature patches of
-    ``k`` neighbours, tangent dimension ``tangent_dim``, ``n_anchors`` anchors."""
+    """``min_count`` (≥ 2) occurrences in the capture stream for a type to enter the correlation;
+    curvature patches of ``k`` neighbours, tangent dimension ``tangent_dim``, ``n_anchors``
+    anchors."""
 
     min_count: int = 5
     k: int = 32
     tangent_dim: int = 8
     n_anchors: int = 1024
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_count(self.min_count, "frequency_geometry min_count", minimum=2)
 
 
 def needs(config: FrequencyGeometryConfig) -> Needs:
@@ -57,27 +71,12 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
     log_frequency = torch.from_numpy(data.frequencies.log_frequency())
     out: list[dict[str, Any]] = []
     for site, stats in data.statistics.sites.items():
-        if stats.types is None or stats.reservoir is None:
-            continue
         types = stats.types
+        if types is not None:
+            out += _correlation_rows(data, site, types, log_frequency, config.min_count)
+        if stats.reservoir is None:
+            continue
         sample = stats.reservoir.columns()
-        centroids = centroids_from_sums(types.count, types.sum)
-        dist_sum, n = centroid_distance_sums(sample["H"], sample["token"], centroids)
-        counts = types.count.double()
-        rms = rms_centroid_distance_from_sums(types.count, types.sum, types.sum_sq_norms)
-        norm = (types.sum_sq_norms / counts).sqrt()  # RMS norm per type, the distance's scale
-        spread = (rms / norm)[counts >= config.min_count].nan_to_num(0)
-        if spread.numel() and float(spread.max()) > _SAME_VECTOR_TOL:
-            corr = frequency_distance_correlation(
-                log_frequency, dist_sum / n, counts, config.min_count
-            )
-            corr_rms = frequency_distance_correlation(log_frequency, rms, counts, config.min_count)
-            common = {"site": site, "n_tokens": corr.n}
-            out.append(make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common))
-            out.append(make_row(data, NAME, "freq_distance_spearman", corr.spearman, **common))
-            out.append(
-                make_row(data, NAME, "freq_rms_distance_spearman", corr_rms.spearman, **common)
-            )
         first = remove_duplicate_rows(sample["H"])
         points = sample["H"][first]  # distinct rows: repeated vectors have no patch
         if "bin" in sample and points.shape[0] >= config.k:
@@ -108,3 +107,27 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
                     )
                 )
     return out
+
+
+def _correlation_rows(
+    data: StepData,
+    site: str,
+    types: TypeSums,
+    log_frequency: torch.Tensor,
+    min_count: int,
+) -> list[dict[str, Any]]:
+    """The ``freq_distance_*`` rows of one site from its streamed per-type sums."""
+    counts = types.count.double().cpu()
+    spread = centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms).cpu()
+    kept = counts >= min_count
+    # relative RMS spread: below _SAME_VECTOR_TOL every occurrence of a type is one vector
+    mean_sq_norm = types.sum_sq_norms.double().cpu()[kept] / counts[kept]
+    relative = (spread[kept] / mean_sq_norm).sqrt().nan_to_num(0)
+    if not relative.numel() or float(relative.max()) <= _SAME_VECTOR_TOL:
+        return []
+    corr = frequency_distance_correlation(log_frequency, spread, counts, min_count)
+    common = {"site": site, "n_tokens": corr.n}
+    return [
+        make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common),
+        make_row(data, NAME, "freq_distance_spearman", corr.spearman, **common),
+    ]
