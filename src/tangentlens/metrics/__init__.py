@@ -9,9 +9,12 @@ from tangentlens.metrics.attention import (
     qk_drift_from_means,
 )
 from tangentlens.metrics.attribution import (
+    ControlComparison,
     EnergyComparison,
     anisotropy_share_spectral,
     anisotropy_shares_spectral,
+    compare_anisotropy_share,
+    compare_delta_isoscore_star,
     compare_energy,
     delta_isoscore_star,
     delta_isoscores_star,
@@ -24,15 +27,16 @@ from tangentlens.metrics.bootstrap import RatioInterval, bootstrap_ratio, group_
 from tangentlens.metrics.controls import complement_frames, data_matched_frames, draw_generator
 from tangentlens.metrics.curvature import LocalSpectra, local_spectra, pooled_visibility
 from tangentlens.metrics.frequency import (
-    centroid_distance_sums,
+    centroid_spread_from_sums,
     centroids_from_sums,
     frequency_distance_correlation,
-    rms_centroid_distance_from_sums,
 )
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
     centred_anisotropy_from_moments,
+    centred_singular_anisotropy,
+    centred_singular_anisotropy_from_moments,
     correlations,
     cosine_anisotropy,
     cosine_anisotropy_from_sums,
@@ -58,6 +62,7 @@ from tangentlens.metrics.subspace import (
 from tangentlens.metrics.twonn import TwoNNEstimate, twonn_dimension, twonn_estimate
 
 __all__ = [
+    "ControlComparison",
     "Correlation",
     "EnergyComparison",
     "LocalSpectra",
@@ -71,10 +76,14 @@ __all__ = [
     "bootstrap_ratio",
     "centred_anisotropy",
     "centred_anisotropy_from_moments",
-    "centroid_distance_sums",
+    "centred_singular_anisotropy",
+    "centred_singular_anisotropy_from_moments",
     "centroid_shift",
+    "centroid_spread_from_sums",
     "centroids_from_sums",
     "check_basis",
+    "compare_anisotropy_share",
+    "compare_delta_isoscore_star",
     "compare_energy",
     "complement_frames",
     "correlations",
@@ -106,7 +115,6 @@ __all__ = [
     "qk_drift_from_means",
     "relative_drift",
     "relative_drift_from_sums",
-    "rms_centroid_distance_from_sums",
     "span_basis",
     "twonn_dimension",
     "twonn_estimate",
