@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench mutate clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,33 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# Mutation testing (mutmut; configuration in pyproject.toml [tool.mutmut]) of src/tangentlens/metrics/
+# and probes/ against the fast tests (tests/unit and tests/integration, `-m "not slow"`). Not part
+# of `make test`: the full scope takes hours on 2 cores. mutmut names a mutant by its file's path
+# (probes/x.py -> `probes.x`) but the code runs as `tangentlens.probes.x` (package-dir mapping),
+# so it runs in a staging copy, $(MUTATE_DIR), where probes/ sits at src/tangentlens/probes.
+# Verdicts are cached in $(MUTATE_DIR)/mutants (a rerun retests only what changed; delete the
+# folder to start afresh). MUTATE_JOBS caps the workers; MUTANTS selects by name glob, e.g.
+#   make mutate MUTANTS='tangentlens.metrics.geometry.*'
+MUTATE_DIR := .mutate
+MUTATE_JOBS ?= $(shell nproc)
+MUTANTS ?=
+
+mutate: $(STAMP)
+	rm -rf $(MUTATE_DIR)/src $(MUTATE_DIR)/tests
+	mkdir -p $(MUTATE_DIR)
+	cp -a src tests pyproject.toml $(MUTATE_DIR)/
+	cp -a probes $(MUTATE_DIR)/src/tangentlens/probes
+	find $(MUTATE_DIR)/src $(MUTATE_DIR)/tests -name __pycache__ -prune -exec rm -rf {} +
+	cd $(MUTATE_DIR) && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+		$(CURDIR)/$(BIN)/mutmut run --max-children $(MUTATE_JOBS) $(MUTANTS)
+	cd $(MUTATE_DIR) && $(CURDIR)/$(BIN)/mutmut results
+	cd $(MUTATE_DIR) && $(CURDIR)/$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python -c "import json; s = json.load(open('$(MUTATE_DIR)/mutants/mutmut-cicd-stats.json')); \
+		tried = s['killed'] + s['survived'] + s['timeout'] + s['suspicious'] + s['segfault']; \
+		print(json.dumps(s)); \
+		print(f\"kill rate {s['killed'] + s['timeout']}/{tried} = {(s['killed'] + s['timeout']) / max(tried, 1):.1%} (timeouts count as killed; 'no tests' excluded)\")"
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
