@@ -8,8 +8,20 @@ the controls' ``energy_control_mean/std/min/max``, the closed-form ``energy_null
 ``data_matched_m`` set, ``data_matched_energy_ratio`` and ``data_matched_energy_p_value`` against
 frames inside the top-m PCA span of the activations. Control draws are seeded from
 ``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the embedding and for "all").
-``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals over the sampled sequences
-(the capture's reservoir; the point values use every token).
+``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals (studentized, resampling
+sequences) that describe the reported values, which use every kept token. Their source
+(:func:`interval_source`):
+
+* ``"all_sequences"`` — when the proxies were known before the step was captured (fit policy
+  ``frozen_early``) and the capture gathered per-sequence energy sums with the projectors of
+  :func:`sequence_energy_config`: the bootstrap resamples *every* analysed sequence, and its
+  point value is the reported value (checked);
+* ``"reservoir_sample"`` — otherwise (``per_checkpoint``, the proxy fitted after the capture):
+  the bootstrap resamples the reservoir's sampled sequences, and the interval of that sample's
+  ratio is rescaled onto the reported value (``× reported / sample ratio``; the fraction's
+  clipped to [0, 1]). Its width is that of the smaller sample: conservative.
+
+Every interval contains its own point value.
 """
 
 from __future__ import annotations
@@ -20,7 +32,12 @@ from typing import Any
 
 import torch
 
-from tangentlens.capture import SiteStatistics
+from tangentlens.capture import (
+    EnergyProjectors,
+    SequenceEnergy,
+    SequenceEnergyConfig,
+    SiteStatistics,
+)
 from tangentlens.dictionaries import PCA
 from tangentlens.metrics import (
     bootstrap_ratio,
@@ -29,30 +46,52 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
-from tangentlens.metrics._validate import check_count
+from tangentlens.metrics._validate import check_choice, check_count
+from tangentlens.metrics.bootstrap import BOOTSTRAP_METHODS
 from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
 from tangentlens.typing import Basis
 
-__all__ = ["NAME", "TangentEnergyConfig", "needs", "rows"]
+__all__ = [
+    "INTERVAL_ALL_SEQUENCES",
+    "INTERVAL_SAMPLE",
+    "NAME",
+    "TangentEnergyConfig",
+    "interval_source",
+    "needs",
+    "rows",
+    "sequence_energy_config",
+]
 
 NAME = "tangent_energy"
+
+#: Interval source: every analysed sequence, from per-sequence sums gathered during capture.
+INTERVAL_ALL_SEQUENCES = "all_sequences"
+#: Interval source: the reservoir's sampled sequences, rescaled onto the reported value.
+INTERVAL_SAMPLE = "reservoir_sample"
+
+#: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
+_SUMS_RTOL = 1e-8
 
 
 @dataclass(frozen=True)
 class TangentEnergyConfig:
     """``draws`` controls per measurement (100, ours; the paper used 20); ``bootstrap``
     replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
-    data-matched control (None = off)."""
+    data-matched control (None = off); ``interval`` the bootstrap interval (one of
+    :data:`tangentlens.metrics.bootstrap.BOOTSTRAP_METHODS`; studentized by default: it covered
+    best on simulated sequences)."""
 
     draws: int = 100
     bootstrap: int = 200
     data_matched_m: int | None = None
     seed: int = 0
+    interval: str = "studentized"
 
     def __post_init__(self) -> None:
         check_count(self.draws, "draws", minimum=1)
         check_count(self.bootstrap, "bootstrap", minimum=0)
         check_count(self.seed, "seed", minimum=0)
+        check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
         m = self.data_matched_m
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
             raise ValueError(
@@ -87,36 +126,140 @@ def _sampled_gradients(
     return columns["G"].double(), site.reservoir.ids // seq_len, columns.get("bin")
 
 
-def _bootstrap(
+def sequence_energy_config(
+    config: TangentEnergyConfig,
+    step: int,
+    proxies: dict[str, dict[str, Basis]],
+    layers: dict[str, int | None],
+    n_bins: int,
+    seq_len: int,
+) -> SequenceEnergyConfig:
+    """What the capture of ``step`` needs to gather per-sequence energy sums for the intervals
+    of :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q``
+    of each proxy and the mean projector of the control frames that :func:`rows` draws for
+    each frequency bin slot (the same seeds). Pass it as
+    ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the capture's.
+    """
+    check_count(n_bins, "n_bins", minimum=0)
+    projectors = {}
+    for site, methods in proxies.items():
+        layer = layers[site]
+        keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
+        frames = {
+            method: [complement_frames(proxy, proxy.shape[1], config.draws, key) for key in keys]
+            for method, proxy in methods.items()
+        }
+        projectors[site] = EnergyProjectors.from_frames(
+            methods, frames, provenance=(config.draws, tuple(keys))
+        )
+    return SequenceEnergyConfig(seq_len=seq_len, projectors=projectors)
+
+
+def interval_source(data: StepData) -> str | None:
+    """Where the step's energy intervals come from: :data:`INTERVAL_ALL_SEQUENCES` when every
+    site with gradients kept per-sequence sums, :data:`INTERVAL_SAMPLE` when none did, None when
+    there is no site with gradients. (A mix of both raises: it is a wiring error.)"""
+    kinds = {
+        site.sequence_energy is not None
+        for site in data.statistics.sites.values()
+        if site.g is not None
+    }
+    if len(kinds) > 1:
+        raise ValueError("some sites kept per-sequence energy sums and some did not")
+    if not kinds:
+        return None
+    return INTERVAL_ALL_SEQUENCES if kinds.pop() else INTERVAL_SAMPLE
+
+
+def _checked_sequence_energy(
+    site: SiteStatistics,
+    site_name: str,
+    proxies: dict[str, Basis],
+    config: TangentEnergyConfig,
+    step: int,
+    layer: int | None,
+) -> SequenceEnergy | None:
+    """The site's per-sequence sums, after checking that they were gathered for these proxies
+    and these control seeds (None when the capture kept none)."""
+    energy = site.sequence_energy
+    if energy is None:
+        return None
+    projectors = energy.projectors
+    keys = tuple(seed_key(config, step, layer, b) for b in [None, *range(len(site.g_bins))])
+    same = set(projectors.methods) >= set(proxies) and projectors.provenance == (
+        config.draws,
+        keys,
+    )
+    if same:
+        for method, proxy in proxies.items():
+            basis = projectors.bases[projectors.methods.index(method)]
+            same = same and basis.shape == proxy.shape and torch.equal(basis, proxy.double().cpu())
+    if not same:
+        raise ValueError(
+            f"the per-sequence energy sums of {site_name!r} were gathered for other proxies or "
+            "control seeds: build them with tangent_energy.sequence_energy_config from the "
+            "proxies, config and step given here"
+        )
+    return energy
+
+
+def _sampled_interval(
     sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None,
     proxy: Basis,
     frames: torch.Tensor,
     bin_index: int | None,
-    config: TangentEnergyConfig,
-) -> dict[str, tuple[float, float]]:
-    """Bootstrap intervals over the reservoir's sampled sequences of the energy fraction
-    (``Σ‖G_s Q‖² / Σ‖G_s‖²``) and of the energy ratio (``Σ‖G_s Q‖² / meanⱼ Σ‖G_s Nⱼ‖²``)."""
-    if not config.bootstrap or sample is None:
-        return {}
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Per sampled sequence ``(Σ‖g Q‖², Σ‖g‖², meanⱼ Σ‖g Nⱼ‖²)`` over the reservoir's rows."""
+    if sample is None:
+        return None
     g, sequences, bins = sample
     if bin_index is not None and bins is not None:
         rows = bins == bin_index
         g, sequences = g[rows], sequences[rows]
     if torch.unique(sequences).numel() < 2:
-        return {}
-    inside, _ = group_sums((g @ proxy).pow(2).sum(dim=1), sequences)
+        return None
+    inside, _ = group_sums((g @ proxy.double()).pow(2).sum(dim=1), sequences)
     total, _ = group_sums(g.pow(2).sum(dim=1), sequences)
-    if not float(total.sum()) > 0:
-        return {}  # the sampled rows carry no gradient (e.g. MLM sequences without a target)
     mean_projector = torch.einsum("jdk,jek->de", frames, frames) / frames.shape[0]
     control, _ = group_sums(((g @ mean_projector) * g).sum(dim=1), sequences)  # meanⱼ ‖g Nⱼ‖²
-    kwargs = {"replicates": config.bootstrap, "seed": config.seed}
-    fraction = bootstrap_ratio(inside, total, **kwargs)
-    ratio = bootstrap_ratio(inside, control, **kwargs)
-    return {
-        "energy_fraction": (fraction.ci_low, fraction.ci_high),
-        "energy_ratio": (ratio.ci_low, ratio.ci_high),
-    }
+    return inside, total, control
+
+
+def _intervals(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    fraction: float,
+    ratio: float,
+    config: TangentEnergyConfig,
+) -> dict[str, tuple[float, float]]:
+    """Intervals of the energy fraction (``Σ inside / Σ total``) and ratio (``Σ inside /
+    Σ control``) from per-sequence sums, put on the reported values (rescaled for a sample;
+    for all sequences the rescaling factor is 1 up to rounding)."""
+    if not config.bootstrap or sums is None:
+        return {}
+    inside, total, control = sums
+    if inside.numel() < 2 or not float(total.sum()) > 0 or not float(control.sum()) > 0:
+        return {}  # the rows carry no gradient (e.g. MLM sequences without a target)
+    kwargs = {"replicates": config.bootstrap, "seed": config.seed, "method": config.interval}
+    out = {}
+    if math.isfinite(fraction):
+        e = bootstrap_ratio(inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs)
+        out["energy_fraction"] = (e.ci_low, e.ci_high)
+    if math.isfinite(ratio):
+        r = bootstrap_ratio(inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs)
+        out["energy_ratio"] = (r.ci_low, r.ci_high)
+    return out
+
+
+def _check_sums(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], fraction: float, site: str
+) -> None:
+    inside, total, _ = sums
+    pooled = float(inside.sum() / total.sum())
+    if not abs(pooled - fraction) <= _SUMS_RTOL * max(abs(fraction), 1e-300):
+        raise ValueError(
+            f"the per-sequence energy sums of {site!r} give {pooled!r}, the moments "
+            f"{fraction!r}: they describe different tokens or proxies"
+        )
 
 
 def rows(
@@ -128,7 +271,12 @@ def rows(
         if site.g is None or site_name not in proxies:
             continue
         layer = data.layers.get(site_name)
-        sample = _sampled_gradients(site, data.seq_len) if config.bootstrap else None
+        energy = _checked_sequence_energy(
+            site, site_name, proxies[site_name], config, data.step, layer
+        )
+        sample = None
+        if config.bootstrap and energy is None:
+            sample = _sampled_gradients(site, data.seq_len)
         moments = [(None, site.g), *enumerate(site.g_bins)]
         pca_span = None
         if config.data_matched_m is not None:
@@ -161,7 +309,12 @@ def rows(
                 frames = complement_frames(proxy, rank, config.draws, key)
                 result = compare_energy(acc.second_moment, proxy, frames)
                 common = measurement(site_name, method, rank, bin_index, acc.count)
-                ci = _bootstrap(sample, proxy, frames, bin_index, config)
+                if energy is not None:
+                    sums = energy.sums(method, bin_index)
+                    _check_sums(sums, result.energy_fraction, site_name)
+                else:
+                    sums = _sampled_interval(sample, proxy, frames, bin_index)
+                ci = _intervals(sums, result.energy_fraction, result.energy_ratio, config)
                 out.append(
                     make_row(
                         data,

@@ -81,8 +81,8 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean"])
-def test_decoder_gradients_match_autograd(tiny_decoder, reduction):
+def test_decoder_gradients_match_autograd(tiny_decoder):
+    reduction = "sum"
     tokens = _tokens(1)
     config = CaptureConfig(sites=SITES, loss="next_token", reduction=reduction)
     batch = capture_batch(tiny_decoder, tokens, config, DECODER_SPECIAL)
@@ -246,12 +246,16 @@ def test_encoder_mlm_gradients_and_seeded_masks(micro_bert):
     whole = capture_batch(model, tokens, config, special)
     halves = [capture_batch(model, tokens[:2], config, special)]
     halves.append(capture_batch(model, tokens[2:], config, special, first_sequence=2))
-    assert torch.equal(whole.tokens, torch.cat([b.tokens for b in halves]))
-    masked = whole.tokens == special.mask_id
-    assert masked.any() and not whole.keep[masked].any()
-    assert whole.n_scored >= int(masked.sum())
+    assert torch.equal(whole.inputs, torch.cat([b.inputs for b in halves]))
+    # ``tokens`` are the original ids (what bins use), ``inputs`` what the model read
+    assert torch.equal(whole.tokens, tokens)
+    masked = whole.inputs == special.mask_id
+    # [MASK] inputs carry the loss: they are scored and kept (only [CLS] and [SEP] are not)
+    assert masked.any() and whole.keep[masked].all() and whole.scored[masked].all()
+    assert torch.equal(whole.keep, (tokens != special.cls_id) & (tokens != special.sep_id))
+    assert whole.n_scored == int(whole.scored.sum()) >= int(masked.sum())
     other = capture_batch(model, tokens, CaptureConfig(sites=sites, loss="mlm", seed=12), special)
-    assert not torch.equal(other.tokens, whole.tokens)
+    assert not torch.equal(other.inputs, whole.inputs)
     # reference: the loss on exactly the scored positions, recovered from a second corruption
     from tangentlens.data.mlm import mlm_corrupt
     from tangentlens.seeding import seeded_generator
@@ -268,7 +272,98 @@ def test_encoder_mlm_gradients_and_seeded_masks(micro_bert):
         for i, row in enumerate(tokens)
     ]
     inputs, labels = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
-    assert torch.equal(inputs, whole.tokens)
+    assert torch.equal(inputs, whole.inputs) and torch.equal(labels != -100, whole.scored)
     ref = _reference_gradients(model, inputs, labels, sites)
     for site in sites:
         assert _relative_error(whole.gradients[site], ref[site]) <= 1e-6, site
+
+
+def _encoder_special(tokenizer) -> SpecialTokens:
+    return SpecialTokens(
+        cls_id=tokenizer.cls_token_id,
+        sep_id=tokenizer.sep_token_id,
+        pad_id=tokenizer.pad_token_id,
+        mask_id=tokenizer.mask_token_id,
+        other_ids=frozenset({tokenizer.unk_token_id}),
+    )
+
+
+def test_mlm_statistics_keep_every_scored_position_binned_by_its_original_token(micro_bert):
+    """One set of positions (every non-special position of the original text, [MASK] inputs
+    included) feeds activation moments, gradient moments, per-bin moments, type sums and the
+    reservoir; bins and types come from the original token; G equals an independent autograd
+    reference there."""
+    from tangentlens.data.mlm import mlm_corrupt
+    from tangentlens.seeding import seeded_generator
+
+    model = micro_bert.load(micro_bert.steps[-1]).to(torch.float64)
+    tokenizer = micro_bert.tokenizer()
+    special = _encoder_special(tokenizer)
+    vocab = model.cfg.d_vocab
+    gen = torch.Generator().manual_seed(3)
+    rows = torch.randint(10, vocab, (6, 32), generator=gen)
+    rows[:, 0], rows[:, -1] = special.cls_id, special.sep_id
+    rows[1, 12] = special.sep_id  # a document boundary inside a row
+    rows[2, -4:-1] = special.pad_id
+    last = "blocks.1.hook_normalized_resid_post"
+    sites = ("embed.hook_embed", "blocks.0.hook_normalized_resid_post", last)
+    config = CaptureConfig(sites=sites, loss="mlm", seed=5)
+    frequencies = FrequencyTable.from_tokens(rows, vocab_size=vocab)
+    bins = frequencies.bins(2)
+    statistics = StatisticsConfig(
+        n_bins=2, type_sums=True, vocab_size=vocab, reservoir_size=10_000, seed=1
+    )
+    stats = capture_statistics(model, rows.split(4), config, special, statistics, bins=bins)
+
+    # independent reference: corruption redrawn from its seeds, gradients by perturbation
+    pairs = [
+        mlm_corrupt(
+            row[None],
+            special_ids=special.all_ids(),
+            mask_id=special.mask_id,
+            vocab_size=vocab,
+            probability=0.15,
+            generator=seeded_generator(5, i),
+        )
+        for i, row in enumerate(rows)
+    ]
+    inputs, labels = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+    ref = _reference_gradients(model, inputs, labels, sites)
+    _, cache = model.run_with_cache(inputs, names_filter=lambda n: n in sites)
+    specials = torch.tensor(sorted(special.all_ids()))
+    keep = ~torch.isin(rows, specials)  # the original text's non-special positions
+    scored = labels != -100
+    at_mask = inputs == special.mask_id
+    replaced = scored & ~at_mask & (inputs != rows)
+    assert at_mask.any() and replaced.any()  # both corruptions occur in this batch
+    assert int(stats.n_tokens) == int(keep.sum()) and stats.n_scored == int(scored.sum())
+    assert keep[scored].all()  # every scored position is kept
+    original = rows[keep]
+    for site in sites:
+        h, g = cache[site][keep], ref[site][keep]
+        acc = stats.sites[site]
+        torch.testing.assert_close(acc.g.second_moment, g.T @ g, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(acc.h.second_moment, h.T @ h, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(acc.g.sum, g.sum(0), rtol=1e-9, atol=1e-12)
+        assert acc.h.count == acc.g.count == int(keep.sum())
+        for b in range(2):  # binned by the original token
+            in_bin = torch.from_numpy(bins.bin_of_type)[original] == b
+            torch.testing.assert_close(
+                acc.g_bins[b].second_moment, g[in_bin].T @ g[in_bin], rtol=1e-9, atol=1e-12
+            )
+        # per-type sums by the original token: [MASK] never appears as a type
+        expected_counts = torch.bincount(original, minlength=vocab)
+        assert torch.equal(acc.types.count, expected_counts)
+        assert acc.types.count[special.mask_id] == 0
+        token = int(rows[replaced][0])
+        torch.testing.assert_close(acc.types.sum[token], h[original == token].sum(0))
+        # the reservoir holds the same positions (all of them: it is larger than the stream)
+        ids = (torch.arange(6)[:, None] * 32 + torch.arange(32))[keep]
+        assert torch.equal(torch.sort(acc.reservoir.ids).values, ids)
+        columns = acc.reservoir.columns()
+        order = torch.argsort(acc.reservoir.ids)
+        assert torch.equal(columns["token"][order], original)
+    # at the last block only the scored positions have a gradient (each of them has one)
+    g_last = ref[last]
+    nonzero = g_last.abs().amax(dim=-1) > 0
+    assert torch.equal(nonzero & keep, scored)

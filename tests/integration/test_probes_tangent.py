@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from tangentlens.capture import RowReservoir
 from tangentlens.probes import anisotropy_share, tangent_energy
 from tangentlens.probes.base import ROW_FIELDS
 from tangentlens.probes.proxies import ProxyConfig, fit_proxies
@@ -40,13 +43,42 @@ def test_tangent_energy_rows(micro_step_data):
                 assert abs(mean - null) < 5 * std / math.sqrt(30) + 1e-12
                 assert e["layer"] == sites.index(site) and e["rank"] == 4
                 ratio = table[(site, method, b, "energy_ratio")]
-                assert e["ci_low"] <= e["ci_high"] and ratio["ci_low"] <= ratio["ci_high"]
-                assert ratio["ci_low"] > 0
+                # every interval describes (and contains) its own reported value
+                assert e["ci_low"] <= e["value"] <= e["ci_high"] <= 1, e
+                assert 0 < ratio["ci_low"] <= ratio["value"] <= ratio["ci_high"], ratio
     assert table[(sites[0], "pca", "all", "energy_fraction")]["n_tokens"] == (
         micro_step_data.statistics.n_tokens
     )
+    # no per-sequence sums in this capture: the intervals come from the reservoir's sample
+    assert tangent_energy.interval_source(micro_step_data) == tangent_energy.INTERVAL_SAMPLE
     again = tangent_energy.rows(micro_step_data, proxies, config)
     assert [r["value"] for r in again] == [r["value"] for r in rows]  # same seed, same numbers
+
+
+def _with_reservoir(data, capacity):
+    """The step's statistics with each site's reservoir cut to ``capacity`` rows — exactly the
+    sample a capture with that capacity keeps (bottom-k of the same seeded priorities)."""
+    sites = {}
+    for name, site in data.statistics.sites.items():
+        small = copy.copy(site)
+        small.reservoir = RowReservoir(capacity, site.reservoir.seed)
+        small.reservoir.add(site.reservoir.ids, site.reservoir.columns())
+        sites[name] = small
+    statistics = dataclasses.replace(data.statistics, sites=sites)
+    return dataclasses.replace(data, statistics=statistics)
+
+
+def test_every_energy_interval_contains_its_point_value(micro_step_data):
+    """As in the micro sweep recipe (a 512-row reservoir out of ~2 900 kept rows, 20 bootstrap
+    replicates), the interval comes from a sample while the point value uses every token: it
+    must still be the reported value's interval. (Before the fix, 2 of these 32 excluded it.)"""
+    data = _with_reservoir(micro_step_data, 512)
+    config = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=20)
+    rows = tangent_energy.rows(data, _proxies(data), config)
+    with_ci = [r for r in rows if r["ci_low"] is not None]
+    assert len(with_ci) == 2 * 2 * 2 * 4  # sites × methods × (fraction, ratio) × bins
+    outside = [r for r in with_ci if not r["ci_low"] <= r["value"] <= r["ci_high"]]
+    assert not outside, outside
 
 
 def test_anisotropy_share_rows(micro_step_data):

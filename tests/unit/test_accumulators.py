@@ -166,3 +166,131 @@ def test_site_statistics_per_bin_and_merge():
         StatisticsConfig(type_sums=True)
     with pytest.raises(ValueError, match="n_bins"):
         StatisticsConfig(n_bins=-1)
+
+
+# ------------------------------------------------------- per-sequence energy sums
+
+
+def _orthonormal(d, k, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))
+    return q
+
+
+def _projectors(d=6, n_bins=2, draws=5):
+    """Two proxies and, per slot, ``draws`` arbitrary rank-2 frames (random, not complements:
+    the accumulator must not care)."""
+    from tangentlens.capture import EnergyProjectors
+
+    proxies = {"a": _orthonormal(d, 2, 1), "b": _orthonormal(d, 3, 2)}
+    frames = {
+        m: [
+            torch.stack([_orthonormal(d, q.shape[1], 100 * s + j + 10 * i) for j in range(draws)])
+            for s in range(n_bins + 1)
+        ]
+        for i, (m, q) in enumerate(proxies.items())
+    }
+    return proxies, frames, EnergyProjectors.from_frames(proxies, frames, provenance="test")
+
+
+def _energy_stream(seed=0, n_seq=7, seq_len=9, d=6, n_bins=2):
+    """Kept rows of ``n_seq`` sequences: gradients, row ids (some positions dropped) and bins
+    (some rows outside every bin)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.arange(n_seq * seq_len)
+    ids = ids[torch.rand(ids.shape, generator=gen) > 0.3]
+    g = torch.randn(len(ids), d, generator=gen, dtype=torch.float64)
+    bins = torch.randint(-1, n_bins, (len(ids),), generator=gen)
+    return g, ids, bins
+
+
+def _brute_force(g, ids, bins, proxies, frames, seq_len):
+    """Per sequence, per slot: Σ‖g‖², Σ‖gQ‖² and meanⱼ Σ‖g Nⱼ‖², one explicit row at a time."""
+    sequences = sorted({int(i) // seq_len for i in ids})
+    n_slots = len(next(iter(frames.values())))
+    total = np.zeros((len(sequences), n_slots))
+    inside = np.zeros((len(sequences), len(proxies), n_slots))
+    control = np.zeros_like(inside)
+    for row, i, b in zip(g.numpy(), ids.tolist(), bins.tolist(), strict=True):
+        s = sequences.index(i // seq_len)
+        for slot in {0, b + 1 if 0 <= b < n_slots - 1 else 0}:
+            total[s, slot] += row @ row
+            for j, (m, q) in enumerate(proxies.items()):
+                inside[s, j, slot] += np.sum((row @ q.numpy()) ** 2)
+                energies = [np.sum((row @ f.numpy()) ** 2) for f in frames[m][slot]]
+                control[s, j, slot] += np.mean(energies)
+    return sequences, total, inside, control
+
+
+def test_sequence_energy_matches_explicit_rows_and_ignores_batching():
+    from tangentlens.capture import SequenceEnergy
+
+    seq_len = 9
+    proxies, frames, projectors = _projectors()
+    g, ids, bins = _energy_stream(seq_len=seq_len)
+    whole = SequenceEnergy(projectors, seq_len)
+    whole.update(g, ids, bins)
+    sequences, total, inside, control = _brute_force(g, ids, bins, proxies, frames, seq_len)
+    assert whole.sequences.tolist() == sequences and whole.n_sequences == len(sequences)
+    np.testing.assert_allclose(whole.total.numpy(), total, rtol=1e-12)
+    np.testing.assert_allclose(whole.inside.numpy(), inside, rtol=1e-12)
+    np.testing.assert_allclose(whole.control.numpy(), control, rtol=1e-12)
+    # split at odd places (a sequence cut in two) and merged from two accumulators
+    parts = [SequenceEnergy(projectors, seq_len) for _ in range(2)]
+    for k, (gc, ic, bc) in enumerate(zip(g.split(10), ids.split(10), bins.split(10), strict=True)):
+        parts[k % 2].update(gc, ic, bc)
+    parts[0].merge(parts[1])
+    assert torch.equal(parts[0].sequences, whole.sequences)
+    for name in ("total", "inside", "control"):
+        torch.testing.assert_close(
+            getattr(parts[0], name), getattr(whole, name), rtol=1e-12, atol=0
+        )
+    inside_b, total_b, control_b = whole.sums("b", 1)
+    np.testing.assert_allclose(inside_b.numpy(), inside[:, 1, 2], rtol=1e-12)
+    np.testing.assert_allclose(total_b.numpy(), total[:, 2], rtol=1e-12)
+    np.testing.assert_allclose(control_b.numpy(), control[:, 1, 2], rtol=1e-12)
+    with pytest.raises(ValueError, match="no projectors for method"):
+        whole.sums("c")
+    with pytest.raises(ValueError, match="bin_index must be None or in"):
+        whole.sums("a", 2)
+    other = SequenceEnergy(_projectors()[2], seq_len)
+    with pytest.raises(ValueError, match="same projectors"):
+        whole.merge(other)
+
+
+def test_site_statistics_gather_sequence_energy_only_for_named_sites():
+    from tangentlens.capture import SequenceEnergyConfig
+
+    seq_len = 9
+    proxies, frames, projectors = _projectors()
+    spec = SequenceEnergyConfig(seq_len=seq_len, projectors={"site": projectors})
+    config = StatisticsConfig(n_bins=2, reservoir_size=0, sequence_energy=spec)
+    g, ids, bins = _energy_stream(seq_len=seq_len)
+    h = torch.randn_like(g)
+    stats = SiteStatistics(6, config, site="site")
+    halves = [SiteStatistics(6, config, site="site") for _ in range(2)]
+    stats.update(h, g, ids, ids, bins)
+    halves[0].update(h[:20], g[:20], ids[:20], ids[:20], bins[:20])
+    halves[1].update(h[20:], g[20:], ids[20:], ids[20:], bins[20:])
+    halves[0].merge(halves[1])
+    _, total, inside, _ = _brute_force(g, ids, bins, proxies, frames, seq_len)
+    for s in (stats, halves[0]):
+        np.testing.assert_allclose(s.sequence_energy.total.numpy(), total, rtol=1e-12)
+        np.testing.assert_allclose(s.sequence_energy.inside.numpy(), inside, rtol=1e-12)
+    # summed over sequences: the energies of the pooled (per-bin) second moments
+    for slot, acc in enumerate([stats.g, *stats.g_bins]):
+        q = proxies["a"]
+        pooled = float(torch.trace(q.T @ acc.second_moment @ q))
+        assert float(stats.sequence_energy.inside[:, 0, slot].sum()) == pytest.approx(
+            pooled, rel=1e-12
+        )
+    assert SiteStatistics(6, config, site="other").sequence_energy is None
+    assert SiteStatistics(6, config).sequence_energy is None
+    with pytest.raises(ValueError, match="merge only when both keep sequence energies"):
+        stats.merge(SiteStatistics(6, config, site="other"))
+    with pytest.raises(ValueError, match="3 slots; the statistics keep 1 bins"):
+        StatisticsConfig(n_bins=1, sequence_energy=spec)
+    with pytest.raises(ValueError, match="needs gradients=True"):
+        StatisticsConfig(gradients=False, n_bins=2, sequence_energy=spec)
+    with pytest.raises(ValueError, match="6-dimensional, the site is 5-dimensional"):
+        SiteStatistics(5, config, site="site")

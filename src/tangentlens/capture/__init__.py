@@ -1,5 +1,6 @@
 """tangentlens.capture: activations and per-token gradients at hook sites in one pass, streamed
-into float64 accumulators and a seeded row reservoir."""
+into float64 accumulators, a seeded row reservoir and (optionally) per-sequence gradient energy
+sums for the tangent-energy intervals."""
 
 from tangentlens.capture.accumulators import (
     MomentAccumulator,
@@ -17,6 +18,11 @@ from tangentlens.capture.engine import (
     frozen_parameters,
 )
 from tangentlens.capture.reservoir import RowReservoir, row_priorities
+from tangentlens.capture.sequence_energy import (
+    EnergyProjectors,
+    SequenceEnergy,
+    SequenceEnergyConfig,
+)
 from tangentlens.capture.stream import AttentionStatistics, CaptureStatistics, capture_statistics
 
 __all__ = [
@@ -27,8 +33,11 @@ __all__ = [
     "CaptureConfig",
     "CaptureStatistics",
     "CapturedBatch",
+    "EnergyProjectors",
     "MomentAccumulator",
     "RowReservoir",
+    "SequenceEnergy",
+    "SequenceEnergyConfig",
     "SiteStatistics",
     "StatisticsConfig",
     "TypeSums",

@@ -6,7 +6,8 @@ CPU); the row reservoir always lives on the CPU.
   ``Σ‖x‖²``, ``Σ x/‖x‖`` (over nonzero rows) and optionally ``Σ x xᵀ`` (d × d).
 * :class:`TypeSums` — per token type: count, ``Σh`` and ``Σ‖h‖²`` (centroids and spreads).
 * :class:`SiteStatistics` — everything one hook site accumulates: moments of ``H`` and ``G``
-  overall and per frequency bin, optional per-type sums, an optional row reservoir.
+  overall and per frequency bin, optional per-type sums, an optional row reservoir and optional
+  per-sequence gradient energy sums (:class:`~tangentlens.capture.sequence_energy.SequenceEnergy`).
 
 Every accumulator merges: statistics of two disjoint halves of a stream merge to those of the
 whole (exactly, up to float64 summation order).
@@ -21,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 
 from tangentlens.capture.reservoir import RowReservoir
+from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
 from tangentlens.metrics._validate import check_count
 
 __all__ = ["MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"]
@@ -169,7 +171,9 @@ class StatisticsConfig:
     ``n_bins``: frequency bins (0 = none); ``bin_second_moments``: keep d × d moments per bin
     (12 matrices per site at 5 bins: 56 MB at d 768); ``type_sums``: per-type centroid sums of
     ``H`` (needs ``vocab_size``); ``reservoir_size``: rows sampled for point-based metrics
-    (0 = none); ``seed``: of the reservoir's priorities.
+    (0 = none); ``seed``: of the reservoir's priorities; ``sequence_energy``: projectors per site
+    for per-sequence energy sums of ``G`` (None = none; needs ``gradients`` and one slot per
+    frequency bin plus "all").
     """
 
     gradients: bool = True
@@ -179,10 +183,20 @@ class StatisticsConfig:
     vocab_size: int | None = None
     reservoir_size: int = 16384
     seed: int = 0
+    sequence_energy: SequenceEnergyConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_bins", "reservoir_size", "seed"):
             check_count(getattr(self, name), name, minimum=0)
+        if self.sequence_energy is not None:
+            if not self.gradients:
+                raise ValueError("sequence_energy sums gradients: it needs gradients=True")
+            for site, projectors in self.sequence_energy.projectors.items():
+                if projectors.n_slots != self.n_bins + 1:
+                    raise ValueError(
+                        f"sequence_energy projectors of {site!r} have {projectors.n_slots} slots;"
+                        f" the statistics keep {self.n_bins} bins, so {self.n_bins + 1} are needed"
+                    )
         if self.type_sums and (not isinstance(self.vocab_size, int) or self.vocab_size < 1):
             raise ValueError(
                 f"type_sums needs vocab_size as an integer ≥ 1, got {self.vocab_size!r}"
@@ -217,11 +231,17 @@ class SiteStatistics:
     ``h`` / ``g``: overall :class:`MomentAccumulator` of activations / gradients (``g`` is None
     without gradients); ``h_bins`` / ``g_bins``: one per frequency bin; ``types``: per-type sums
     of ``H`` or None; ``reservoir``: a :class:`RowReservoir` with columns ``H``, ``G`` (float32),
-    ``token`` and ``bin`` (int64), or None.
+    ``token`` and ``bin`` (int64), or None; ``sequence_energy``: per-sequence energy sums of
+    ``G``, kept when ``config.sequence_energy`` has projectors for ``site``, else None.
     """
 
     def __init__(
-        self, d: int, config: StatisticsConfig, device: torch.device | str = "cpu"
+        self,
+        d: int,
+        config: StatisticsConfig,
+        device: torch.device | str = "cpu",
+        *,
+        site: str | None = None,
     ) -> None:
         self.d = d
         self.config = config
@@ -239,6 +259,16 @@ class SiteStatistics:
         self.reservoir = (
             RowReservoir(config.reservoir_size, config.seed) if config.reservoir_size else None
         )
+        self.sequence_energy: SequenceEnergy | None = None
+        spec = config.sequence_energy
+        if spec is not None and site is not None and site in spec.projectors:
+            projectors = spec.projectors[site]
+            if projectors.d != d:
+                raise ValueError(
+                    f"sequence_energy projectors of {site!r} are {projectors.d}-dimensional, "
+                    f"the site is {d}-dimensional"
+                )
+            self.sequence_energy = SequenceEnergy(projectors, spec.seq_len, device)
 
     @property
     def count(self) -> int:
@@ -246,7 +276,7 @@ class SiteStatistics:
 
     def to(self, device: torch.device | str) -> SiteStatistics:
         """Move every accumulator to ``device`` (the reservoir lives on the CPU); returns self."""
-        for acc in [self.h, self.g, *self.h_bins, *self.g_bins, self.types]:
+        for acc in [self.h, self.g, *self.h_bins, *self.g_bins, self.types, self.sequence_energy]:
             if acc is not None:
                 acc.to(device)
         return self
@@ -281,6 +311,8 @@ class SiteStatistics:
             self.h.update(h64)
             if self.g is not None:
                 self.g.update(g64)  # type: ignore[arg-type]
+        if self.sequence_energy is not None:
+            self.sequence_energy.update(g64, row_ids, bins)  # type: ignore[arg-type]
         if self.types is not None:
             self.types.update(tokens, h64)
         if self.reservoir is not None:
@@ -306,3 +338,9 @@ class SiteStatistics:
             self.types.merge(other.types)
         if self.reservoir is not None and other.reservoir is not None:
             self.reservoir.merge(other.reservoir)
+        if (self.sequence_energy is None) != (other.sequence_energy is None):
+            raise ValueError(
+                "site statistics merge only when both keep sequence energies or neither"
+            )
+        if self.sequence_energy is not None and other.sequence_energy is not None:
+            self.sequence_energy.merge(other.sequence_energy)

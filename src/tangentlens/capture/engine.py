@@ -14,12 +14,26 @@ The loss (recorded with every result):
   from the statistics as ``no_target``; targets equal to the pad id are not scored;
 * ``mlm`` (encoders): BERT's corruption (15 % of non-special positions; 80 % [MASK], 10 % random,
   10 % kept), each sequence's drawn from a generator seeded by ``(seed, sequence index)`` so the
-  masks do not depend on the batch size; cross-entropy at the chosen positions. Statistics
-  describe the corrupted input the model reads: [MASK] positions are special tokens and are
-  excluded by the token mask.
+  masks do not depend on the batch size; cross-entropy at the chosen (scored) positions.
 
-``reduction="sum"`` (default) differentiates the summed token loss, so a token's gradient does not
-depend on the batch size; ``"mean"`` divides by the number of scored tokens of the batch.
+Which positions the statistics keep (one set for activation moments, gradient moments, the row
+reservoir and attention, so proxies and energies describe the same tokens):
+:func:`tangentlens.data.masks.analysis_mask` of the **original** tokens. For MLM that keeps every
+scored position — the ``[MASK]`` inputs carry ~80 % of the loss — and every unscored one, and
+each position is binned (frequency bins, per-type sums) by its original token, never by the
+``[MASK]`` id or a random replacement; ``CapturedBatch.tokens`` holds those original ids,
+``inputs`` what the model read. A ``[MASK]`` input's activations describe a masked context (at
+the embedding, the ``[MASK]`` vector itself), and they enter the activation statistics like any
+other kept row: about 12 % of kept rows at 15 % × 80 %. Gradient statistics are *not* restricted
+to scored positions: ``G = ∂L/∂H`` is the true gradient at every kept row; unscored rows are
+exactly zero at the last block (~85 % of rows there) but not below it, where attention carries
+the loss to every position; zero rows add nothing to the pooled energy sums.
+
+``reduction="sum"`` (the only one) differentiates the summed token loss, so a token's gradient
+does not depend on the batch size or on the other rows of its batch. A per-batch mean is not
+offered: dividing each batch by its own number of scored tokens would weight tokens of small or
+sparsely scored batches (the last batch, MLM) up in every pooled ratio; a constant scale would
+change no ratio.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 from jaxtyping import Bool, Float
 
-from tangentlens.data.masks import MaskPolicy, token_mask
+from tangentlens.data.masks import MaskPolicy, analysis_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.seeding import seeded_generator
@@ -49,7 +63,7 @@ __all__ = [
 ]
 
 LOSSES: tuple[str, ...] = ("next_token", "mlm")
-REDUCTIONS: tuple[str, ...] = ("sum", "mean")
+REDUCTIONS: tuple[str, ...] = ("sum",)
 
 SiteTensor = Float[torch.Tensor, "batch pos d"]
 
@@ -62,7 +76,7 @@ class CaptureConfig:
         sites: full TransformerLens hook names whose activations (and gradients) are kept.
         loss: ``"next_token"`` (decoders) or ``"mlm"`` (encoders).
         gradients: also compute ``G = ∂L/∂H`` at every site (one backward pass).
-        reduction: ``"sum"`` or ``"mean"`` of the token losses that ``G`` differentiates.
+        reduction: ``"sum"`` of the token losses that ``G`` differentiates (the only one).
         mlm_probability: share of non-special positions the masked-LM loss scores.
         seed: seeds the masked-LM corruption, with each sequence's index.
         attention_layers: layers whose queries, keys and attention pattern are kept.
@@ -89,7 +103,10 @@ class CaptureConfig:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+            raise ValueError(
+                f"reduction must be one of {REDUCTIONS}, got {self.reduction!r} (a per-batch "
+                "mean would reweight tokens across batches)"
+            )
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
         layers = tuple(self.attention_layers)
@@ -116,14 +133,19 @@ class AttentionTensors:
 class CapturedBatch:
     """The result of :func:`capture_batch` for one token batch.
 
-    ``tokens`` is what the model read (after masked-LM corruption); ``keep`` the positions the
-    statistics use; ``excluded`` counts excluded positions per reason (``bos``, ``position0``,
-    ``padding``, ``special``, ``no_target``; ``total`` = excluded by any); ``loss`` is the
-    reduced loss and ``n_scored`` the number of tokens it scores. ``gradients`` is empty when
-    the config asks for none.
+    ``tokens`` is the token each position stands for (the original text: for masked-LM capture
+    the token before corruption — what bins and per-type sums use); ``inputs`` what the model
+    read (after masked-LM corruption; equal to ``tokens`` for decoders); ``keep`` the positions
+    the statistics use (see the module docstring); ``scored`` the positions the loss scores;
+    ``excluded`` counts excluded positions per reason (``bos``, ``position0``, ``padding``,
+    ``special``, ``no_target``; ``total`` = excluded by any); ``loss`` is the reduced loss and
+    ``n_scored`` the number of tokens it scores. ``gradients`` is empty when the config asks
+    for none.
     """
 
     tokens: Tokens
+    inputs: Tokens
+    scored: Bool[torch.Tensor, "batch pos"]
     keep: Bool[torch.Tensor, "batch pos"]
     excluded: dict[str, int]
     activations: dict[str, SiteTensor]
@@ -192,7 +214,7 @@ def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None)
         )
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> tuple[torch.Tensor, int]:
+def _loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     n_scored = int((labels != IGNORE_INDEX).sum())
     total = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
@@ -200,7 +222,7 @@ def _loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> tuple[t
         ignore_index=IGNORE_INDEX,
         reduction="sum",
     )
-    return (total / max(n_scored, 1) if reduction == "mean" else total), n_scored
+    return total, n_scored
 
 
 def _inputs_and_labels(
@@ -285,14 +307,14 @@ def capture_batch(
         if config.gradients:
             with torch.enable_grad():
                 logits = model(inputs, return_type="logits")
-                loss, n_scored = _loss(logits, labels, config.reduction)
+                loss, n_scored = _loss(logits, labels)
                 grads = torch.autograd.grad(
                     loss, [activations[s] for s in config.sites], allow_unused=True
                 )
         else:
             with torch.inference_mode():
                 logits = model(inputs, return_type="logits")
-                loss, n_scored = _loss(logits, labels, config.reduction)
+                loss, n_scored = _loss(logits, labels)
             grads = ()
     gradients = {
         s: torch.zeros_like(activations[s]) if g is None else g
@@ -301,21 +323,17 @@ def capture_batch(
     activations = {s: activations[s].detach() for s in config.sites}
     _check_finite(activations, "activations", step)
     _check_finite(gradients, "gradients", step)
-    masks = token_mask(inputs, special, causal=config.causal, policy=config.mask_policy)
-    keep, excluded = masks.keep.clone(), dict(masks.excluded)
-    excluded["no_target"] = 0
-    if config.causal:  # the last position predicts nothing: its gradient is exactly zero
-        no_target = torch.zeros_like(keep)
-        no_target[:, -1] = keep[:, -1]
-        excluded["no_target"] = int(no_target.sum())
-        keep &= ~no_target
-        excluded["total"] += excluded["no_target"]
+    # kept positions come from the original tokens: an MLM [MASK] or random input is kept
+    masks = analysis_mask(tokens, special, causal=config.causal, policy=config.mask_policy)
+    keep, excluded = masks.keep, dict(masks.excluded)
     loss_value = float(loss.detach())
     if not math.isfinite(loss_value):
         at = "" if step is None else f" at step {step}"
         raise ValueError(f"the loss is not finite{at} ({loss_value}): the checkpoint is broken")
     return CapturedBatch(
-        tokens=inputs,
+        tokens=tokens,
+        inputs=inputs,
+        scored=labels != IGNORE_INDEX,
         keep=keep,
         excluded=excluded,
         activations=activations,

@@ -157,7 +157,7 @@ def capture_statistics(
         for site in config.sites:
             h, g = batch.rows(site)
             if site not in out.sites:  # accumulate where the activations are
-                out.sites[site] = SiteStatistics(h.shape[1], statistics, device=h.device)
+                out.sites[site] = SiteStatistics(h.shape[1], statistics, device=h.device, site=site)
             out.sites[site].update(
                 h, g if statistics.gradients else None, kept_tokens, row_ids, kept_bins
             )

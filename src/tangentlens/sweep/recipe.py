@@ -143,6 +143,7 @@ class TangentSpec:
     window_checkpoints: int = 8
     draws: int = 100
     bootstrap: int = 200
+    interval: str = "studentized"
     data_matched_m: int | None = None
     seminmf_max_iter: int = 500
     sae_samples: int = 100_000
@@ -184,6 +185,7 @@ class TangentSpec:
         return TangentEnergyConfig(
             draws=self.draws,
             bootstrap=self.bootstrap,
+            interval=self.interval,
             data_matched_m=self.data_matched_m,
             seed=self.seed,
         )

@@ -37,6 +37,7 @@ import torch
 from tangentlens.capture import (
     CaptureConfig,
     CaptureStatistics,
+    SequenceEnergyConfig,
     StatisticsConfig,
     capture_statistics,
 )
@@ -83,6 +84,14 @@ ESTIMATORS: dict[str, str] = {
     "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
     "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
     "steps (per site, at the last step); n_tokens = number of points",
+    "frequency_spread": "Σ‖h − c‖² / (n − 1) per type from the streamed sums over every kept "
+    "token (n = the type's count in the stream); Pearson on the squared spread",
+    "proxies": "every method fitted on activations centred per checkpoint (window checkpoints "
+    "centred before pooling); mean_direction = rank-1 proxy of the mean activation, following "
+    "the fit policy (pooled window mean or the step's mean)",
+    "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
+    "on the covariance; controls = tangent_energy's frames",
+    "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
 }
 
 _SIMPLE_PROBES = {
@@ -187,7 +196,10 @@ def _capture(
     step: int,
     *,
     gradients: bool,
+    sequence_energy: SequenceEnergyConfig | None = None,
 ) -> CaptureStatistics:
+    """One capture of ``step``; ``sequence_energy``: per-sequence energy sums of proxies known
+    in advance (the frozen-early intervals)."""
     config = CaptureConfig(
         sites=tuple(sites),
         loss=data.loss,
@@ -203,6 +215,7 @@ def _capture(
         vocab_size=model.cfg.d_vocab if needs.type_sums else None,
         reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
         seed=recipe.capture.seed,
+        sequence_energy=sequence_energy,
     )
     return capture_statistics(
         model,
@@ -394,7 +407,22 @@ def _step_rows(
     sites = _sites(model, recipe)
     gradients = needs.gradients
     status(f"step {step}: capture ({'activations and gradients' if gradients else 'activations'})")
-    stats = _capture(model, sites, data, recipe, needs, step, gradients=gradients)
+    spec = recipe.probes.get("tangent_energy")
+    energy_sums = None
+    if frozen is not None and spec is not None and spec.bootstrap and gradients:
+        # the proxies are known before the capture: gather per-sequence energy sums so the
+        # intervals resample every analysed sequence
+        energy_sums = tangent_energy.sequence_energy_config(
+            spec.energy_config(),
+            step,
+            frozen,
+            sites,
+            recipe.data.n_bins if needs.bins else 0,
+            recipe.data.seq_len,
+        )
+    stats = _capture(
+        model, sites, data, recipe, needs, step, gradients=gradients, sequence_energy=energy_sums
+    )
     step_data = StepData(
         suite=recipe.suite.name,
         step=step,
@@ -409,9 +437,8 @@ def _step_rows(
         if name in recipe.probes:
             status(f"step {step}: {name}")
             rows += module.rows(step_data, recipe.probes[name])
-    if "tangent_energy" not in recipe.probes:
+    if spec is None:
         return rows
-    spec = recipe.probes["tangent_energy"]
     index = steps.index(step)
     previous_step = steps[index - 1] if index else None
     # the previous unit's state, when this sweep computed it (else it is read back: a resume)
@@ -505,13 +532,33 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _interval_estimator(recipe: Recipe) -> dict[str, str]:
+    """Where the energy intervals come from (see ``tangent_energy.interval_source``)."""
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None or not spec.bootstrap:
+        return {}
+    source = (
+        tangent_energy.INTERVAL_ALL_SEQUENCES
+        if spec.fit_policy == "frozen_early"
+        else tangent_energy.INTERVAL_SAMPLE
+    )
+    return {
+        "energy_interval": f"{spec.energy_config().interval} bootstrap over {source}: "
+        + (
+            "every analysed sequence, from per-sequence sums gathered during capture"
+            if source == tangent_energy.INTERVAL_ALL_SEQUENCES
+            else "the reservoir's sampled sequences, rescaled onto the reported value"
+        )
+    }
+
+
 def _manifest(recipe: Recipe, suite: CheckpointSuite, steps: list[int]) -> dict[str, Any]:
     return {
         "recipe": recipe.to_dict(),
         "suite": {"kind": suite.kind, "name": suite.name, "family": suite.family},
         "steps": steps,
         "fit_window": list(_fit_window(recipe, suite)),
-        "estimators": ESTIMATORS,
+        "estimators": {**ESTIMATORS, **_interval_estimator(recipe)},
         "versions": _versions(),
         "git_hash": _git_hash(),
         "python": platform.python_version(),

@@ -1,0 +1,270 @@
+"""Per-sequence gradient energy sums, gathered during capture, for the tangent-energy intervals
+(METHODS.md §1.3).
+
+A confidence interval must describe the reported estimator, the pooled energy fraction of
+*every* kept token. Tokens of one sequence are not independent, so the bootstrap resamples
+sequences — all analysed sequences, which needs per-sequence sums. When the proxies are known
+before a step is captured (fit policy ``frozen_early``), the capture adds up, per sequence and
+per frequency-bin *slot* (slot 0 = every kept token, slot ``b + 1`` = the tokens of bin ``b``):
+
+* ``total``: ``Σ‖g‖²``;
+* ``inside``: ``Σ gᵀ P_Q g = Σ‖g Q‖²`` for each proxy method (``P_Q`` = ``Q Qᵀ``);
+* ``control``: ``Σ gᵀ P̄ g`` with ``P̄ = meanⱼ Nⱼ Nⱼᵀ`` over the control frames of that method
+  and slot, so ``Σ_seq control = meanⱼ ‖G Nⱼ‖²`` (the denominator of the energy ratio).
+
+Summed over sequences these equal the energies computed from the pooled second moments (up to
+float64 summation order). Cost: one d × d Gram matrix per (sequence, bin) group of a batch —
+about one extra ``Gᵀ G`` per batch — and one matrix product of the groups' Gram matrices with
+the stacked projectors (``(groups, d²) @ (d², J)``), whatever the number of tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+
+from tangentlens.metrics._validate import check_count
+
+__all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"]
+
+
+@dataclass(frozen=True, eq=False)
+class EnergyProjectors:
+    """The projectors of one site.
+
+    ``methods``: proxy names; ``bases``: the proxies (d × k each, float64) the projectors were
+    built from; ``inside``: ``P_Q`` per method, ``(M, d, d)``; ``control``: the mean control
+    projector ``P̄`` per method and slot, ``(M, n_bins + 1, d, d)``; ``provenance``: what else the
+    controls depend on (e.g. draws and seed keys), for the consumer to check.
+    """
+
+    methods: tuple[str, ...]
+    bases: tuple[torch.Tensor, ...]
+    inside: Float[torch.Tensor, "M d d"]
+    control: Float[torch.Tensor, "M S d d"]
+    provenance: Hashable = ()
+
+    def __post_init__(self) -> None:
+        m = len(self.methods)
+        if m < 1 or len(set(self.methods)) != m or len(self.bases) != m:
+            raise ValueError("methods must be distinct names, one basis each")
+        d = self.inside.shape[-1]
+        if self.inside.shape != (m, d, d) or self.control.ndim != 4:
+            raise ValueError(
+                f"inside must be (M, d, d) and control (M, slots, d, d), got "
+                f"{tuple(self.inside.shape)} and {tuple(self.control.shape)}"
+            )
+        if self.control.shape[0] != m or self.control.shape[2:] != (d, d):
+            raise ValueError(
+                f"control must be ({m}, slots, {d}, {d}), got {tuple(self.control.shape)}"
+            )
+
+    @classmethod
+    def from_frames(
+        cls,
+        proxies: Mapping[str, torch.Tensor],
+        frames: Mapping[str, Sequence[torch.Tensor]],
+        provenance: Hashable = (),
+    ) -> EnergyProjectors:
+        """Projectors from the proxies (``method → d × k`` orthonormal basis) and, per method,
+        the control frames of every slot (``(draws, d, k)`` each; slot 0 = all tokens)."""
+        methods = tuple(proxies)
+        if set(frames) != set(methods):
+            raise ValueError(f"frames must be given for exactly the methods {methods}")
+        slots = {len(frames[m]) for m in methods}
+        if len(slots) != 1 or 0 in slots:
+            raise ValueError("every method needs frames for the same, non-zero number of slots")
+        bases = tuple(torch.as_tensor(proxies[m]).detach().double().cpu() for m in methods)
+        inside = torch.stack([q @ q.T for q in bases])
+        control = torch.stack(
+            [
+                torch.stack(
+                    [
+                        torch.einsum("jdk,jek->de", f.double(), f.double()) / f.shape[0]
+                        for f in frames[m]
+                    ]
+                )
+                for m in methods
+            ]
+        )
+        return cls(methods, bases, inside, control, provenance)
+
+    @property
+    def d(self) -> int:
+        return int(self.inside.shape[-1])
+
+    @property
+    def n_slots(self) -> int:
+        """``n_bins + 1``: slot 0 is every kept token, slot ``b + 1`` frequency bin ``b``."""
+        return int(self.control.shape[1])
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceEnergyConfig:
+    """Per-sequence energy sums to gather during capture: the projectors per hook site and the
+    token-row width ``seq_len`` (a row id ``// seq_len`` is the sequence index). Compared by
+    identity: statistics merge only when gathered with the same projectors."""
+
+    seq_len: int
+    projectors: Mapping[str, EnergyProjectors]
+
+    def __post_init__(self) -> None:
+        check_count(self.seq_len, "seq_len", minimum=1)
+
+
+class SequenceEnergy:
+    """Per-sequence sums ``total`` (S, slots), ``inside`` and ``control`` (S, M, slots) of one
+    site, in float64, for the sequences ``sequences`` (S,) (ascending stream indices) that had
+    at least one kept token. A sequence with no token of bin ``b`` has zeros in slot ``b + 1``.
+    """
+
+    def __init__(
+        self, projectors: EnergyProjectors, seq_len: int, device: torch.device | str = "cpu"
+    ) -> None:
+        self.projectors = projectors
+        self.seq_len = check_count(seq_len, "seq_len", minimum=1)
+        m, s, d = len(projectors.methods), projectors.n_slots, projectors.d
+        # rows: P_Q of every method, then P̄ of every (method, slot): flattened to (J, d²)
+        stacked = torch.cat([projectors.inside, projectors.control.reshape(m * s, d, d)])
+        self._stacked = stacked.reshape(m + m * s, d * d).to(device, torch.float64)
+        self._chunks: list[tuple[torch.Tensor, ...]] = []
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return self.projectors.methods
+
+    def update(
+        self,
+        g: Float[torch.Tensor, "n d"],
+        row_ids: Int[torch.Tensor, " n"],
+        bins: Int[torch.Tensor, " n"] | None = None,
+    ) -> None:
+        """Add kept gradient rows ``g`` (n, d), their global row ids and frequency bins (n,;
+        bins outside ``[0, slots − 1)`` count in slot 0 only)."""
+        p = self.projectors
+        if g.ndim != 2 or g.shape[1] != p.d or row_ids.shape != (g.shape[0],):
+            raise ValueError(
+                f"gradients must be (n, {p.d}) with one row id each, got {tuple(g.shape)} and "
+                f"{tuple(row_ids.shape)}"
+            )
+        if not g.shape[0]:
+            return
+        m, s = len(p.methods), p.n_slots
+        sequences = row_ids.cpu().long() // self.seq_len
+        slot = torch.zeros_like(sequences)
+        if bins is not None and s > 1:
+            b = bins.cpu().long()
+            slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
+        key = sequences * s + slot
+        key, order = torch.sort(key, stable=True)
+        groups, sizes = torch.unique_consecutive(key, return_counts=True)
+        x = g.detach().to(self._stacked.device, torch.float64)[order.to(self._stacked.device)]
+        parts = torch.split(x, sizes.tolist())
+        energies = torch.cat(  # (groups, J); Gram matrices of at most 16 groups at a time
+            [
+                torch.stack([part.T @ part for part in parts[i : i + 16]]).flatten(1)
+                @ self._stacked.T
+                for i in range(0, len(parts), 16)
+            ]
+        )
+        inside = energies[:, :m]
+        control = energies[:, m:].reshape(-1, m, s)
+        member = torch.repeat_interleave(torch.arange(len(parts)), sizes).to(x.device)
+        total = torch.zeros(len(parts), dtype=torch.float64, device=x.device)
+        total.index_add_(0, member, x.pow(2).sum(dim=1))
+        group_seq, group_slot = groups // s, (groups % s).to(energies.device)
+        ids, where = torch.unique(group_seq, return_inverse=True)
+        where = where.to(energies.device)
+        n, rows = len(ids), torch.arange(len(groups), device=energies.device)
+        # slot 0 gets every group (with the all-token control), the group's slot its own
+        out_total = torch.zeros(n, s, dtype=torch.float64, device=energies.device)
+        out_inside = torch.zeros(n, m, s, dtype=torch.float64, device=energies.device)
+        out_control = torch.zeros(n, m, s, dtype=torch.float64, device=energies.device)
+        out_total[:, 0].index_add_(0, where, total)
+        out_inside[:, :, 0].index_add_(0, where, inside)
+        out_control[:, :, 0].index_add_(0, where, control[:, :, 0])
+        binned = group_slot > 0
+        if bool(binned.any()):
+            w, sl, r = where[binned], group_slot[binned], rows[binned]
+            out_total.index_put_((w, sl), total[r], accumulate=True)
+            for j in range(m):
+                col = torch.full_like(w, j)
+                out_inside.index_put_((w, col, sl), inside[r, j], accumulate=True)
+                out_control.index_put_((w, col, sl), control[r, j, sl], accumulate=True)
+        self._chunks.append((ids, out_total, out_inside, out_control))
+
+    def _consolidated(self) -> tuple[torch.Tensor, ...]:
+        """One chunk per sequence (sequences split across updates or merges are summed)."""
+        p = self.projectors
+        m, s = len(p.methods), p.n_slots
+        if not self._chunks:
+            f64 = {"dtype": torch.float64}
+            return (
+                torch.zeros(0, dtype=torch.int64),
+                torch.zeros(0, s, **f64),
+                torch.zeros(0, m, s, **f64),
+                torch.zeros(0, m, s, **f64),
+            )
+        if len(self._chunks) > 1:
+            device = self._chunks[0][1].device
+            ids = torch.cat([c[0].cpu() for c in self._chunks])
+            unique, where = torch.unique(ids, return_inverse=True)
+            where = where.to(device)
+            merged = [unique]
+            for k in (1, 2, 3):
+                parts = torch.cat([c[k].to(device) for c in self._chunks])
+                out = torch.zeros((len(unique), *parts.shape[1:]), dtype=torch.float64)
+                merged.append(out.to(device).index_add_(0, where, parts))
+            self._chunks = [tuple(merged)]
+        return self._chunks[0]
+
+    @property
+    def sequences(self) -> Int[torch.Tensor, " S"]:
+        return self._consolidated()[0]
+
+    @property
+    def n_sequences(self) -> int:
+        return int(self.sequences.numel())
+
+    @property
+    def total(self) -> Float[torch.Tensor, "S slots"]:
+        return self._consolidated()[1]
+
+    @property
+    def inside(self) -> Float[torch.Tensor, "S M slots"]:
+        return self._consolidated()[2]
+
+    @property
+    def control(self) -> Float[torch.Tensor, "S M slots"]:
+        return self._consolidated()[3]
+
+    def sums(
+        self, method: str, bin_index: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sequence ``(inside, total, control)`` (S,) each, of ``method`` over every kept
+        token (``bin_index`` None) or over the tokens of one frequency bin."""
+        if method not in self.methods:
+            raise ValueError(f"no projectors for method {method!r}; have {self.methods}")
+        slot = 0 if bin_index is None else bin_index + 1
+        if not 0 <= slot < self.projectors.n_slots:
+            raise ValueError(
+                f"bin_index must be None or in [0, {self.projectors.n_slots - 1}), got {bin_index}"
+            )
+        j = self.methods.index(method)
+        _, total, inside, control = self._consolidated()
+        return inside[:, j, slot], total[:, slot], control[:, j, slot]
+
+    def to(self, device: torch.device | str) -> SequenceEnergy:
+        """Move the sums (and projectors) to ``device`` (in place); returns self."""
+        self._chunks = [(c[0], *(t.to(device) for t in c[1:])) for c in self._chunks]
+        self._stacked = self._stacked.to(device)
+        return self
+
+    def merge(self, other: SequenceEnergy) -> None:
+        """Add the sums of a disjoint part of the stream gathered with the same projectors."""
+        if other.projectors is not self.projectors or other.seq_len != self.seq_len:
+            raise ValueError("sequence energies merge only when gathered with the same projectors")
+        self._chunks.extend(other._chunks)

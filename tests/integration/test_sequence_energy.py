@@ -1,0 +1,127 @@
+"""Per-sequence energy sums gathered during a real capture (a proxy known in advance, as under
+``frozen_early``) against a brute force over the explicit gradient rows, and the probe's
+intervals built from them (issue 11, item 8)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tangentlens.capture import (
+    CaptureConfig,
+    StatisticsConfig,
+    capture_batch,
+    capture_statistics,
+)
+from tangentlens.data import (
+    FrequencyTable,
+    decoder_special_ids,
+    iter_batches,
+    pack_causal,
+    tokenize_corpus,
+)
+from tangentlens.metrics import complement_frames
+from tangentlens.models import residual_sites
+from tangentlens.probes import tangent_energy
+from tangentlens.probes.base import StepData
+from tangentlens.probes.proxies import ProxyConfig, fit_proxies
+
+N_BINS, SEQ_LEN, BATCH = 3, 32, 10
+
+
+@pytest.fixture(scope="module")
+def setup(micro_pythia):
+    step = micro_pythia.steps[-1]
+    model = micro_pythia.load(step)
+    tokenizer = micro_pythia.tokenizer()
+    docs = tokenize_corpus(micro_pythia.analysis_corpus(), lambda t: tokenizer(t)["input_ids"])
+    rows = pack_causal(docs, SEQ_LEN, eos_id=0)[:48]
+    frequencies = FrequencyTable.from_tokens(rows, vocab_size=model.cfg.d_vocab)
+    sites = tuple(residual_sites(model))
+    layers = {site: layer for layer, site in enumerate(sites)}
+    capture = CaptureConfig(sites=sites)
+    # the proxies are known before the scored capture: fitted on another capture's activations
+    early = capture_statistics(
+        model,
+        iter_batches(rows[24:], 8),
+        CaptureConfig(sites=sites, gradients=False),
+        decoder_special_ids(),
+        StatisticsConfig(gradients=False, reservoir_size=2048),
+    )
+    config = ProxyConfig(methods=("pca", "seminmf"), rank=4)
+    proxies = {name: fit_proxies(site, config).bases for name, site in early.sites.items()}
+    energy_config = tangent_energy.TangentEnergyConfig(draws=16, bootstrap=200, seed=2)
+    spec = tangent_energy.sequence_energy_config(
+        energy_config, step, proxies, layers, N_BINS, SEQ_LEN
+    )
+    statistics = StatisticsConfig(n_bins=N_BINS, reservoir_size=256, sequence_energy=spec)
+    bins = frequencies.bins(N_BINS)
+    stats = capture_statistics(
+        model,
+        iter_batches(rows, BATCH),
+        capture,
+        decoder_special_ids(),
+        statistics,
+        bins=bins,
+        step=step,
+    )
+    data = StepData("micro-pythia", step, 0, stats, layers, SEQ_LEN, frequencies)
+    return model, rows, capture, bins, proxies, energy_config, data
+
+
+def test_sums_gathered_during_capture_equal_explicit_rows(setup):
+    model, rows, capture, bins, proxies, config, data = setup
+    site = "blocks.1.hook_resid_post"
+    layer = data.layers[site]
+    energy = data.statistics.sites[site].sequence_energy
+    # brute force: every kept row of every batch, its sequence and bin, explicit frames
+    g_rows, seq_rows, bin_rows = [], [], []
+    for start in range(0, len(rows), BATCH):
+        tokens = torch.as_tensor(rows[start : start + BATCH])
+        batch = capture_batch(model, tokens, capture, decoder_special_ids())
+        _, g = batch.rows(site)
+        sequence = torch.arange(start, start + len(batch.keep))[:, None].expand_as(batch.keep)
+        g_rows.append(g.double())
+        seq_rows.append(sequence[batch.keep])
+        bin_rows.append(bins.assign(batch.tokens[batch.keep]))
+    g, sequence, token_bin = torch.cat(g_rows), torch.cat(seq_rows), torch.cat(bin_rows)
+    assert energy.sequences.tolist() == torch.unique(sequence).tolist()
+    one_hot = (sequence[:, None] == energy.sequences[None, :]).double()  # (rows, S)
+    for j, proxy in enumerate(proxies[site].values()):
+        for slot, bin_index in enumerate([None, *range(N_BINS)]):
+            mask = torch.ones_like(sequence, dtype=torch.bool)
+            if bin_index is not None:
+                mask = token_bin == bin_index
+            key = tangent_energy.seed_key(config, data.step, layer, bin_index)
+            frames = complement_frames(proxy, proxy.shape[1], config.draws, key)
+            x = g * mask[:, None]
+            total = one_hot.T @ (x**2).sum(dim=1)
+            inside = one_hot.T @ ((x @ proxy.double()) ** 2).sum(dim=1)
+            control = one_hot.T @ torch.stack([((x @ f) ** 2).sum(dim=1) for f in frames]).mean(
+                dim=0
+            )
+            torch.testing.assert_close(energy.total[:, slot], total, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(energy.inside[:, j, slot], inside, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(energy.control[:, j, slot], control, rtol=1e-9, atol=1e-12)
+
+
+def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
+    *_, proxies, config, data = setup
+    assert tangent_energy.interval_source(data) == tangent_energy.INTERVAL_ALL_SEQUENCES
+    rows = tangent_energy.rows(data, proxies, config)
+    with_ci = [r for r in rows if r["ci_low"] is not None]
+    assert {r["metric"] for r in with_ci} == {"energy_fraction", "energy_ratio"}
+    n_proxies = sum(len(methods) for methods in proxies.values())  # sites × methods
+    assert len(with_ci) == 2 * n_proxies * (N_BINS + 1)
+    for r in with_ci:
+        assert r["ci_low"] <= r["value"] <= r["ci_high"], r
+        assert r["ci_low"] < r["ci_high"], r
+    # the bootstrap's own point value is the reported energy fraction
+    for r in with_ci:
+        if r["metric"] != "energy_fraction":
+            continue
+        energy = data.statistics.sites[r["site"]].sequence_energy
+        b = None if r["freq_bin"] == "all" else int(r["freq_bin"])
+        inside, total, _ = energy.sums(r["method"], b)
+        assert float(inside.sum() / total.sum()) == pytest.approx(r["value"], rel=1e-10)
+        assert energy.n_sequences == 48
