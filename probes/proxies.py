@@ -9,9 +9,11 @@ the sampled activation rows (the capture's reservoir). ``centre = False`` fits e
 raw activations instead.
 
 The mean direction ``m̂ = mean(H) / ‖mean(H)‖`` is its own rank-1 proxy (method
-``mean_direction``, scored against rank-1 controls), so energy along the drift is reported as
-such. It follows the fit policy: the pooled window mean under ``frozen_early``, the step's mean
-under ``per_checkpoint``.
+``mean_direction``, scored against rank-1 controls) and is projected out of every other proxy
+(``Q ← orth((I − m̂m̂ᵀ) Q)``, same rank unless m̂ lies inside ``span(Q)``), so energy along the
+drift is reported as such and not credited to whichever method happens to contain it; how much
+of m̂ a method's span held is its ``mean_direction_overlap`` ``‖Qᵀm̂‖²``. m̂ follows the fit
+policy: the pooled window mean under ``frozen_early``, the step's mean under ``per_checkpoint``.
 
 Each proxy is an orthonormal basis (d × rank, float64); :class:`FittedProxies` also carries the
 fit diagnostics that tell whether a proxy is a good fit (:func:`fit_rows`).
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
-from tangentlens.dictionaries import PCA, SAE, SemiNMF
+from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
 from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import StepData, make_row
 from tangentlens.typing import Basis
@@ -54,7 +56,7 @@ class ProxyConfig:
 
     ``sae_samples``: activation rows the SAE trains on (the sample is cycled); ``sae_k``: active
     latents per row of the TopK SAE; ``centre``: fit on activations centred per checkpoint;
-    ``mean_direction``: add the rank-1 proxy ``m̂``.
+    ``mean_direction``: add the rank-1 proxy ``m̂`` and project it out of the other proxies.
     """
 
     methods: tuple[str, ...] = ("seminmf", "pca")
@@ -151,7 +153,12 @@ class ActivationPool:
             norm = float(mean.norm())
             if not norm > 0:
                 raise ValueError("the mean activation is zero: the mean direction is undefined")
-            out.bases[MEAN_DIRECTION] = (mean / norm)[:, None]
+            m = mean / norm
+            for method, basis in out.bases.items():
+                overlap = basis.T @ m
+                out.diagnostics[method]["mean_direction_overlap"] = float(overlap.pow(2).sum())
+                out.bases[method] = span_basis((basis - torch.outer(m, overlap)).T)
+            out.bases[MEAN_DIRECTION] = m[:, None]
         return out
 
 
@@ -176,7 +183,8 @@ def fit_rows(
     * the fit's own diagnostics where this step's activations were fitted (``diagnostics[site]
       [method][metric]``): ``pca_explained_variance``, ``seminmf_relative_error`` and
       ``seminmf_svd_bound`` (the truncated-SVD error at the same rank, a floor),
-      ``seminmf_converged`` (1/0), ``sae_explained_variance``, ``sae_l0``.
+      ``seminmf_converged`` (1/0), ``sae_explained_variance``, ``sae_l0``, and
+      ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` (before m̂ was projected out of the proxy).
     """
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():

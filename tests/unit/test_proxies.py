@@ -54,7 +54,7 @@ def test_window_pooling_centres_each_checkpoint():
     raw = ActivationPool()
     for acc, x in parts:
         raw.add(acc, x)
-    uncentred = raw.fit(ProxyConfig(methods=("pca",), rank=K, centre=False))
+    uncentred = raw.fit(ProxyConfig(methods=("pca",), rank=K, centre=False, mean_direction=False))
     assert float(uncentred.bases["pca"][:, 0].abs()[0]) > 0.99
 
 
@@ -114,3 +114,29 @@ def test_sae_fit_reports_explained_variance_and_l0():
     assert set(fitted.diagnostics["sae"]) == {"sae_explained_variance", "sae_l0"}
     assert 0 < fitted.diagnostics["sae"]["sae_l0"] <= 2  # TopK keeps at most k latents
     assert fitted.bases["sae"].shape == (D, K)
+
+
+def test_mean_direction_is_projected_out_of_every_proxy():
+    gen = torch.Generator().manual_seed(3)
+    e = torch.eye(D, dtype=torch.float64)
+    span = e[:, 1 : K + 1]
+    # the mean lies along e1, one of the planted variance directions: PCA's span holds m̂
+    acc, x = _checkpoint(10 * e[1], span, 800, gen)
+    pool = ActivationPool()
+    pool.add(acc, x)
+    fitted = pool.fit(ProxyConfig(methods=("pca",), rank=K))
+    m = fitted.bases[MEAN_DIRECTION][:, 0]
+    assert fitted.diagnostics["pca"]["mean_direction_overlap"] == pytest.approx(1.0, abs=1e-3)
+    pca = fitted.bases["pca"]
+    assert float((pca.T @ m).abs().max()) < 1e-10  # orthogonal to m̂
+    # what is left of the planted span once m̂ is out: e2, e3 (the near-m̂ residual direction
+    # is kept at the same rank, orthonormalised)
+    assert pca.shape == (D, K)
+    assert float(principal_angles(pca[:, :2], span[:, 1:]).max()) < 0.05
+    # a proxy orthogonal to m̂ keeps its span
+    _, parts = _window(gen)
+    pool = ActivationPool()
+    pool.add(*parts[0])
+    fitted = pool.fit(ProxyConfig(methods=("pca",), rank=K))
+    assert fitted.diagnostics["pca"]["mean_direction_overlap"] < 1e-3
+    assert float(principal_angles(fitted.bases["pca"], span).max()) < 0.05
