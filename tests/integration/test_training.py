@@ -1,5 +1,6 @@
 """Mini-suite training: schedule, determinism, learning, MLM masking, cache atomicity."""
 
+import dataclasses
 import json
 import math
 
@@ -7,12 +8,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tangentlens.data import SpecialTokens
 from tangentlens.models.suites import ensure_mini_suite, mini_suite_dir
 from tangentlens.models.training import (
     MINI_SUITE_CONFIGS,
     MiniSuiteConfig,
     _learning_rate,
+    _loss,
+    build_model,
+    evaluate,
     mask_for_mlm,
+    prepare_data,
+    repack_rows,
+    sinusoidal_positions,
     train_mini_suite,
     wrap_tokenizer,
 )
@@ -135,6 +143,9 @@ def test_learning_rate_warms_up_then_decays_to_the_floor():
         ({"total_steps": 0}, "positive"),
         ({"checkpoint_every": 500, "total_steps": 100}, "every"),
         ({"mlm_probability": 1.5}, "mlm_probability"),
+        ({"position_init": "learned"}, "position_init"),
+        ({"seq_len_warmup_steps": 100, "total_steps": 100, "checkpoint_every": 10}, "warmup"),
+        ({"seq_len_warmup_steps": 10, "warmup_seq_len": 128}, "warmup_seq_len"),
     ],
 )
 def test_bad_configs_are_refused(overrides, message):
@@ -177,3 +188,109 @@ def test_cache_key_depends_on_config_and_corpus():
 def test_unknown_mini_suite_is_refused(tmp_path):
     with pytest.raises(ValueError, match="mini-pythia"):
         ensure_mini_suite("mini-gpt", cache_dir=tmp_path)
+
+
+def test_encoder_eval_reports_the_loss_at_mask_inputs_against_an_independent_reference(
+    micro_config,
+):
+    """val_loss: HF's own MLM loss over every scored position; val_loss_mask: the same with only
+    the [MASK]-input positions labelled; unigram_loss_mask: the training unigram at those."""
+    config = micro_config("bert")
+    data = prepare_data(config)
+    model = build_model(config, data.tokenizer).eval()
+    losses = evaluate(model, data, config)
+    generator = torch.Generator().manual_seed(config.seed + 1)  # evaluate's fixed mask
+    total = masked = unigram = 0.0
+    n_scored = n_masked = 0
+    counts = torch.as_tensor(data.unigram_counts, dtype=torch.float64) + 1
+    log_p = counts.log() - counts.sum().log()
+    with torch.no_grad():
+        for batch in data.eval_rows.split(config.batch_size):
+            inputs, labels = mask_for_mlm(batch, data.tokenizer, 0.15, generator)
+            k = int((labels != -100).sum())
+            total += model(input_ids=inputs, labels=labels).loss.item() * k
+            n_scored += k
+            at_mask = inputs == data.tokenizer.mask_token_id
+            only = torch.where(at_mask, labels, -100)
+            m = int(at_mask.sum())
+            masked += model(input_ids=inputs, labels=only).loss.item() * m
+            unigram -= log_p[labels[at_mask]].sum().item()
+            n_masked += m
+    assert losses["n_mask_positions"] == n_masked > 0
+    assert losses["val_loss"] == pytest.approx(total / n_scored, rel=1e-5)
+    assert losses["val_loss_mask"] == pytest.approx(masked / n_masked, rel=1e-5)
+    assert losses["unigram_loss_mask"] == pytest.approx(unigram / n_masked, rel=1e-9)
+
+
+def test_masked_head_training_loss_equals_the_full_head_loss(micro_config):
+    config = micro_config("bert")
+    data = prepare_data(config)
+    model = build_model(config, data.tokenizer)
+    rows = data.train_rows[:8]
+    ours = _loss(model, rows, config, data.tokenizer, torch.Generator().manual_seed(4))
+    inputs, labels = mask_for_mlm(rows, data.tokenizer, 0.15, torch.Generator().manual_seed(4))
+    full = model(input_ids=inputs, labels=labels).loss
+    torch.testing.assert_close(ours, full, rtol=1e-5, atol=1e-6)
+    # the same gradient reaches the weights
+    (g_ours,) = torch.autograd.grad(ours, [model.bert.embeddings.word_embeddings.weight])
+    (g_full,) = torch.autograd.grad(full, [model.bert.embeddings.word_embeddings.weight])
+    torch.testing.assert_close(g_ours, g_full, rtol=1e-4, atol=1e-7)
+
+
+def test_encoder_position_embeddings_start_as_scaled_sinusoids(micro_config):
+    config = micro_config("bert")
+    tokenizer = wrap_tokenizer(config, ["some text to train a tokenizer on " * 20])
+    table = build_model(config, tokenizer).bert.embeddings.position_embeddings.weight.detach()
+    p = torch.arange(config.seq_len, dtype=torch.float64)[:, None]
+    i = torch.arange(config.d_model // 2, dtype=torch.float64)
+    angle = p / 10000 ** (2 * i / config.d_model)
+    expected = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(config.seq_len, -1)
+    torch.testing.assert_close(table, (0.02 * math.sqrt(2) * expected).float())
+    assert table.pow(2).mean().sqrt().item() == pytest.approx(0.02, rel=0.05)
+    hand = sinusoidal_positions(4, 6)
+    assert hand[2, 4].item() == pytest.approx(math.sin(2 / 10000 ** (4 / 6)), rel=1e-6)
+    assert hand[3, 1].item() == pytest.approx(math.cos(3), rel=1e-6)
+    noise = build_model(dataclasses.replace(config, position_init="normal"), tokenizer)
+    other = noise.bert.embeddings.position_embeddings.weight.detach()
+    assert not torch.allclose(other, table) and other.std().item() == pytest.approx(0.02, rel=0.2)
+
+
+@pytest.mark.slow
+def test_default_encoder_learns_to_fill_masks_a_nat_below_the_unigram_entropy():
+    """mini-bert (trained once into the user cache, ~4-6 min on 2 idle cores): the held-out MLM
+    loss at [MASK]-input positions ends at least 1 nat under the corpus unigram entropy."""
+    suite = ensure_mini_suite("mini-bert")
+    entropy = suite.metadata["unigram_entropy"]
+    at_mask = suite.masked_validation_loss()
+    first, last = suite.steps[0], suite.steps[-1]
+    assert 6.0 < entropy < 6.5
+    assert at_mask[first] > entropy
+    assert at_mask[last] < entropy - 1.0
+    assert suite.metadata["config"]["mlm_probability"] == 0.15
+
+
+def test_sequence_length_warmup_doubles_in_equal_stages_and_keeps_tokens_per_step():
+    config = MiniSuiteConfig(
+        architecture="bert", seq_len=128, seq_len_warmup_steps=600, warmup_seq_len=16
+    )
+    lengths = [config.seq_len_at(step) for step in range(1, 1201)]
+    assert lengths[:200] == [16] * 200 and lengths[200:400] == [32] * 200
+    assert lengths[400:600] == [64] * 200 and set(lengths[600:]) == {128}
+    assert MiniSuiteConfig(architecture="bert").seq_len_at(1) == 128  # no warm-up by default
+
+
+def test_repacked_rows_hold_the_same_token_stream():
+    cls, sep = 2, 3
+    body = torch.arange(10, 10 + 4 * 14).reshape(4, 14)
+    rows = torch.cat([torch.full((4, 1), cls), body, torch.full((4, 1), sep)], dim=1)
+    special = SpecialTokens(cls_id=cls, sep_id=sep, pad_id=0, mask_id=4)
+    short = repack_rows(rows, 9, "encoder", special)  # bodies of 7 tokens
+    assert (short[:, 0] == cls).all() and (short[:, -1] == sep).all()
+    assert torch.equal(short[:, 1:-1].reshape(-1), body.reshape(-1))
+
+
+def test_encoder_suite_with_a_sequence_length_warmup_trains(tmp_path, micro_config):
+    config = micro_config("bert", seq_len_warmup_steps=20, warmup_seq_len=8)
+    meta = train_mini_suite(config, tmp_path / "s", "s")
+    losses = {int(s): c["val_loss"] for s, c in meta["checkpoints"].items()}
+    assert losses[40] < losses[0] - 0.2

@@ -3,7 +3,14 @@ import itertools
 import pytest
 import torch
 
-from tangentlens.data.masks import EXCLUSION_REASONS, MaskPolicy, MaskResult, token_mask
+from tangentlens.data.masks import (
+    ANALYSIS_EXCLUSION_REASONS,
+    EXCLUSION_REASONS,
+    MaskPolicy,
+    MaskResult,
+    analysis_mask,
+    token_mask,
+)
 from tangentlens.data.packing import SpecialTokens
 
 PYTHIA = SpecialTokens(bos_id=0, eos_id=0, pad_id=1)
@@ -95,3 +102,33 @@ def test_token_mask_rejects_bad_tokens(tokens, match):
 def test_token_mask_rejects_bad_special_tokens():
     with pytest.raises(ValueError, match="SpecialTokens"):
         token_mask(torch.zeros(2, 3, dtype=torch.long), {"bos_id": 0}, causal=True)
+
+
+# --------------------------------------------------------------------------- analysis_mask
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("special, causal", [(PYTHIA, True), (BERT, False)])
+def test_analysis_mask_is_token_mask_plus_no_target_for_causal_models(policy, special, causal):
+    gen = torch.Generator().manual_seed(POLICIES.index(policy))
+    tokens = torch.randint(0, 8, (5, 7), generator=gen)
+    keep, counts = reference_mask(tokens, special, causal, policy)
+    no_target = 0
+    if causal:  # the last column predicts nothing: excluded unless already excluded
+        for row in keep:
+            no_target += row[-1]
+            row[-1] = False
+    counts["no_target"] = no_target
+    counts["total"] += no_target
+    result = analysis_mask(tokens, special, causal=causal, policy=policy)
+    assert result.keep.tolist() == keep
+    assert result.excluded == counts
+    assert set(result.excluded) == {*ANALYSIS_EXCLUSION_REASONS, "total"}
+
+
+def test_analysis_mask_hand_built_decoder_row():
+    tokens = torch.tensor([[0, 5, 6, 0, 7, 8]])
+    r = analysis_mask(tokens, PYTHIA, causal=True)
+    # position 0 (BOS), the EOS at position 3 and the last position (no target) are excluded
+    assert r.keep.tolist() == [[False, True, True, False, True, False]]
+    assert r.excluded["no_target"] == 1 and r.excluded["total"] == 3

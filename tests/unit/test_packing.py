@@ -5,10 +5,13 @@ import torch
 from tangentlens.data import Corpus, Document
 from tangentlens.data.packing import (
     SpecialTokens,
+    document_encoder,
     iter_batches,
     limit_tokens,
     pack_causal,
     pack_encoder,
+    pack_rows,
+    special_tokens_of,
     tokenize_corpus,
 )
 
@@ -199,3 +202,68 @@ def test_iter_batches_checks_arguments_when_called():
         iter_batches(rows, 0)
     with pytest.raises(ValueError, match="rows is empty"):
         iter_batches(np.zeros((0, 2), dtype=np.int64), 2)
+
+
+# --------------------------------------------------------------------------- training layout
+
+
+class _WrappingTokenizer:
+    """Stands in for a Hugging Face BERT tokenizer whose post-processor wraps every text in
+    [CLS] … [SEP] unless ``add_special_tokens=False``."""
+
+    cls_token_id, sep_token_id, pad_token_id, mask_token_id, unk_token_id = 2, 3, 0, 4, 1
+
+    def __call__(self, texts, add_special_tokens=True):
+        ids = [[10 + ord(ch) % 20 for ch in t] for t in texts]
+        if add_special_tokens:
+            ids = [[self.cls_token_id, *i, self.sep_token_id] for i in ids]
+        return {"input_ids": ids}
+
+
+def test_document_encoder_adds_no_special_tokens_and_packed_rows_have_them_only_at_the_ends():
+    tokenizer = _WrappingTokenizer()
+    corpus = Corpus("c", tuple(Document(f"d{i}", "abcdefg"[: 3 + i]) for i in range(4)))
+    docs = tokenize_corpus(corpus, document_encoder(tokenizer))
+    assert all(not np.isin(doc, [2, 3]).any() for doc in docs)
+    special = special_tokens_of(tokenizer, "encoder")
+    rows = pack_rows(docs, 6, family="encoder", special=special)
+    assert (rows[:, 0] == 2).all() and not (rows[:, 1:] == 2).any()  # [CLS] only at position 0
+    # inside a row, [SEP] appears exactly where the documents meet
+    assert int((rows[:, 1:-1] == 3).sum()) <= len(docs) - 1
+    # the old sweep path (the tokenizer's default) left [CLS] in the middle of rows
+    wrapped = tokenize_corpus(corpus, lambda t: tokenizer(t)["input_ids"])
+    old_rows = pack_encoder(wrapped, 6, cls_id=2, sep_id=3)
+    assert (old_rows[:, 1:] == 2).any()
+
+
+def test_pack_rows_dispatches_on_the_family():
+    docs = random_docs(3)
+    decoder = SpecialTokens(bos_id=0, eos_id=0, pad_id=1)
+    encoder = SpecialTokens(pad_id=0, cls_id=2, sep_id=3, mask_id=4)
+    assert np.array_equal(
+        pack_rows(docs, 8, family="decoder", special=decoder), pack_causal(docs, 8, eos_id=0)
+    )
+    assert np.array_equal(
+        pack_rows(docs, 8, family="encoder", special=encoder),
+        pack_encoder(docs, 8, cls_id=2, sep_id=3),
+    )
+    with pytest.raises(ValueError, match="family must be one of"):
+        pack_rows(docs, 8, family="seq2seq", special=decoder)
+    with pytest.raises(ValueError, match="cls_id"):
+        pack_rows(docs, 8, family="encoder", special=decoder)
+    with pytest.raises(ValueError, match="eos_id"):
+        pack_rows(docs, 8, family="decoder", special=encoder)
+
+
+def test_special_tokens_of_a_tokenizer():
+    assert special_tokens_of(_WrappingTokenizer(), "encoder") == SpecialTokens(
+        pad_id=0, cls_id=2, sep_id=3, mask_id=4, other_ids=frozenset({1})
+    )
+
+    class Decoder:
+        bos_token_id = eos_token_id = 0
+        pad_token_id = None
+
+    assert special_tokens_of(Decoder(), "decoder") == SpecialTokens(bos_id=0, eos_id=0)
+    with pytest.raises(ValueError, match="family"):
+        special_tokens_of(Decoder(), "other")

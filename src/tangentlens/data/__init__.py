@@ -15,15 +15,26 @@ from tangentlens.data.corpus import (
     shakespeare,
 )
 from tangentlens.data.frequency import FrequencyBins, FrequencyTable
-from tangentlens.data.masks import EXCLUSION_REASONS, MaskPolicy, MaskResult, token_mask
+from tangentlens.data.masks import (
+    ANALYSIS_EXCLUSION_REASONS,
+    EXCLUSION_REASONS,
+    MaskPolicy,
+    MaskResult,
+    analysis_mask,
+    token_mask,
+)
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import (
+    FAMILIES,
     BatchEncoder,
     SpecialTokens,
+    document_encoder,
     iter_batches,
     limit_tokens,
     pack_causal,
     pack_encoder,
+    pack_rows,
+    special_tokens_of,
     tokenize_corpus,
 )
 from tangentlens.data.tokenizer import (
@@ -36,10 +47,12 @@ from tangentlens.data.tokenizer import (
 )
 
 __all__ = [
+    "ANALYSIS_EXCLUSION_REASONS",
     "CORPUS_SPEC_FORMS",
     "DECODER_SPECIAL_TOKENS",
     "ENCODER_SPECIAL_TOKENS",
     "EXCLUSION_REASONS",
+    "FAMILIES",
     "IGNORE_INDEX",
     "BatchEncoder",
     "Corpus",
@@ -50,9 +63,11 @@ __all__ = [
     "MaskPolicy",
     "MaskResult",
     "SpecialTokens",
+    "analysis_mask",
     "batch_encoder",
     "corpus_from_records",
     "decoder_special_ids",
+    "document_encoder",
     "encoder_special_ids",
     "from_hf_dataset",
     "from_path",
@@ -62,7 +77,9 @@ __all__ = [
     "mlm_corrupt",
     "pack_causal",
     "pack_encoder",
+    "pack_rows",
     "shakespeare",
+    "special_tokens_of",
     "token_mask",
     "tokenize_corpus",
     "train_bpe_tokenizer",

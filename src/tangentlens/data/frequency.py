@@ -1,8 +1,12 @@
 """Token frequencies and equal-mass frequency bins (METHODS.md §1.5).
 
 Frequencies are counted on the analysis corpus with the exact token ids the model saw, over the
-kept positions only. Bins are equal-mass quantile bins of log-frequency: ordered from rare to
-frequent, each holds about ``1 / n_bins`` of the token occurrences.
+kept positions only (:meth:`FrequencyTable.from_rows`: the positions
+:func:`tangentlens.data.masks.analysis_mask` keeps, the same ones a capture accumulates — no
+BOS/CLS/SEP/EOS/PAD, no position 0 or last position of a causal row; for masked-LM encoders the
+original tokens, which is also what a capture bins by). Bins are equal-mass quantile bins of
+log-frequency: ordered from rare to frequent, each holds about ``1 / n_bins`` of the token
+occurrences.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
+from tangentlens.data.masks import MaskPolicy, analysis_mask
+from tangentlens.data.packing import SpecialTokens
 from tangentlens.typing import ArrayLike
 
 __all__ = ["FrequencyBins", "FrequencyTable"]
@@ -79,6 +85,23 @@ class FrequencyTable:
         ids = ids.reshape(-1)
         _check_ids(ids, int(vocab_size), "tokens")
         return cls(np.bincount(ids.astype(np.int64), minlength=int(vocab_size)))
+
+    @classmethod
+    def from_rows(
+        cls,
+        rows: ArrayLike,
+        vocab_size: int,
+        special: SpecialTokens,
+        *,
+        causal: bool,
+        policy: MaskPolicy | None = None,
+    ) -> FrequencyTable:
+        """Count the token ids of packed ``(n_seq, seq_len)`` rows at the positions a capture of
+        those rows keeps (:func:`~tangentlens.data.masks.analysis_mask`)."""
+        tokens = torch.as_tensor(_to_numpy(rows, "rows"))
+        policy = MaskPolicy() if policy is None else policy
+        keep = analysis_mask(tokens, special, causal=causal, policy=policy).keep
+        return cls.from_tokens(tokens, vocab_size, keep=keep)
 
     @property
     def vocab_size(self) -> int:

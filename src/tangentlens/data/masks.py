@@ -1,5 +1,12 @@
 """Which token positions carry geometry: masks that exclude BOS/CLS, position 0, padding and
-other special tokens, with a count of what was excluded for the report."""
+other special tokens, with a count of what was excluded for the report.
+
+:func:`analysis_mask` is the one definition of the positions a capture keeps: the capture engine
+uses it for activation moments, gradient moments, the reservoir and attention statistics, and the
+sweep counts token frequencies over exactly the same positions. For masked-LM encoders it is
+evaluated on the *original* (uncorrupted) tokens, so a position whose input became ``[MASK]`` or
+a random token is kept and stands for the token it hides.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,19 @@ import torch
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.typing import TokenMask, Tokens
 
-__all__ = ["EXCLUSION_REASONS", "MaskPolicy", "MaskResult", "token_mask"]
+__all__ = [
+    "ANALYSIS_EXCLUSION_REASONS",
+    "EXCLUSION_REASONS",
+    "MaskPolicy",
+    "MaskResult",
+    "analysis_mask",
+    "token_mask",
+]
 
 #: The reasons a position can be excluded, in report order ("total" is added to the counts).
 EXCLUSION_REASONS = ("bos", "position0", "padding", "special")
+#: :func:`analysis_mask`'s reasons: those of :func:`token_mask` plus ``no_target``.
+ANALYSIS_EXCLUSION_REASONS = (*EXCLUSION_REASONS, "no_target")
 
 
 @dataclass(frozen=True)
@@ -99,3 +115,30 @@ def token_mask(
         excluded_any |= hit
     excluded["total"] = int(excluded_any.sum())
     return MaskResult(keep=~excluded_any, excluded=excluded)
+
+
+def analysis_mask(
+    tokens: Tokens,
+    special: SpecialTokens,
+    *,
+    causal: bool,
+    policy: MaskPolicy = MaskPolicy(),
+) -> MaskResult:
+    """The positions a capture keeps: :func:`token_mask`, and for a causal model also the last
+    column (``no_target``: it predicts nothing, so its gradient is exactly zero).
+
+    ``tokens`` are the text's own tokens — for masked-LM capture the original tokens, not the
+    corrupted input (a ``[MASK]`` input is kept and counted under its original token). Counts
+    per reason as :func:`token_mask` (``no_target`` counts last-column positions not already
+    excluded by another reason); ``total`` counts positions excluded by any reason.
+    """
+    masks = token_mask(tokens, special, causal=causal, policy=policy)
+    keep, excluded = masks.keep.clone(), dict(masks.excluded)
+    excluded["no_target"] = 0
+    if causal:
+        no_target = torch.zeros_like(keep)
+        no_target[:, -1] = keep[:, -1]
+        excluded["no_target"] = int(no_target.sum())
+        keep &= ~no_target
+        excluded["total"] += excluded["no_target"]
+    return MaskResult(keep=keep, excluded=excluded)

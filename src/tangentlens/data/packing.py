@@ -5,6 +5,13 @@
 * encoder (BERT style): documents joined with SEP between them, each row ``[CLS] … [SEP]``.
 
 The trailing incomplete row is dropped; no other token of the stream is lost or repeated.
+
+Documents are tokenised *without* special tokens (:func:`document_encoder`): the packers add the
+only special tokens a row holds. The mini suites are trained on rows made by
+:func:`document_encoder` + :func:`pack_rows`, and the sweep's analysis rows are made by the same
+two functions, so analysis text has exactly the layout the model was trained on (a tokenizer's
+default ``add_special_tokens=True`` would wrap every document in ``[CLS] … [SEP]``, leaving
+special tokens mid-row that training never showed the model).
 """
 
 from __future__ import annotations
@@ -24,14 +31,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FAMILIES",
     "BatchEncoder",
     "SpecialTokens",
+    "document_encoder",
     "iter_batches",
     "limit_tokens",
     "pack_causal",
     "pack_encoder",
+    "pack_rows",
+    "special_tokens_of",
     "tokenize_corpus",
 ]
+
+#: Model families: decoders (next-token loss, causal packing) and encoders (MLM, [CLS] … [SEP]).
+FAMILIES: tuple[str, ...] = ("decoder", "encoder")
 
 Rows = Int[np.ndarray, "n_seq seq_len"]
 
@@ -74,6 +88,38 @@ class BatchEncoder(Protocol):
     """Encodes a batch of texts into token ids (no special tokens added)."""
 
     def __call__(self, texts: Sequence[str], /) -> list[list[int]]: ...
+
+
+def special_tokens_of(tokenizer: object, family: str) -> SpecialTokens:
+    """The :class:`SpecialTokens` of a Hugging Face tokenizer (read from its ``*_token_id``
+    attributes): BOS, EOS and PAD for decoders; CLS, SEP, PAD, MASK (and UNK as ``other_ids``)
+    for encoders."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+
+    def token_id(name: str) -> int | None:
+        return getattr(tokenizer, f"{name}_token_id", None)
+
+    if family == "encoder":
+        unk = token_id("unk")
+        return SpecialTokens(
+            pad_id=token_id("pad"),
+            cls_id=token_id("cls"),
+            sep_id=token_id("sep"),
+            mask_id=token_id("mask"),
+            other_ids=frozenset() if unk is None else frozenset({unk}),
+        )
+    return SpecialTokens(bos_id=token_id("bos"), eos_id=token_id("eos"), pad_id=token_id("pad"))
+
+
+def document_encoder(tokenizer: object) -> BatchEncoder:
+    """A :class:`BatchEncoder` over a Hugging Face tokenizer: each text's ids with **no** special
+    tokens added (``add_special_tokens=False``), as the mini suites are trained."""
+
+    def encode(texts: Sequence[str]) -> list[list[int]]:
+        return tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+
+    return encode
 
 
 def _is_int(x: object) -> bool:
@@ -184,6 +230,23 @@ def pack_encoder(docs: Sequence[np.ndarray], seq_len: int, *, cls_id: int, sep_i
     cls = np.full((n_rows, 1), cls_id, dtype=np.int64)
     sep = np.full((n_rows, 1), sep_id, dtype=np.int64)
     return np.concatenate([cls, body, sep], axis=1)
+
+
+def pack_rows(
+    docs: Sequence[np.ndarray], seq_len: int, *, family: str, special: SpecialTokens
+) -> Rows:
+    """Pack documents the way the family is trained: :func:`pack_causal` with ``special.eos_id``
+    (no BOS) for decoders, :func:`pack_encoder` with ``special.cls_id`` / ``sep_id`` for
+    encoders."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if family == "encoder":
+        if special.cls_id is None or special.sep_id is None:
+            raise ValueError("packing encoder rows needs special.cls_id and special.sep_id")
+        return pack_encoder(docs, seq_len, cls_id=special.cls_id, sep_id=special.sep_id)
+    if special.eos_id is None:
+        raise ValueError("packing decoder rows needs special.eos_id")
+    return pack_causal(docs, seq_len, eos_id=special.eos_id)
 
 
 def _check_rows(rows: np.ndarray) -> None:

@@ -287,7 +287,17 @@ class MiniSuite(LocalSuite):
         return heldout_corpus(self.config)
 
     def validation_loss(self) -> dict[int, float]:
+        """Held-out loss per step over every scored token (next-token CE, or MLM CE)."""
         return {int(s): c["val_loss"] for s, c in self.metadata["checkpoints"].items()}
+
+    def masked_validation_loss(self) -> dict[int, float]:
+        """Encoders: held-out MLM loss per step at the ``[MASK]``-input positions only (the 10 %
+        of scored positions that keep their token can be copied); empty for decoders."""
+        return {
+            int(s): c["val_loss_mask"]
+            for s, c in self.metadata["checkpoints"].items()
+            if "val_loss_mask" in c
+        }
 
     def describe(self) -> dict[str, Any]:
         return {
