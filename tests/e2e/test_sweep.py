@@ -78,6 +78,7 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     assert len(rows) == len(_rows(finished_run))  # no duplicate measurement
     assert {r["probe"] for r in rows} == {
         "capture",
+        "proxy_fit",
         "cosine_drift",
         "shape_of_learning",
         "qk_drift",
@@ -165,15 +166,29 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     assert not list((out / "results").glob(".*"))  # no temporary file left behind
 
 
-def test_per_checkpoint_updates_are_scored_in_the_proxy_of_the_earlier_step(env, tmp_path):
-    """The update s → s′ must be scored in a proxy fitted on data of s: a proxy fitted at s′
-    already contains the update's directions."""
+def test_per_checkpoint_held_out_sweep(finished_run, env, tmp_path):
+    """Per-checkpoint proxies fitted on half the sequences and scored on the other half; the
+    update s → s′ is scored in a proxy fitted on data of s (a proxy fitted at s′ already contains
+    the update's directions)."""
     from tangentlens.metrics import energy_fraction
 
     out = tmp_path / "per-checkpoint"
-    argv = ["sweep", "--recipe", MICRO, "--out", str(out)]
-    assert main([*argv, "--set", "probes.tangent_energy.fit_policy='per_checkpoint'"]) == 0
+    argv = ["sweep", "--recipe", MICRO, "--out", str(out), "--set"]
+    policy = ["probes.tangent_energy.fit_policy='per_checkpoint'"]
+    assert main([*argv, *policy, "probes.tangent_energy.held_out=true"]) == 0
     rows = read_results(out).to_pylist()
+    # the other probes see the whole stream: two captures of the halves merge exactly
+    frozen = {(r["step"], r["metric"]): r for r in read_results(finished_run).to_pylist()}
+    for r in rows:
+        if r["probe"] == "capture":
+            assert r["value"] == pytest.approx(frozen[(r["step"], r["metric"])]["value"], rel=1e-9)
+    n_kept = {r["step"]: r["value"] for r in rows if r["metric"] == "n_tokens"}
+    scored = {
+        r["step"]: r["n_tokens"]
+        for r in rows
+        if r["metric"] == "energy_fraction" and r["freq_bin"] == "all" and r["method"] == "pca"
+    }
+    assert all(0.4 * n_kept[s] < scored[s] < 0.6 * n_kept[s] for s in scored)  # the second half
     state = out / "state"
     before, after = (torch.load(state / f"centroids-{s:08d}.pt") for s in (4, 40))
     proxies = {s: torch.load(state / f"proxies-{s:08d}.pt") for s in (4, 40)}

@@ -168,8 +168,7 @@ def capture_statistics(
         out.excluded.update(batch.excluded)
         out.n_positions += n_rows * n_pos
         out.n_sequences += n_rows
-        reduction_scale = batch.n_scored if config.reduction == "mean" else 1
-        out.loss_sum += batch.loss * reduction_scale
+        out.loss_sum += batch.loss
         out.n_scored += batch.n_scored
         sequence += n_rows
     if out.n_sequences == 0:

@@ -150,6 +150,7 @@ class TangentSpec:
     sae_k: int = 16
     centre: bool = True
     mean_direction: bool = True
+    held_out: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -164,6 +165,12 @@ class TangentSpec:
                     f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
                     f"{METHODS}{_suggest(method, METHODS)}"
                 )
+        if self.held_out and self.fit_policy != "per_checkpoint":
+            raise ValueError(
+                "probes.tangent_energy.held_out = true fits each step's proxy on half of its "
+                "sequences and scores the other half: it needs fit_policy = 'per_checkpoint' "
+                "(frozen_early proxies are fitted on other checkpoints already)"
+            )
         check_fraction(self.early_fraction, "probes.tangent_energy.early_fraction", low_open=True)
         check_count(self.window_checkpoints, "probes.tangent_energy.window_checkpoints", minimum=1)
         self.proxy_config()

@@ -68,7 +68,13 @@ from tangentlens.probes import (
     update_alignment,
 )
 from tangentlens.probes.base import Needs, StepData, make_row, row
-from tangentlens.probes.proxies import FIT_PROBE, ActivationPool, fit_proxies, fit_rows
+from tangentlens.probes.proxies import (
+    FIT_PROBE,
+    ActivationPool,
+    FittedProxies,
+    fit_proxies,
+    fit_rows,
+)
 from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
 
@@ -197,9 +203,10 @@ def _capture(
     *,
     gradients: bool,
     sequence_energy: SequenceEnergyConfig | None = None,
+    part: slice = slice(None),
 ) -> CaptureStatistics:
-    """One capture of ``step``; ``sequence_energy``: per-sequence energy sums of proxies known
-    in advance (the frozen-early intervals)."""
+    """One capture of ``step`` over the sequences ``data.rows[part]``; ``sequence_energy``:
+    per-sequence energy sums of proxies known in advance (the frozen-early intervals)."""
     config = CaptureConfig(
         sites=tuple(sites),
         loss=data.loss,
@@ -219,11 +226,12 @@ def _capture(
     )
     return capture_statistics(
         model,
-        iter_batches(data.rows, recipe.data.batch_size),
+        iter_batches(data.rows[part], recipe.data.batch_size),
         config,
         data.special,
         statistics,
         bins=data.bins if needs.bins else None,
+        first_sequence=part.start or 0,
         step=step,
     )
 
@@ -387,6 +395,14 @@ def _reseeded_proxies(
     return out
 
 
+def _fit_own(
+    stats: CaptureStatistics, spec: Any, status: Callable[[str], None], step: int
+) -> dict[str, FittedProxies]:
+    """This step's own proxies, fitted on ``stats``."""
+    status(f"step {step}: fitting proxies ({', '.join(spec.methods)})")
+    return {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+
+
 def _step_rows(
     suite: CheckpointSuite,
     recipe: Recipe,
@@ -420,9 +436,32 @@ def _step_rows(
             recipe.data.n_bins if needs.bins else 0,
             recipe.data.seq_len,
         )
-    stats = _capture(
-        model, sites, data, recipe, needs, step, gradients=gradients, sequence_energy=energy_sums
-    )
+    fitted = None
+    if spec is not None and spec.held_out:
+        # fit on the first half of the sequences, score the second: an in-sample proxy flatters
+        # its own energy. Two captures over disjoint halves cost one over all sequences, and
+        # merged they are exactly the whole stream's statistics for the other probes.
+        half = len(data.rows) // 2
+        stats = _capture(
+            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(0, half)
+        )
+        scored = _capture(
+            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(half, None)
+        )
+        fitted = _fit_own(stats, spec, status, step)
+        stats.merge(scored)
+    else:
+        stats = _capture(
+            model,
+            sites,
+            data,
+            recipe,
+            needs,
+            step,
+            gradients=gradients,
+            sequence_energy=energy_sums,
+        )
+        scored = stats
     step_data = StepData(
         suite=recipe.suite.name,
         step=step,
@@ -446,9 +485,9 @@ def _step_rows(
     carry: dict[str, Any] = {"step": step}
     own = None  # this step's own fit: the scored proxies under per_checkpoint
     diagnostics: dict[str, Any] = {}
-    if frozen is None or "subspace_stability" in recipe.probes:
-        status(f"step {step}: fitting proxies ({', '.join(spec.methods)})")
-        fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
+        fitted = _fit_own(stats, spec, status, step)
+    if fitted is not None:
         own = {n: f.bases for n, f in fitted.items()}
         diagnostics = {n: f.diagnostics for n, f in fitted.items()}
         store.write_state(f"proxies-{step:08d}.pt", lambda tmp: torch.save(own, tmp))
@@ -457,11 +496,12 @@ def _step_rows(
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
     rows += fit_rows(step_data, proxies, diagnostics if frozen is None else {})
     status(f"step {step}: controls ({spec.draws} per measurement)")
-    rows += tangent_energy.rows(step_data, proxies, spec.energy_config())
+    scored_data = dataclasses.replace(step_data, statistics=scored)  # held out: second half
+    rows += tangent_energy.rows(scored_data, proxies, spec.energy_config())
     if "anisotropy_share" in recipe.probes:
         status(f"step {step}: anisotropy share")
         share = recipe.probes["anisotropy_share"]
-        rows += anisotropy_share.rows(step_data, proxies, share, spec.energy_config())
+        rows += anisotropy_share.rows(scored_data, proxies, share, spec.energy_config())
 
     def previous_fit() -> dict[str, dict[str, torch.Tensor]]:
         if "proxies" in before:
