@@ -98,6 +98,9 @@ ESTIMATORS: dict[str, str] = {
     "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
     "on the covariance; controls = tangent_energy's frames",
     "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
+    "positions": "one kept-position set for every statistic and the token frequencies; masked-LM: "
+    "every non-special original position ([MASK] inputs included), binned by the original token, "
+    "gradients at every kept row; analysis text tokenised and packed as in training",
 }
 
 _SIMPLE_PROBES = {
