@@ -244,10 +244,12 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 
-def test_encoder_suite_sweeps(cache, env, tmp_path):
+def test_encoder_suite_sweeps(cache, env, tmp_path, capsys):
     from tangentlens.models.suites import ensure_mini_suite
 
     ensure_mini_suite("micro-bert", cache_dir=cache / "suites")
+    assert main(["suite", "micro-bert"]) == 0
+    assert "at [MASK] inputs" in capsys.readouterr().out  # the encoder's own held-out loss
     out = tmp_path / "bert"
     argv = ["sweep", "--recipe", MICRO, "--out", str(out), "--set", "suite.name='micro-bert'"]
     assert main(argv) == 0
@@ -256,4 +258,6 @@ def test_encoder_suite_sweeps(cache, env, tmp_path):
     assert "blocks.1.hook_normalized_resid_post" in sites  # BERT's block output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["suite"]["family"] == "encoder"
-    assert manifest["masked_tokens"]["40"]["special"] > 0  # [MASK], [CLS], [SEP]
+    assert (
+        manifest["masked_tokens"]["40"]["special"] > 0
+    )  # [CLS], [SEP] ([MASK] inputs are kept: they carry the loss)

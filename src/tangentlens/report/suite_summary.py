@@ -25,6 +25,7 @@ def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> 
     console.rule(f"[bold]{suite.name}[/] · {suite.kind} · {suite.family}")
     facts = [f"{len(suite.steps)} checkpoints ({steps[0]} … {steps[-1]} shown: {len(steps)})"]
     losses: dict[int, float] = {}
+    masked: dict[int, float] = {}
     train_losses: dict[int, float | None] = {}
     if isinstance(suite, MiniSuite):
         meta = suite.metadata
@@ -37,6 +38,7 @@ def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> 
             f"trained in {meta['training_seconds']:.0f} s; cached at {suite.root}",
         ]
         losses = suite.validation_loss()
+        masked = suite.masked_validation_loss()
         train_losses = {int(s): c["train_loss"] for s, c in meta["checkpoints"].items()}
     for line in facts:
         console.print(f"  {line}")
@@ -46,11 +48,15 @@ def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> 
     if losses:
         table.add_column("train loss", justify="right")
         table.add_column("held-out loss", justify="right")
+    if masked:
+        table.add_column("at [MASK] inputs", justify="right")
     for step in steps:
         row = [str(step), _tokens(suite.tokens_seen(step))]
         if losses:
             train = train_losses.get(step)
             row += ["–" if train is None else f"{train:.3f}", f"{losses[step]:.3f}"]
+        if masked:
+            row.append(f"{masked[step]:.3f}" if step in masked else "–")
         table.add_row(*row)
     console.print(table)
     duplicates = suite.duplicate_steps(steps) if suite.kind != "pythia" else []
