@@ -137,25 +137,20 @@ def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyCo
         raise ValueError(f"controls must be (draws, {d}, {k}) (matched rank), got {tuple(C.shape)}")
     e_t = energy_fraction_from_moment(S, T)
     e_n = energy_fractions_from_moment(S, C)
-    mean = float(e_n.mean())
-    std = float(e_n.std()) if e_n.numel() > 1 else 0.0
-    draws = int(e_n.numel())
-    if std > 0:
-        z = (e_t - mean) / std
-    else:
-        z = math.copysign(math.inf, e_t - mean) if e_t != mean else 0.0
+    against = _against_controls(torch.cat([torch.tensor([e_t], dtype=e_n.dtype), e_n.cpu()]))
+    mean = against.control_mean
     return EnergyComparison(
         energy_fraction=e_t,
         control_mean=mean,
-        control_std=std,
+        control_std=against.control_std,
         control_min=float(e_n.min()),
         control_max=float(e_n.max()),
         null_mean=null_energy_mean(k, d, k, e_t),
         energy_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
-        energy_z=z,
-        energy_p_value=(1 + int((e_n >= e_t).sum())) / (1 + draws),
-        draws=draws,
+        energy_z=against.z,
+        energy_p_value=against.p_value,
+        draws=against.draws,
         rank=k,
         d=d,
     )
