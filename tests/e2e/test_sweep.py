@@ -104,7 +104,7 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     masked = manifest["masked_tokens"]["40"]
     assert masked["position0"] == masked["no_target"] == 2048 // 32
     assert (finished_run / "state" / "proxies.pt").exists()
-    assert manifest["fit_window"] == [0, 1, 2, 4, 8]  # micro-pythia: step ≤ 0.3 × 40
+    assert manifest["fit_window"] == [0, 1, 2, 4, 8, 10]  # micro-pythia: step ≤ 0.3 × 40
     assert set(manifest["estimators"]) >= {"fit_window", "update_alignment", "drift_cosine"}
     assert not (finished_run / ".lock").exists()
     assert main(["report", str(finished_run)]) == 0
@@ -119,7 +119,7 @@ def _glossary() -> set[tuple[str, str]]:
     """``(probe, metric)`` of every row of the README's metric glossary table."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     body = text.split("## Metric glossary\n", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"^\| `([a-z_]+)` \| `([a-z_<>]+)` \|", body, flags=re.M)
+    found = re.findall(r"^\| `([a-z_]+)` \| `([a-z0-9_<>]+)` \|", body, flags=re.M)
     assert found, "no glossary rows found"
     return set(found)
 
@@ -173,9 +173,9 @@ def test_per_checkpoint_held_out_sweep(finished_run, env, tmp_path):
     from tangentlens.metrics import energy_fraction
 
     out = tmp_path / "per-checkpoint"
-    argv = ["sweep", "--recipe", MICRO, "--out", str(out), "--set"]
-    policy = ["probes.tangent_energy.fit_policy='per_checkpoint'"]
-    assert main([*argv, *policy, "probes.tangent_energy.held_out=true"]) == 0
+    argv = ["sweep", "--recipe", MICRO, "--out", str(out)]
+    policy = ["--set", "probes.tangent_energy.fit_policy='per_checkpoint'"]
+    assert main([*argv, *policy, "--set", "probes.tangent_energy.held_out=true"]) == 0
     rows = read_results(out).to_pylist()
     # the other probes see the whole stream: two captures of the halves merge exactly
     frozen = {(r["step"], r["metric"]): r for r in read_results(finished_run).to_pylist()}
