@@ -74,16 +74,16 @@ def _tangent_energy(rows: list[Row], path: Path) -> bool:
             steps = sorted(value)
             color = f"C{i}"
             ax.plot(steps, [value[s] for s in steps], "o-", color=color, label=f"{method} proxy")
-            if i == 0:
-                ax.fill_between(
-                    steps,
-                    [low[s] for s in steps],
-                    [high[s] for s in steps],
-                    color="grey",
-                    alpha=0.3,
-                    label="controls (min–max)",
-                )
-                ax.plot(steps, [mean[s] for s in steps], "--", color="grey", label="controls mean")
+            # each proxy against its own controls: ranks differ (mean_direction is rank 1)
+            ax.fill_between(
+                steps,
+                [low[s] for s in steps],
+                [high[s] for s in steps],
+                color=color,
+                alpha=0.15,
+                label=f"{method} controls (min–max)",
+            )
+            ax.plot(steps, [mean[s] for s in steps], "--", color=color, linewidth=0.8)
         ax.set_title("all tokens" if b == "all" else f"frequency bin {b}")
         ax.set_yscale("log")
         _steps_axis(ax)
