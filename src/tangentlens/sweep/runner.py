@@ -93,8 +93,9 @@ ESTIMATORS: dict[str, str] = {
     "frequency_spread": "Σ‖h − c‖² / (n − 1) per type from the streamed sums over every kept "
     "token (n = the type's count in the stream); Pearson on the squared spread",
     "proxies": "every method fitted on activations centred per checkpoint (window checkpoints "
-    "centred before pooling); mean_direction = rank-1 proxy of the mean activation, following "
-    "the fit policy (pooled window mean or the step's mean)",
+    "centred before pooling), with the mean direction m̂ projected out; mean_direction = m̂ as a "
+    "rank-1 proxy, following the fit policy (pooled window mean or the step's mean); held_out: "
+    "fitted on the first half of a step's sequences, energies scored on the second",
     "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
     "on the covariance; controls = tangent_energy's frames",
     "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
