@@ -105,3 +105,14 @@ def test_frequency_correlation_takes_types_seen_twice_by_default():
     log_f = torch.log(count / count.sum())
     spread = torch.tensor([1.0, 1.5, 0.5, 2.0, 3.0])
     assert frequency_distance_correlation(log_f, spread, count).n == 5
+
+
+def test_delta_isoscore_star_default_shrinkage_is_rudman_eickhoffs():
+    from tangentlens.metrics import delta_isoscore_star
+
+    gen = torch.Generator().manual_seed(2)
+    X = torch.randn(200, 6, generator=gen, dtype=torch.float64) * torch.arange(1.0, 7.0)
+    C, C0 = torch.cov(X.T), torch.eye(6, dtype=torch.float64)
+    Q = _basis(6, 2, seed=3)
+    assert delta_isoscore_star(C, Q, C0) == delta_isoscore_star(C, Q, C0, zeta=0.2)
+    assert delta_isoscore_star(C, Q, C0) != delta_isoscore_star(C, Q, C0, zeta=0.5)
