@@ -172,8 +172,9 @@ def micro_step_data(micro_pythia):
     from tangentlens.data import (
         FrequencyTable,
         decoder_special_ids,
+        document_encoder,
         iter_batches,
-        pack_causal,
+        pack_rows,
         tokenize_corpus,
     )
     from tangentlens.models import residual_sites
@@ -181,10 +182,12 @@ def micro_step_data(micro_pythia):
 
     step = micro_pythia.steps[-1]
     model = micro_pythia.load(step)
-    tokenizer = micro_pythia.tokenizer()
-    docs = tokenize_corpus(micro_pythia.analysis_corpus(), lambda t: tokenizer(t)["input_ids"])
-    rows = pack_causal(docs, 32, eos_id=0)[:96]
-    frequencies = FrequencyTable.from_tokens(rows, vocab_size=model.cfg.d_vocab)
+    special = decoder_special_ids()
+    docs = tokenize_corpus(
+        micro_pythia.analysis_corpus(), document_encoder(micro_pythia.tokenizer())
+    )
+    rows = pack_rows(docs, 32, family="decoder", special=special)[:96]  # as the sweep does
+    frequencies = FrequencyTable.from_rows(rows, model.cfg.d_vocab, special, causal=True)
     sites = tuple(residual_sites(model))
     statistics = StatisticsConfig(
         n_bins=3, type_sums=True, vocab_size=model.cfg.d_vocab, reservoir_size=2048
@@ -193,7 +196,7 @@ def micro_step_data(micro_pythia):
         model,
         iter_batches(rows, 16),
         CaptureConfig(sites=sites, attention_layers=(0, 1)),
-        decoder_special_ids(),
+        special,
         statistics,
         bins=frequencies.bins(3),
     )
