@@ -36,6 +36,7 @@ import torch
 from tangentlens.metrics import (
     compare_anisotropy_share,
     compare_delta_isoscore_star,
+    complement_basis,
     complement_frames,
 )
 from tangentlens.metrics._validate import check_count
@@ -84,13 +85,14 @@ def rows(
         c0 = site.g.covariance()
         for method, proxy in proxies[site_name].items():
             rank = proxy.shape[1]
+            complement = complement_basis(proxy)  # one QR for every bin's controls
             for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
                 if acc.count < 3 or acc.second_moment is None:
                     continue
                 if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                     continue  # no gradient here; tangent_energy reports the NaN
                 key = seed_key(controls, data.step, layer, bin_index)
-                frames = complement_frames(proxy, rank, n_frames, key)
+                frames = complement_frames(proxy, rank, n_frames, key, complement=complement)
                 spectral = compare_anisotropy_share(
                     acc.second_moment / acc.count, proxy, frames[: controls.draws]
                 )

@@ -42,6 +42,7 @@ from tangentlens.dictionaries import PCA
 from tangentlens.metrics import (
     bootstrap_ratio,
     compare_energy,
+    complement_basis,
     complement_frames,
     data_matched_frames,
     group_sums,
@@ -145,10 +146,13 @@ def sequence_energy_config(
     for site, methods in proxies.items():
         layer = layers[site]
         keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
-        frames = {
-            method: [complement_frames(proxy, proxy.shape[1], config.draws, key) for key in keys]
-            for method, proxy in methods.items()
-        }
+        frames = {}
+        for method, proxy in methods.items():
+            complement = complement_basis(proxy)
+            frames[method] = [
+                complement_frames(proxy, proxy.shape[1], config.draws, key, complement=complement)
+                for key in keys
+            ]
         projectors[site] = EnergyProjectors.from_frames(
             methods, frames, provenance=(config.draws, tuple(keys))
         )
@@ -285,6 +289,7 @@ def rows(
             pca_span = PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
         for method, proxy in proxies[site_name].items():
             rank = proxy.shape[1]
+            complement = complement_basis(proxy)  # one QR for every bin's controls
             for bin_index, acc in moments:
                 if acc.count == 0 or acc.second_moment is None:
                     continue
@@ -306,7 +311,7 @@ def rows(
                     )
                     continue
                 key = seed_key(config, data.step, layer, bin_index)
-                frames = complement_frames(proxy, rank, config.draws, key)
+                frames = complement_frames(proxy, rank, config.draws, key, complement=complement)
                 result = compare_energy(acc.second_moment, proxy, frames)
                 common = measurement(site_name, method, rank, bin_index, acc.count)
                 if energy is not None:

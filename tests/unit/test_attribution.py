@@ -277,3 +277,21 @@ def test_batched_shares_equal_single_calls():
 
         expected = iso(P @ C @ P, P @ C0 @ P, 0.3) - iso(C, C0, 0.3)
         assert float(delta[j]) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_a_precomputed_complement_basis_gives_the_same_frames():
+    from tangentlens.metrics import complement_basis
+
+    proxy = torch.linalg.qr(torch.randn(12, 3, dtype=torch.float64))[0]
+    complement = complement_basis(proxy)
+    assert complement.shape == (12, 9)
+    assert float((proxy.T @ complement).abs().max()) < 1e-12
+    for key in [(0, 1, 2, 0), (0, 1, 2, 3)]:
+        torch.testing.assert_close(
+            complement_frames(proxy, 3, 5, key, complement=complement),
+            complement_frames(proxy, 3, 5, key),
+            rtol=0,
+            atol=0,
+        )
+    with pytest.raises(ValueError, match=r"complement must be the proxy's complement basis"):
+        complement_frames(proxy, 3, 5, (0,), complement=complement[:, :8])

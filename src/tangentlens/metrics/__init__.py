@@ -24,7 +24,12 @@ from tangentlens.metrics.attribution import (
     null_energy_mean,
 )
 from tangentlens.metrics.bootstrap import RatioInterval, bootstrap_ratio, group_sums
-from tangentlens.metrics.controls import complement_frames, data_matched_frames, draw_generator
+from tangentlens.metrics.controls import (
+    complement_basis,
+    complement_frames,
+    data_matched_frames,
+    draw_generator,
+)
 from tangentlens.metrics.curvature import LocalSpectra, local_spectra, pooled_visibility
 from tangentlens.metrics.frequency import (
     centroid_spread_from_sums,
@@ -85,6 +90,7 @@ __all__ = [
     "compare_anisotropy_share",
     "compare_delta_isoscore_star",
     "compare_energy",
+    "complement_basis",
     "complement_frames",
     "correlations",
     "cosine_anisotropy",

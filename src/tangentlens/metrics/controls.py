@@ -23,7 +23,7 @@ from tangentlens.metrics._validate import check_count
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.seeding import seeded_generator
 
-__all__ = ["complement_frames", "data_matched_frames", "draw_generator"]
+__all__ = ["complement_basis", "complement_frames", "data_matched_frames", "draw_generator"]
 
 Frames = Float[torch.Tensor, "draws d k"]
 
@@ -50,12 +50,29 @@ def _haar_in(W: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Fr
     return W @ q
 
 
-def complement_frames(proxy: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
+def complement_basis(proxy: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (d × (d − k_T)) of ``span(proxy)^⊥``: one d × d QR, so a caller
+    drawing controls for one proxy under several seed keys computes it once."""
+    T = check_basis(proxy, "proxy")
+    d, k_t = T.shape
+    full, _ = torch.linalg.qr(torch.cat([T, torch.eye(d, dtype=T.dtype)], dim=1))  # d × d
+    return full[:, k_t:]  # the first k_T columns span T
+
+
+def complement_frames(
+    proxy: torch.Tensor,
+    k: int,
+    draws: int,
+    seed_key: Sequence[int],
+    *,
+    complement: torch.Tensor | None = None,
+) -> Frames:
     """Haar k-frames in the orthogonal complement of ``span(proxy)`` (proxy: d × k_T orthonormal).
 
     Equivalent to projecting Gaussian frames with ``I − P_T`` and orthonormalising; drawn in
     coordinates of an orthonormal basis of the complement, so the result is exactly orthogonal
-    to the proxy. ``k ≤ d − k_T``.
+    to the proxy. ``k ≤ d − k_T``. ``complement``: :func:`complement_basis` of this proxy, when
+    the caller already has it (same frames, one QR fewer).
     """
     T = check_basis(proxy, "proxy")
     d, k_t = T.shape
@@ -63,8 +80,13 @@ def complement_frames(proxy: torch.Tensor, k: int, draws: int, seed_key: Sequenc
     draws = check_count(draws, "draws", minimum=1)
     if k > d - k_t:
         raise ValueError(f"k must be ≤ d − k_T = {d - k_t} (the complement's dimension), got {k}")
-    full, _ = torch.linalg.qr(torch.cat([T, torch.eye(d, dtype=T.dtype)], dim=1))  # d × d
-    complement = full[:, k_t:]  # orthonormal basis of span(T)^⊥ (first k_T columns span T)
+    if complement is None:
+        complement = complement_basis(T)
+    elif complement.shape != (d, d - k_t):
+        raise ValueError(
+            f"complement must be the proxy's complement basis ({d}, {d - k_t}), got "
+            f"{tuple(complement.shape)}"
+        )
     return _haar_in(complement, k, draws, seed_key)
 
 
