@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
-import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from tangentlens.capture import (
     capture_statistics,
 )
 from tangentlens.data import (
+    ANALYSIS_EXCLUSION_REASONS,
     FrequencyBins,
     FrequencyTable,
     SpecialTokens,
@@ -133,10 +133,6 @@ class _Data:
     loss: str
 
 
-def _special_tokens(tokenizer: Any, family: str) -> SpecialTokens:
-    return special_tokens_of(tokenizer, family)
-
-
 def _prepare_data(suite: CheckpointSuite, recipe: Recipe) -> _Data:
     spec = recipe.data
     if spec.corpus == "analysis":
@@ -149,7 +145,7 @@ def _prepare_data(suite: CheckpointSuite, recipe: Recipe) -> _Data:
     else:
         corpus = load_corpus(spec.corpus)
     tokenizer = suite.tokenizer()
-    special = _special_tokens(tokenizer, suite.family)
+    special = special_tokens_of(tokenizer, suite.family)
     # tokenised and packed exactly as the mini suites are trained: documents without special
     # tokens, the packer adds the row's [CLS] … [SEP] (encoders) or EOS between documents
     docs = tokenize_corpus(corpus, document_encoder(tokenizer))
@@ -250,13 +246,14 @@ def _fit_window(recipe: Recipe, suite: CheckpointSuite) -> tuple[int, ...]:
 
 def _frozen_proxies(
     suite: CheckpointSuite, recipe: Recipe, data: _Data, store: RunStore, window: list[int]
-) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any], dict[str, int | None]]:
     """Fit (or read back) the frozen-early proxies on the pooled window (each checkpoint centred
-    on its own mean); returns the bases and the fit diagnostics per site and method."""
+    on its own mean); returns the bases and the fit diagnostics per site and method, and each
+    site's block index."""
     path = store.state / "proxies.pt"
     if path.exists():
         saved = torch.load(path, weights_only=True)
-        return saved["bases"], saved["diagnostics"]
+        return saved["bases"], saved["diagnostics"], saved["layers"]
     spec = recipe.probes["tangent_energy"]
     pools: dict[str, ActivationPool] = {}
     for step in window:
@@ -269,13 +266,17 @@ def _frozen_proxies(
     fitted = {name: pool.fit(spec.proxy_config()) for name, pool in pools.items()}
     bases = {name: f.bases for name, f in fitted.items()}
     diagnostics = {name: f.diagnostics for name, f in fitted.items()}
-    saved = {"bases": bases, "diagnostics": diagnostics}
+    saved = {"bases": bases, "diagnostics": diagnostics, "layers": sites}
     store.write_state("proxies.pt", lambda tmp: torch.save(saved, tmp))
-    return bases, diagnostics
+    return bases, diagnostics, sites
 
 
 def _window_fit_rows(
-    recipe: Recipe, suite: CheckpointSuite, window: tuple[int, ...], diagnostics: dict[str, Any]
+    recipe: Recipe,
+    suite: CheckpointSuite,
+    window: tuple[int, ...],
+    diagnostics: dict[str, Any],
+    layers: dict[str, int | None],
 ) -> list[dict[str, Any]]:
     """The frozen fit's diagnostics as rows keyed at the window's last checkpoint."""
     step, rank = window[-1], recipe.probes["tangent_energy"].rank
@@ -288,7 +289,7 @@ def _window_fit_rows(
             metric,
             value,
             site=site,
-            layer=int(match[1]) if (match := re.match(r"blocks\.(\d+)\.", site)) else None,
+            layer=layers[site],
             method=method,
             rank=rank,
         )
@@ -429,7 +430,7 @@ def _step_rows(
     status(f"step {step}: capture ({'activations and gradients' if gradients else 'activations'})")
     spec = recipe.probes.get("tangent_energy")
     energy_sums = None
-    if frozen is not None and spec is not None and spec.bootstrap and gradients:
+    if frozen is not None and _gathers_sequence_sums(recipe):
         # the proxies are known before the capture: gather per-sequence energy sums so the
         # intervals resample every analysed sequence
         energy_sums = tangent_energy.sequence_energy_config(
@@ -576,6 +577,13 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _gathers_sequence_sums(recipe: Recipe) -> bool:
+    """Whether step captures gather per-sequence energy sums: the proxies are known before the
+    capture (``frozen_early``) and the energies carry intervals."""
+    spec = recipe.probes.get("tangent_energy")
+    return spec is not None and spec.fit_policy == "frozen_early" and spec.bootstrap > 0
+
+
 def _interval_estimator(recipe: Recipe) -> dict[str, str]:
     """Where the energy intervals come from (see ``tangent_energy.interval_source``)."""
     spec = recipe.probes.get("tangent_energy")
@@ -583,7 +591,7 @@ def _interval_estimator(recipe: Recipe) -> dict[str, str]:
         return {}
     source = (
         tangent_energy.INTERVAL_ALL_SEQUENCES
-        if spec.fit_policy == "frozen_early"
+        if _gathers_sequence_sums(recipe)
         else tangent_energy.INTERVAL_SAMPLE
     )
     return {
@@ -643,11 +651,10 @@ def run_sweep(
         window = _fit_window(recipe, suite)
         if window:
             emit(SweepEvent("unit-start", "fit-proxies", 0, len(units)))
-            frozen, diagnostics = _frozen_proxies(suite, recipe, data, store, list(window))
+            frozen, diagnostics, layers = _frozen_proxies(suite, recipe, data, store, list(window))
             if not store.has_part("fit-proxies"):
-                store.write_part(
-                    "fit-proxies", _window_fit_rows(recipe, suite, window, diagnostics)
-                )
+                fit = _window_fit_rows(recipe, suite, window, diagnostics, layers)
+                store.write_part("fit-proxies", fit)
         total = len(units) + ("untrained_block" in recipe.probes)
         last: dict[str, Any] = {}  # the previous unit's state for the cross-step probes
         for done, (step, unit) in enumerate(zip(steps, units, strict=True)):
@@ -673,7 +680,7 @@ def run_sweep(
         manifest = store.read_manifest()
         manifest["finished"] = True
         manifest["weights_hashes"] = {str(s): suite.weights_hash(s) for s in steps}
-        manifest["excluded_policy"] = "bos, position0, padding, special, no_target"
+        manifest["excluded_policy"] = ", ".join(ANALYSIS_EXCLUSION_REASONS)
         manifest["masked_tokens"] = _masked_counts(store)
         store.write_manifest(manifest)
     return Path(out)
