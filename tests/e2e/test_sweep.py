@@ -261,3 +261,14 @@ def test_encoder_suite_sweeps(cache, env, tmp_path, capsys):
     assert (
         manifest["masked_tokens"]["40"]["special"] > 0
     )  # [CLS], [SEP] ([MASK] inputs are kept: they carry the loss)
+
+
+def test_resume_refuses_state_from_another_version(finished_run, env, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "old"
+    shutil.copytree(finished_run, out)
+    torch.save({"blocks.0.hook_resid_post": {}}, out / "state" / "proxies.pt")  # older layout
+    (out / "results" / "step-00000040.parquet").unlink()
+    assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 2
+    assert "written by another tangentlens version" in capsys.readouterr().err

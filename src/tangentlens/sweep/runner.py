@@ -253,6 +253,11 @@ def _frozen_proxies(
     path = store.state / "proxies.pt"
     if path.exists():
         saved = torch.load(path, weights_only=True)
+        if not (isinstance(saved, dict) and {"bases", "diagnostics", "layers"} <= set(saved)):
+            raise ValueError(
+                f"--resume: {path} was written by another tangentlens version; start a new run "
+                "directory"
+            )
         return saved["bases"], saved["diagnostics"], saved["layers"]
     spec = recipe.probes["tangent_energy"]
     pools: dict[str, ActivationPool] = {}
