@@ -19,8 +19,9 @@ import torch
 
 from benchmarks.bench_capture import _training_step
 from tangentlens.models.suites import ensure_mini_suite
+from tangentlens.sweep.data import prepare_analysis_data
 from tangentlens.sweep.recipe import load_recipe
-from tangentlens.sweep.runner import _prepare_data, run_sweep
+from tangentlens.sweep.runner import run_sweep
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -34,7 +35,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         run_sweep(recipe, f"{tmp}/run")
         ours_s = time.perf_counter() - start
     model = suite.load(suite.steps[-1])
-    rows = torch.from_numpy(_prepare_data(suite, recipe).rows)
+    rows = torch.from_numpy(prepare_analysis_data(suite, recipe).rows)
     start = time.perf_counter()
     loss = sum(_training_step(model, batch) for batch in rows.split(recipe.data.batch_size))
     ref_s = time.perf_counter() - start

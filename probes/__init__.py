@@ -2,29 +2,24 @@
 
 Each probe module has a frozen ``*Config`` dataclass, ``needs(config)`` (what the capture must
 keep) and ``rows(...)`` turning one step's captured statistics into tidy result rows
-(:mod:`tangentlens.probes.base`).
+(:mod:`tangentlens.probes.base`). The configs are defined in :mod:`tangentlens.probes.configs`
+(plain dataclasses: a recipe validates without importing torch) and re-exported by each probe
+module. The probe modules are imported on first use.
 """
 
-from tangentlens.probes import (
-    anisotropy_share,
-    cosine_drift,
-    frequency_geometry,
-    qk_drift,
-    shape_of_learning,
-    subspace_stability,
-    tangent_energy,
-    untrained_block,
-    update_alignment,
-)
+from tangentlens._lazy import lazy_exports
 
-__all__ = [
-    "anisotropy_share",
-    "cosine_drift",
-    "frequency_geometry",
-    "qk_drift",
-    "shape_of_learning",
-    "subspace_stability",
-    "tangent_energy",
-    "untrained_block",
-    "update_alignment",
-]
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    submodules=(
+        "anisotropy_share",
+        "cosine_drift",
+        "frequency_geometry",
+        "qk_drift",
+        "shape_of_learning",
+        "subspace_stability",
+        "tangent_energy",
+        "untrained_block",
+        "update_alignment",
+    ),
+)

@@ -28,7 +28,6 @@ config's ``seed``; the spectral share uses frames ``0 … draws − 1``, ΔIsoSc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,29 +38,14 @@ from tangentlens.metrics import (
     complement_basis,
     complement_frames,
 )
-from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row, measurement
+from tangentlens.probes.configs import AnisotropyShareConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]
 
 NAME = "anisotropy_share"
-
-
-@dataclass(frozen=True)
-class AnisotropyShareConfig:
-    """``isoscore_draws`` control frames for ΔIsoScore* (its p-value floor is
-    ``1/(isoscore_draws + 1)``); ``zeta`` the IsoScore* shrinkage. The spectral share uses the
-    tangent-energy probe's ``draws``; both use its ``seed``."""
-
-    isoscore_draws: int = 20
-    zeta: float = 0.2
-
-    def __post_init__(self) -> None:
-        check_count(self.isoscore_draws, "isoscore_draws", minimum=1)
-        if not 0 <= self.zeta <= 1:
-            raise ValueError(f"zeta must be in [0, 1], got {self.zeta!r}")
 
 
 def needs(config: AnisotropyShareConfig) -> Needs:

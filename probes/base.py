@@ -63,13 +63,14 @@ class StepData:
 
     ``layers`` maps each captured site to its block index (None for the embedding);
     ``seq_len`` is the width of the token rows (row id // seq_len = sequence index);
-    ``frequencies`` the token frequency table of the analysis corpus.
+    ``frequencies`` the token frequency table of the analysis corpus; ``statistics`` is None
+    for rows computed from saved state rather than a capture (a sweep's transitions).
     """
 
     suite: str
     step: int
     tokens_seen: int
-    statistics: CaptureStatistics
+    statistics: CaptureStatistics | None
     layers: dict[str, int | None]
     seq_len: int
     frequencies: FrequencyTable | None = None

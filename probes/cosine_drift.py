@@ -18,7 +18,6 @@ handful of points takes few values.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from tangentlens.metrics import (
     relative_drift_from_sums,
 )
 from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.configs import CosineDriftConfig
 
 __all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
 
@@ -37,11 +37,6 @@ NAME = "cosine_drift"
 
 #: Fewest points a drift–anisotropy correlation is computed on.
 MIN_POINTS = 3
-
-
-@dataclass(frozen=True)
-class CosineDriftConfig:
-    """No settings: the metrics are exact functions of the streamed sums."""
 
 
 def needs(config: CosineDriftConfig) -> Needs:

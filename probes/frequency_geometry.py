@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,9 +32,9 @@ from tangentlens.metrics import (
     local_spectra,
     pooled_visibility,
 )
-from tangentlens.metrics._validate import check_count
 from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.configs import FrequencyGeometryConfig
 
 __all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows"]
 
@@ -43,22 +42,6 @@ NAME = "frequency_geometry"
 
 #: Relative RMS spread below which a type's occurrences count as one vector (rounding only).
 _SAME_VECTOR_TOL = 1e-6
-
-
-@dataclass(frozen=True)
-class FrequencyGeometryConfig:
-    """``min_count`` (≥ 2) occurrences in the capture stream for a type to enter the correlation;
-    curvature patches of ``k`` neighbours, tangent dimension ``tangent_dim``, ``n_anchors``
-    anchors."""
-
-    min_count: int = 5
-    k: int = 32
-    tangent_dim: int = 8
-    n_anchors: int = 1024
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_count(self.min_count, "frequency_geometry min_count", minimum=2)
 
 
 def needs(config: FrequencyGeometryConfig) -> Needs:

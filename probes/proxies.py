@@ -28,8 +28,8 @@ import torch
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
-from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import StepData, make_row
+from tangentlens.probes.configs import METHODS, ProxyConfig
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -43,38 +43,10 @@ __all__ = [
     "fit_rows",
 ]
 
-METHODS: tuple[str, ...] = ("seminmf", "pca", "sae")
 #: The method name of the rank-1 proxy spanned by the mean activation.
 MEAN_DIRECTION = "mean_direction"
 #: The ``probe`` value of the fit-quality rows.
 FIT_PROBE = "proxy_fit"
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    """Which dictionaries span the proxies, at which rank, with which seed.
-
-    ``sae_samples``: activation rows the SAE trains on (the sample is cycled); ``sae_k``: active
-    latents per row of the TopK SAE; ``centre``: fit on activations centred per checkpoint;
-    ``mean_direction``: add the rank-1 proxy ``m̂`` and project it out of the other proxies.
-    """
-
-    methods: tuple[str, ...] = ("seminmf", "pca")
-    rank: int = 16
-    seed: int = 0
-    seminmf_max_iter: int = 500
-    sae_samples: int = 100_000
-    sae_k: int = 16
-    centre: bool = True
-    mean_direction: bool = True
-
-    def __post_init__(self) -> None:
-        methods = tuple(self.methods)
-        unknown = [m for m in methods if m not in METHODS]
-        if not methods or unknown or len(set(methods)) != len(methods):
-            raise ValueError(f"methods must be distinct names from {METHODS}, got {methods!r}")
-        object.__setattr__(self, "methods", methods)
-        check_count(self.rank, "rank", minimum=1)
 
 
 @dataclass(frozen=True)

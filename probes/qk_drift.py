@@ -7,19 +7,14 @@ and ``attention_entropy`` (nats, mean over kept query positions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.configs import QKDriftConfig
 
 __all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
 
 NAME = "qk_drift"
-
-
-@dataclass(frozen=True)
-class QKDriftConfig:
-    """No settings: every captured attention layer is reported."""
 
 
 def needs(config: QKDriftConfig) -> Needs:

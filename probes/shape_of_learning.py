@@ -10,7 +10,6 @@ the same vector; ``twonn_fit`` "razzhigaev" or "facco")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,32 +20,12 @@ from tangentlens.metrics import (
     isoscore_from_covariance,
     twonn_dimension,
 )
-from tangentlens.metrics._validate import check_choice, check_count
-from tangentlens.metrics.twonn import FITS
 from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.configs import ShapeOfLearningConfig
 
 __all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
 
 NAME = "shape_of_learning"
-
-
-@dataclass(frozen=True)
-class ShapeOfLearningConfig:
-    """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
-    ``twonn_fit``, batch size and shuffling seed."""
-
-    singular_anisotropy: bool = False
-    twonn_fit: str = "razzhigaev"
-    twonn_batch: int = 4096
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.singular_anisotropy, bool):
-            raise ValueError(
-                f"singular_anisotropy must be true or false, got {self.singular_anisotropy!r}"
-            )
-        check_choice(self.twonn_fit, "twonn_fit", FITS)
-        check_count(self.twonn_batch, "twonn_batch", minimum=3)
 
 
 def needs(config: ShapeOfLearningConfig) -> Needs:

@@ -14,27 +14,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.metrics import principal_angles
-from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.configs import SubspaceStabilityConfig
 from tangentlens.typing import Basis
 
-__all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows"]
+__all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows", "transition_rows"]
 
 NAME = "subspace_stability"
-
-
-@dataclass(frozen=True)
-class SubspaceStabilityConfig:
-    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
-
-    seeds: int = 1
-
-    def __post_init__(self) -> None:
-        check_count(self.seeds, "seeds", minimum=1)
 
 
 def needs(config: SubspaceStabilityConfig) -> Needs:
@@ -53,15 +42,14 @@ def _angle_rows(data: StepData, site: str, method: str, a: Basis, b: Basis) -> l
 def rows(
     data: StepData,
     proxies: dict[str, dict[str, Basis]],
-    previous: dict[str, dict[str, Basis]] | None,
     reseeded: dict[str, dict[str, dict[int, Basis]]],
     config: SubspaceStabilityConfig,
     frozen: dict[str, dict[str, Basis]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``proxies``: this step's refits and ``previous`` the previous selected step's (None at
-    the first), both ``{site: {method: basis}}``; ``reseeded[site][method][seed]`` the dictionary
-    refitted on this step's sample at the recipe's seed (the smallest) and at other seeds
-    (empty when ``seeds == 1``); ``frozen`` the frozen-early proxies (None otherwise)."""
+    """Angles within one step. ``proxies``: this step's refits ``{site: {method: basis}}``;
+    ``reseeded[site][method][seed]`` the dictionary refitted on this step's sample at the
+    recipe's seed (the smallest) and at other seeds (empty when ``seeds == 1``); ``frozen`` the
+    frozen-early proxies (None otherwise)."""
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():
         for (m1, q1), (m2, q2) in itertools.combinations(sorted(by_method.items()), 2):
@@ -71,10 +59,33 @@ def rows(
             for seed in others:
                 label = f"{method}~seed{seed}"
                 out += _angle_rows(data, site, label, by_seed[base_seed], by_seed[seed])
-        for label, other in (("prev", previous), ("frozen", frozen)):
-            if other is None or site not in other:
-                continue
-            for method, basis in sorted(by_method.items()):
-                if method in other[site]:
-                    out += _angle_rows(data, site, f"{method}@{label}", basis, other[site][method])
+        if frozen is not None:
+            out += _paired_rows(data, site, by_method, frozen, "frozen")
+    return out
+
+
+def transition_rows(
+    data: StepData,
+    proxies: dict[str, dict[str, Basis]],
+    previous: dict[str, dict[str, Basis]],
+) -> list[dict[str, Any]]:
+    """Angles between this step's refits ``proxies`` and the previous selected step's
+    (``method = "<m>@prev"``), keyed at this step."""
+    out: list[dict[str, Any]] = []
+    for site, by_method in proxies.items():
+        out += _paired_rows(data, site, by_method, previous, "prev")
+    return out
+
+
+def _paired_rows(
+    data: StepData,
+    site: str,
+    by_method: dict[str, Basis],
+    other: dict[str, dict[str, Basis]],
+    label: str,
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for method, basis in sorted(by_method.items()):
+        if method in other.get(site, {}):
+            out += _angle_rows(data, site, f"{method}@{label}", basis, other[site][method])
     return out

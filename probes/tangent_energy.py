@@ -27,7 +27,6 @@ Every interval contains its own point value.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,6 +37,7 @@ from tangentlens.capture import (
     SequenceEnergyConfig,
     SiteStatistics,
 )
+from tangentlens.checks import check_count
 from tangentlens.dictionaries import PCA
 from tangentlens.metrics import (
     bootstrap_ratio,
@@ -47,9 +47,8 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
-from tangentlens.metrics._validate import check_choice, check_count
-from tangentlens.metrics.bootstrap import BOOTSTRAP_METHODS
 from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
+from tangentlens.probes.configs import TangentEnergyConfig
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -72,32 +71,6 @@ INTERVAL_SAMPLE = "reservoir_sample"
 
 #: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
 _SUMS_RTOL = 1e-8
-
-
-@dataclass(frozen=True)
-class TangentEnergyConfig:
-    """``draws`` controls per measurement (100, ours; the paper used 20); ``bootstrap``
-    replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
-    data-matched control (None = off); ``interval`` the bootstrap interval (one of
-    :data:`tangentlens.metrics.bootstrap.BOOTSTRAP_METHODS`; studentized by default: it covered
-    best on simulated sequences)."""
-
-    draws: int = 100
-    bootstrap: int = 200
-    data_matched_m: int | None = None
-    seed: int = 0
-    interval: str = "studentized"
-
-    def __post_init__(self) -> None:
-        check_count(self.draws, "draws", minimum=1)
-        check_count(self.bootstrap, "bootstrap", minimum=0)
-        check_count(self.seed, "seed", minimum=0)
-        check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
-        m = self.data_matched_m
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
-            raise ValueError(
-                f"data_matched_m must be an integer ≥ 2 (above the proxy rank) or None, got {m!r}"
-            )
 
 
 def needs(config: TangentEnergyConfig) -> Needs:

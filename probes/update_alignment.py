@@ -18,33 +18,19 @@ headline metrics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tangentlens.metrics import complement_frames, update_alignment
-from tangentlens.metrics._validate import check_count
 from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.configs import UpdateAlignmentConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows"]
 
 NAME = "update_alignment"
-
-
-@dataclass(frozen=True)
-class UpdateAlignmentConfig:
-    """``draws`` controls; centroid updates of the ``centroid_types`` most frequent types."""
-
-    draws: int = 100
-    centroid_types: int = 2048
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("draws", "centroid_types"):
-            check_count(getattr(self, name), name, minimum=1)
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:

@@ -6,8 +6,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tangentlens.report.console import fail
+from tangentlens.sweep.recipe import EXECUTOR_KINDS
 
 
 def _suite(args: argparse.Namespace) -> None:
@@ -35,19 +37,36 @@ def _train_suite(args: argparse.Namespace) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> None:
+    # validation and planning import no model library: a typo is reported at once
+    from tangentlens.report.console import console
+    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.sweep.runner import plan_sweep
+
+    overrides = [*(args.set or ()), *([f"executor.kind={args.executor}"] if args.executor else [])]
+    recipe = load_recipe(args.recipe, overrides)
+    out = args.out or f"runs/{recipe.name}"
+    plan = plan_sweep(recipe)
+    if args.plan_only:
+        console.print(plan.render(out if Path(out, "manifest.json").exists() else None))
+        return
+
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
     from tangentlens.report.progress import sweep_progress, training_progress
-    from tangentlens.sweep.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
 
-    recipe = load_recipe(args.recipe, args.set or ())
     if recipe.suite.name in MINI_SUITE_CONFIGS:
         with training_progress(recipe.suite.name) as progress:
             ensure_mini_suite(recipe.suite.name, progress=progress)
-    out = args.out or f"runs/{recipe.name}"
-    with sweep_progress(recipe.name) as on_event:
-        run_dir = run_sweep(recipe, out, resume=args.resume, on_event=on_event)
-    _render_all(run_dir)
+    with sweep_progress(plan, out) as on_event:
+        run_sweep(recipe, out, resume=args.resume, detach=args.detach, on_event=on_event)
+    pending = plan.pending(out)
+    if pending:  # detached: the jobs run on
+        console.print(
+            f"{len(pending)} units submitted to Slurm; `tangentlens sweep --recipe {args.recipe} "
+            f"--out {out} --resume` (same --set) collects them and writes the report"
+        )
+        return
+    _render_all(out)
 
 
 def _render_all(run_dir: str) -> None:
@@ -77,7 +96,26 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="override a recipe value, e.g. --set probes.tangent_energy.rank=32 (repeatable)",
     )
     parser.add_argument("--out", help="run directory (default runs/<recipe>)")
-    parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run: only units whose output is missing run (on any executor)",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTOR_KINDS,
+        help="where units run (default: the recipe's [executor] kind, else local)",
+    )
+    parser.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the plan of units (with --out of an existing run: what is done) and exit",
+    )
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="slurm: submit the units as dependent jobs and return; --resume collects them",
+    )
     parser.set_defaults(handler=_sweep)
 
 

@@ -8,6 +8,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -71,6 +72,8 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
         "step-00000000",
         "step-00000004",
         "step-00000040",
+        "transition-00000004",
+        "transition-00000040",
         "untrained-block",
     ]
     assert pq.read_schema(parts[0]).remove_metadata() == SCHEMA
@@ -104,6 +107,8 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
     masked = manifest["masked_tokens"]["40"]
     assert masked["position0"] == masked["no_target"] == 2048 // 32
     assert (finished_run / "state" / "proxies.pt").exists()
+    assert len(manifest["data_sha256"]) == 64 and manifest["threads"] == 2
+    assert manifest["executor"]["kind"] == "local" and "executor" not in manifest["recipe"]
     assert manifest["fit_window"] == [0, 1, 2, 4, 8, 10]  # micro-pythia: step ≤ 0.3 × 40
     assert set(manifest["estimators"]) >= {"fit_window", "update_alignment", "drift_cosine"}
     assert not (finished_run / ".lock").exists()
@@ -156,7 +161,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / ".lock").exists()  # a killed sweep leaves its lock…
-    assert len(list((out / "results").glob("*.parquet"))) < 6
+    assert len(list((out / "results").glob("*.parquet"))) < 8
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
     resumed, reference = _rows(out), _rows(finished_run)
@@ -190,8 +195,9 @@ def test_per_checkpoint_held_out_sweep(finished_run, env, tmp_path):
     }
     assert all(0.4 * n_kept[s] < scored[s] < 0.6 * n_kept[s] for s in scored)  # the second half
     state = out / "state"
-    before, after = (torch.load(state / f"centroids-{s:08d}.pt") for s in (4, 40))
-    proxies = {s: torch.load(state / f"proxies-{s:08d}.pt") for s in (4, 40)}
+    saved = {s: torch.load(state / f"step-{s:08d}.pt") for s in (4, 40)}
+    before, after = saved[4]["centroids"], saved[40]["centroids"]
+    proxies = {s: saved[s]["proxies"] for s in (4, 40)}
     site, checked = "blocks.1.hook_resid_post", 0
     (ids_a, old), (ids_b, new) = before[site], after[site]
     at_a = {i: n for n, i in enumerate(ids_a.tolist())}
@@ -238,9 +244,14 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "manifest.json").write_text("{}")
-    (locked / ".lock").write_text(str(os.getppid()))  # a live process holds it
+    holder = {"host": socket.gethostname(), "pid": os.getppid()}  # a live process holds it
+    (locked / ".lock").write_text(json.dumps(holder))
     assert main(["sweep", "--recipe", MICRO, "--out", str(locked), "--resume"]) == 2
     assert "locked by a running sweep" in capsys.readouterr().err
+    # a coordinator on another host cannot be checked from here: never taken over
+    (locked / ".lock").write_text(json.dumps({"host": "node-7", "pid": 1}))
+    assert main(["sweep", "--recipe", MICRO, "--out", str(locked), "--resume"]) == 2
+    assert "locked by a sweep on host node-7 (pid 1)" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 

@@ -9,8 +9,8 @@ import torch
 
 from tangentlens.data import analysis_mask
 from tangentlens.models.training import prepare_data
+from tangentlens.sweep.data import prepare_analysis_data
 from tangentlens.sweep.recipe import load_recipe
-from tangentlens.sweep.runner import _prepare_data
 
 
 def _recipe(seq_len: int):
@@ -22,7 +22,7 @@ def _recipe(seq_len: int):
 @pytest.mark.parametrize("suite_name", ["micro_bert", "micro_pythia"])
 def test_analysis_rows_are_the_training_pipelines_heldout_rows(suite_name, request):
     suite = request.getfixturevalue(suite_name)
-    data = _prepare_data(suite, _recipe(suite.config.seq_len))
+    data = prepare_analysis_data(suite, _recipe(suite.config.seq_len))
     training = prepare_data(suite.config)  # held-out rows packed by the training code
     n = len(training.eval_rows)
     assert len(data.rows) >= n
@@ -42,7 +42,7 @@ def test_analysis_rows_are_the_training_pipelines_heldout_rows(suite_name, reque
 
 def test_frequencies_count_only_kept_positions(micro_pythia, micro_bert):
     for suite in (micro_pythia, micro_bert):
-        data = _prepare_data(suite, _recipe(suite.config.seq_len))
+        data = prepare_analysis_data(suite, _recipe(suite.config.seq_len))
         causal = suite.family == "decoder"
         keep = analysis_mask(torch.from_numpy(data.rows), data.special, causal=causal).keep
         assert data.frequencies.total == int(keep.sum())
@@ -54,3 +54,20 @@ def test_frequencies_count_only_kept_positions(micro_pythia, micro_bert):
             eos = data.special.eos_id
             assert (data.rows == eos).any()
             assert data.frequencies.total < data.rows.size - len(data.rows)
+
+
+def test_saved_analysis_data_reads_back_identically(micro_bert, tmp_path):
+    """What the sweep's data unit writes is what every other unit reads: same rows, counts,
+    bins and special tokens; the file's hash is stable."""
+    from tangentlens.sweep.data import data_sha256, load_analysis_data, save_analysis_data
+
+    data = prepare_analysis_data(micro_bert, _recipe(micro_bert.config.seq_len))
+    save_analysis_data(data, tmp_path / "a.npz")
+    back = load_analysis_data(tmp_path / "a.npz", n_bins=3)
+    assert np.array_equal(back.rows, data.rows) and back.rows.dtype == data.rows.dtype
+    assert np.array_equal(back.frequencies.counts, data.frequencies.counts)
+    assert np.array_equal(back.bins.bin_of_type, data.bins.bin_of_type)
+    assert back.special == data.special and back.special.mask_id is not None
+    assert back.loss == data.loss == "mlm"
+    save_analysis_data(data, tmp_path / "b.npz")
+    assert data_sha256(tmp_path / "a.npz") == data_sha256(tmp_path / "b.npz")

@@ -7,8 +7,9 @@ import torch
 from transformer_lens import HookedEncoder, HookedTransformer
 from transformers import BertForMaskedLM, GPTNeoXForCausalLM
 
+from tangentlens.models.catalog import suite_steps
 from tangentlens.models.schedule import PYTHIA_STEPS
-from tangentlens.models.suites import LocalSuite, PythiaSuite, open_suite
+from tangentlens.models.suites import LocalSuite, PythiaSuite, ensure_mini_suite, open_suite
 
 
 def test_mini_decoder_suite_loads_with_hf_parity(micro_pythia):
@@ -107,3 +108,33 @@ def test_open_suite_specs(micro_pythia):
     assert isinstance(open_suite("pythia:EleutherAI/pythia-70m", offline=True), PythiaSuite)
     with pytest.raises(ValueError, match="mini-pythia"):
         open_suite("gpt2")
+
+
+def test_suite_steps_are_the_opened_suites_steps(micro_pythia, tmp_path, monkeypatch):
+    assert suite_steps(str(micro_pythia.root)) == micro_pythia.steps
+    assert suite_steps(f"local:{micro_pythia.root}") == micro_pythia.steps
+    assert suite_steps("pythia:EleutherAI/pythia-70m") == PYTHIA_STEPS
+    assert suite_steps("EleutherAI/pythia-70m") == open_suite("EleutherAI/pythia-70m").steps
+    # the steps a trained mini suite finds on disk are the ones its config predicts
+    monkeypatch.setenv("TANGENTLENS_CACHE", str(tmp_path))
+    assert suite_steps("micro-pythia") == open_suite("micro-pythia").steps
+
+
+@pytest.mark.parametrize("name", ["mini-pythia", "mini-bert"])
+def test_suite_steps_of_a_trained_mini_suite(name):
+    try:
+        suite = ensure_mini_suite(name, train=False)
+    except ValueError:
+        pytest.skip(f"{name} is not trained in this cache")
+    assert suite_steps(name) == suite.steps
+
+
+def test_suite_steps_errors_are_open_suites(tmp_path):
+    (tmp_path / "empty").mkdir()
+    folders = [str(tmp_path / "missing"), str(tmp_path / "empty")]
+    for spec in ("gpt2", "pythia:EleutherAI/pythia-999m", *folders):
+        with pytest.raises(ValueError) as ours:
+            suite_steps(spec)
+        with pytest.raises(ValueError) as theirs:
+            open_suite(spec, offline=True)
+        assert str(ours.value) == str(theirs.value)

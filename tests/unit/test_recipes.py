@@ -2,7 +2,7 @@
 
 import pytest
 
-from tangentlens.sweep.recipe import builtin_recipes, load_recipe
+from tangentlens.sweep.recipe import ExecutorSpec, builtin_recipes, load_recipe
 
 
 @pytest.mark.parametrize("name", sorted(builtin_recipes()))
@@ -36,3 +36,54 @@ def test_overrides_are_typed_and_checked():
         load_recipe("quickstart", ["rank"])
     with pytest.raises(ValueError, match=r"capture\.embed"):
         load_recipe("quickstart", ["capture.embed=false"])
+
+
+def test_executor_table_is_read_and_checked(tmp_path):
+    assert load_recipe("quickstart").executor == ExecutorSpec()
+    path = tmp_path / "slurm.toml"
+    path.write_text(
+        (builtin_recipes()["quickstart"]).read_text(encoding="utf-8")
+        + '\n[executor]\nkind = "slurm"\npartition = "gpu"\ngpus_per_unit = 1\nmemory_gb = 16\n'
+        + '\n[executor.sbatch]\nqos = "high"\nnice = 10\n',
+        encoding="utf-8",
+    )
+    executor = load_recipe(path).executor
+    assert executor.kind == "slurm" and executor.partition == "gpu"
+    assert executor.gpus_per_unit == 1.0 and isinstance(executor.gpus_per_unit, float)
+    assert executor.sbatch == {"qos": "high", "nice": 10}
+    recipe = load_recipe("quickstart", ["executor.workers=3", "executor.kind=ray"])
+    assert recipe.executor.workers == 3 and recipe.executor.kind == "ray"
+    assert load_recipe("quickstart", ["executor.sbatch.qos=low"]).executor.sbatch == {"qos": "low"}
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("executor.kind=rey", r"executor\.kind must be one of .* \(did you mean 'ray'\?\)"),
+        ("executor.workers=-1", r"executor\.workers must be an integer ≥ 0, got -1"),
+        ("executor.retries=-1", r"executor\.retries must be an integer ≥ 0"),
+        ("executor.cpus_per_unit=0", r"executor\.cpus_per_unit must be an integer ≥ 1"),
+        ("executor.time_min=0", r"executor\.time_min must be an integer ≥ 1"),
+        ("executor.gpus_per_unit=-0.5", r"executor\.gpus_per_unit must be a number in \[0"),
+        ("executor.memory_gb='lots'", r"executor\.memory_gb must be a number"),
+        ("executor.sbatch=3", r"executor\.sbatch must be a table"),
+        ("executor.sbatch.exclusive=true", r"executor\.sbatch\.exclusive must be a string or"),
+        ("executor.wokers=3", r"unknown key executor\.wokers.*did you mean 'workers'"),
+        ("capture.threads=0", r"capture\.threads must be an integer ≥ 1"),
+    ],
+)
+def test_bad_executor_and_thread_settings_name_the_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_recipe("quickstart", [override])
+
+
+def test_executor_is_not_part_of_the_recipe_identity():
+    local = load_recipe("quickstart")
+    slurm = load_recipe("quickstart", ["executor.kind=slurm", "executor.sbatch.qos=high"])
+    assert "executor" not in slurm.to_dict()
+    assert slurm.to_dict() == local.to_dict()  # a run started on Slurm resumes locally
+    assert slurm.executor_dict()["kind"] == "slurm"
+    assert slurm.executor_dict()["sbatch"] == {"qos": "high"}
+    # the threads every unit pins change the reductions' order: they are part of it
+    assert local.to_dict()["capture"]["threads"] == 2
+    assert load_recipe("quickstart", ["capture.threads=4"]).to_dict() != local.to_dict()

@@ -21,9 +21,9 @@ def test_angles_between_methods_steps_and_seeds():
     proxies = {"site": {"pca": q, "seminmf": _rotated(math.radians(30))}}
     previous = {"site": {"pca": _rotated(math.radians(10)), "seminmf": _rotated(math.radians(30))}}
     reseeded = {"site": {"seminmf": {0: q, 1: _rotated(math.radians(45))}}}
-    rows = subspace_stability.rows(
-        data, proxies, previous, reseeded, subspace_stability.SubspaceStabilityConfig(seeds=2)
-    )
+    config = subspace_stability.SubspaceStabilityConfig(seeds=2)
+    rows = subspace_stability.rows(data, proxies, reseeded, config)
+    rows += subspace_stability.transition_rows(data, proxies, previous)
     got = {(r["method"], r["metric"]): r["value"] for r in rows}
     assert got[("pca~seminmf", "principal_angle_max")] == pytest.approx(30)
     assert got[("pca~seminmf", "principal_angle_mean")] == pytest.approx(15)
@@ -40,8 +40,8 @@ def test_frozen_early_compares_each_refit_with_the_frozen_proxy():
     frozen = {"site": {"pca": _rotated(0.0)}}
     refit = {"site": {"pca": _rotated(math.radians(20))}}
     config = subspace_stability.SubspaceStabilityConfig()
-    rows = subspace_stability.rows(data, refit, None, {}, config, frozen=frozen)
+    rows = subspace_stability.rows(data, refit, {}, config, frozen=frozen)
     got = {(r["method"], r["metric"]): r["value"] for r in rows}
     assert got[("pca@frozen", "principal_angle_max")] == pytest.approx(20)
     assert got[("pca@frozen", "principal_angle_mean")] == pytest.approx(10)
-    assert subspace_stability.rows(data, refit, None, {}, config) == []  # no frozen, no @frozen
+    assert subspace_stability.rows(data, refit, {}, config) == []  # no frozen, no @frozen

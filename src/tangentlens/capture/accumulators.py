@@ -23,7 +23,7 @@ from jaxtyping import Float, Int
 
 from tangentlens.capture.reservoir import RowReservoir
 from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
-from tangentlens.metrics._validate import check_count
+from tangentlens.checks import check_count
 
 __all__ = ["MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"]
 
@@ -44,6 +44,10 @@ def _moved(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
 def _check_rows(x: torch.Tensor, d: int, name: str) -> None:
     if x.ndim != 2 or x.shape[1] != d:
         raise ValueError(f"{name} must be (n, {d}), got shape {tuple(x.shape)}")
+
+
+#: The tensors of a :class:`MomentAccumulator` (besides the integer ``count``).
+_MOMENT_FIELDS = ("_n_nonzero", "sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment")
 
 
 class MomentAccumulator:
@@ -95,11 +99,30 @@ class MomentAccumulator:
 
     def to(self, device: torch.device | str) -> MomentAccumulator:
         """Move every sum to ``device`` (in place); returns self."""
-        for name in ("_n_nonzero", "sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
+        for name in _MOMENT_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, _moved(value, device))
         return self
+
+    def state_dict(self) -> dict[str, torch.Tensor | int | None]:
+        """Every sum (on the CPU) and the count: what :meth:`from_state_dict` restores."""
+        state: dict[str, torch.Tensor | int | None] = {"count": self.count}
+        for name in _MOMENT_FIELDS:
+            value = getattr(self, name)
+            state[name] = None if value is None else value.detach().cpu()
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, torch.Tensor | int | None]) -> MomentAccumulator:
+        """An accumulator holding exactly the saved sums (on the CPU)."""
+        total = state["sum"]
+        assert isinstance(total, torch.Tensor)
+        out = cls(total.shape[0], second_moment=state["second_moment"] is not None)
+        out.count = int(state["count"])  # type: ignore[arg-type]
+        for name in _MOMENT_FIELDS:
+            setattr(out, name, state[name])
+        return out
 
     def merge(self, other: MomentAccumulator) -> None:
         """Add ``other``'s statistics (same ``d`` and the same second-moment setting)."""

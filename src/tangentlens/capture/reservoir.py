@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
-from tangentlens.metrics._validate import check_count
+from tangentlens.checks import check_count
 
 __all__ = ["RowReservoir", "row_priorities"]
 

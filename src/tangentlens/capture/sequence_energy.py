@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.metrics._validate import check_count
+from tangentlens.checks import check_count
 
 __all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"]
 

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from tangentlens.checks import check_count
 from tangentlens.dictionaries.base import check_rank
-from tangentlens.metrics._validate import (
-    check_count,
-    check_matrix,
-    check_square,
-    check_vector,
-    to_float64,
-)
+from tangentlens.metrics._validate import check_matrix, check_square, check_vector, to_float64
 from tangentlens.metrics.geometry import centred_scatter
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Moment

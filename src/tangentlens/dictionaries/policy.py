@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tangentlens.metrics._validate import check_count, check_fraction
+from tangentlens.checks import check_count, check_fraction
 
 __all__ = ["FIT_POLICIES", "early_window", "in_window"]
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tangentlens.metrics._validate import check_choice, check_count, check_matrix
+from tangentlens.checks import check_choice, check_count
+from tangentlens.metrics._validate import check_matrix
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes

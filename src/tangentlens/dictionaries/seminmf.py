@@ -29,8 +29,9 @@ from collections.abc import Callable
 
 import torch
 
+from tangentlens.checks import check_choice, check_count, check_fraction
 from tangentlens.dictionaries.base import check_rank
-from tangentlens.metrics._validate import check_choice, check_count, check_fraction, check_matrix
+from tangentlens.metrics._validate import check_matrix
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary

@@ -1,15 +1,13 @@
-"""Shared input checks for the metrics: shapes, finiteness, option values, float64 conversion.
+"""Shared tensor checks for the metrics: shapes, finiteness, float64 conversion.
 
 Every check raises ``ValueError`` naming the argument, what was wrong and what is allowed.
-Tensors keep their device; numpy arrays become CPU tensors without a copy where possible.
+Tensors keep their device; numpy arrays become CPU tensors without a copy where possible. The
+scalar checks (counts, fractions, option values) are in :mod:`tangentlens.checks`.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Iterable
-from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -19,9 +17,6 @@ from tangentlens.typing import ArrayLike
 __all__ = [
     "CHUNK_ROWS",
     "as_tensor",
-    "check_choice",
-    "check_count",
-    "check_fraction",
     "check_matrix",
     "check_square",
     "check_vector",
@@ -98,45 +93,6 @@ def check_square(x: ArrayLike, name: str, *, size: int | None = None) -> torch.T
         raise ValueError(f"{name} must be {size} × {size}, got {tuple(t.shape)}")
     _check_finite(t, name)
     return t
-
-
-def check_count(n: object, name: str, *, minimum: int) -> int:
-    """Validate an integer count ``≥ minimum`` (bools rejected)."""
-    if isinstance(n, bool) or not isinstance(n, Integral):
-        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {n!r}")
-    if int(n) < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {n}")
-    return int(n)
-
-
-def check_fraction(
-    x: object,
-    name: str,
-    *,
-    low: float = 0.0,
-    high: float = 1.0,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> float:
-    """Validate a real number in the interval between ``low`` and ``high`` (open or closed ends)."""
-    left, right = ("(" if low_open else "["), (")" if high_open else "]")
-    allowed = f"a number in {left}{low}, {high}{right}"
-    if isinstance(x, bool) or not isinstance(x, Real) or not math.isfinite(float(x)):
-        raise ValueError(f"{name} must be {allowed}, got {x!r}")
-    v = float(x)
-    too_low = v <= low if low_open else v < low
-    too_high = v >= high if high_open else v > high
-    if too_low or too_high:
-        raise ValueError(f"{name} must be {allowed}, got {v}")
-    return v
-
-
-def check_choice(value: object, name: str, allowed: Iterable[str]) -> str:
-    """Validate that ``value`` is one of ``allowed``."""
-    options = tuple(allowed)
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return str(value)
 
 
 def to_float64(x: torch.Tensor) -> torch.Tensor:

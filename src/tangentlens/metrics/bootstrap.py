@@ -32,13 +32,12 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.metrics._validate import check_choice, check_count, check_fraction, to_float64
+from tangentlens.checks import check_choice, check_count, check_fraction
+from tangentlens.metrics._validate import to_float64
+from tangentlens.metrics.options import BOOTSTRAP_METHODS
 from tangentlens.typing import ArrayLike
 
 __all__ = ["BOOTSTRAP_METHODS", "RatioInterval", "bootstrap_ratio", "group_sums"]
-
-#: Interval constructions offered by :func:`bootstrap_ratio`.
-BOOTSTRAP_METHODS: tuple[str, ...] = ("percentile", "bca", "studentized")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from jaxtyping import Float
 
-from tangentlens.metrics._validate import check_count
+from tangentlens.checks import check_count
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.seeding import seeded_generator
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from tangentlens.metrics._validate import as_tensor, check_count, to_float64
+from tangentlens.checks import check_count
+from tangentlens.metrics._validate import as_tensor, to_float64
 from tangentlens.metrics.geometry import Correlation, correlations
 from tangentlens.typing import ArrayLike
 

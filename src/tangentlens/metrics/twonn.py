@@ -43,14 +43,9 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from tangentlens.metrics._validate import (
-    CHUNK_ROWS,
-    check_choice,
-    check_count,
-    check_fraction,
-    check_matrix,
-    to_float64,
-)
+from tangentlens.checks import check_choice, check_count, check_fraction
+from tangentlens.metrics._validate import CHUNK_ROWS, check_matrix, to_float64
+from tangentlens.metrics.options import TWONN_FITS
 from tangentlens.typing import ArrayLike
 
 __all__ = [
@@ -64,7 +59,6 @@ __all__ = [
 ]
 
 Fit = Literal["facco", "razzhigaev"]
-FITS: tuple[str, ...] = ("facco", "razzhigaev")
 Distances = Float[torch.Tensor, "n"]
 
 #: float32 candidates kept per point before the exact float64 re-measurement.
@@ -374,7 +368,7 @@ def twonn_estimate(
             ``batch_size``, or too few ratios for the fit.
     """
     X = check_matrix(H, "H", min_rows=3)
-    fit = check_choice(fit, "fit", FITS)
+    fit = check_choice(fit, "fit", TWONN_FITS)
     if fit == "facco":
         check_fraction(discard_fraction, "discard_fraction", low_open=True, high_open=True)
     else:

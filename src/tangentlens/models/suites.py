@@ -15,7 +15,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -29,6 +28,8 @@ from transformer_lens import HookedEncoder, HookedTransformer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from tangentlens.data import Corpus
+from tangentlens.models.catalog import check_pythia_model, checkpoint_folders, parse_suite_spec
+from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
@@ -37,8 +38,6 @@ from tangentlens.models.schedule import (
     select_steps,
 )
 from tangentlens.models.training import (
-    MINI_SUITE_CONFIGS,
-    MiniSuiteConfig,
     ProgressCallback,
     corpus_fingerprint,
     heldout_corpus,
@@ -52,15 +51,7 @@ logger = logging.getLogger(__name__)
 Family = Literal["decoder", "encoder"]
 HookedModel = HookedTransformer | HookedEncoder
 
-SUITE_KINDS: tuple[str, ...] = ("pythia", "local", *MINI_SUITE_CONFIGS)
-PYTHIA_SIZES: tuple[str, ...] = (
-    "14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b",
-)  # fmt: skip
-PYTHIA_MODELS: tuple[str, ...] = tuple(
-    f"EleutherAI/pythia-{size}{suffix}" for size in PYTHIA_SIZES for suffix in ("", "-deduped")
-)
 ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert", "roberta", "distilbert", "modernbert"})
-_STEP_DIR = re.compile(r"^(?:step|checkpoint-)(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -138,9 +129,7 @@ class PythiaSuite(CheckpointSuite):
     family: Family = "decoder"
 
     def __init__(self, model_name: str = "EleutherAI/pythia-160m", *, offline: bool | None = None):
-        if model_name not in PYTHIA_MODELS:
-            raise ValueError(f"unknown Pythia model {model_name!r}; allowed: {list(PYTHIA_MODELS)}")
-        self.name = model_name
+        self.name = check_pythia_model(model_name)
         self.offline = offline
 
     @property
@@ -191,16 +180,10 @@ class LocalSuite(CheckpointSuite):
     kind = "local"
 
     def __init__(self, path: str | Path, *, tokens_per_step: int | None = None):
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise ValueError(
-                f"checkpoint folder {str(root)!r} does not exist or is not a folder; expected a "
-                "folder with one Hugging Face checkpoint per subfolder (step1000/, step2000/, …)"
-            )
-        self.root = root
-        self.name = str(root)
-        self.metadata: dict[str, Any] = self._read_metadata(root)
-        self._folders = self._discover(root)
+        self._folders = checkpoint_folders(path)
+        self.root = Path(path).expanduser()
+        self.name = str(self.root)
+        self.metadata: dict[str, Any] = self._read_metadata(self.root)
         per_step = tokens_per_step or self.metadata.get("tokens_per_step")
         if per_step is not None and int(per_step) < 1:
             raise ValueError(f"tokens_per_step must be a positive integer, got {per_step}")
@@ -217,21 +200,6 @@ class LocalSuite(CheckpointSuite):
             return json.loads(meta.read_text())
         except json.JSONDecodeError as error:
             raise ValueError(f"{meta} is not valid JSON: {error}") from error
-
-    @staticmethod
-    def _discover(root: Path) -> dict[int, Path]:
-        folders = {}
-        for child in root.iterdir():
-            match = _STEP_DIR.match(child.name)
-            if match and child.is_dir():
-                folders[int(match.group(1))] = child
-        if not folders:
-            raise ValueError(
-                f"no checkpoints found in {str(root)!r}: expected subfolders named step<N> or "
-                "checkpoint-<N>, each holding config.json, weights (safetensors or bin) and "
-                "tokenizer files"
-            )
-        return dict(sorted(folders.items()))
 
     def _family(self) -> Family:
         config_path = next(iter(self._folders.values())) / "config.json"
@@ -355,16 +323,12 @@ def ensure_mini_suite(
 def open_suite(spec: str, *, offline: bool | None = None, train: bool = True) -> CheckpointSuite:
     """A suite from a short spec: ``"mini-pythia"``, ``"mini-bert"``, a Pythia model name
     (``"EleutherAI/pythia-160m"``, optionally prefixed ``"pythia:"``), or a folder of checkpoints
-    (optionally prefixed ``"local:"``)."""
-    kind, _, rest = spec.partition(":") if ":" in spec else ("", "", spec)
-    if kind == "pythia" or (not kind and rest.startswith("EleutherAI/pythia")):
-        return PythiaSuite(rest, offline=offline)
-    if kind == "local" or (not kind and (Path(rest).expanduser().exists() or os.sep in rest)):
-        return LocalSuite(rest)
-    if not kind and rest in MINI_SUITE_CONFIGS:
-        return ensure_mini_suite(rest, train=train)
-    raise ValueError(
-        f"unknown suite {spec!r}; allowed: {', '.join(repr(k) for k in MINI_SUITE_CONFIGS)}, "
-        "a Pythia model ('pythia:EleutherAI/pythia-160m'; models: "
-        f"{', '.join(PYTHIA_MODELS)}), or a checkpoint folder ('local:/path/to/folder')"
-    )
+    (optionally prefixed ``"local:"``); see :func:`~tangentlens.models.catalog.parse_suite_spec`.
+    :func:`~tangentlens.models.catalog.suite_steps` gives the same suite's steps without opening
+    it."""
+    kind, target = parse_suite_spec(spec)
+    if kind == "pythia":
+        return PythiaSuite(target, offline=offline)
+    if kind == "local":
+        return LocalSuite(target)
+    return ensure_mini_suite(target, train=train)

@@ -37,15 +37,13 @@ token can be copied, which flatters the overall loss by ~0.5 nat.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,159 +70,7 @@ from tangentlens.data import (
     train_bpe_tokenizer,
 )
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
-from tangentlens.models.schedule import log_spaced_schedule
-
-TRAINING_FORMAT = 2
-"""Bumped whenever a change to this module changes the trained weights (part of the cache key)."""
-
-Architecture = Literal["pythia", "bert"]
-ARCHITECTURES: tuple[str, ...] = ("pythia", "bert")
-POSITION_INITS: tuple[str, ...] = ("sinusoidal", "normal")
-
-
-@dataclass(frozen=True)
-class MiniSuiteConfig:
-    """Everything that determines a mini suite's checkpoints (hashed into its cache key)."""
-
-    architecture: Architecture
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    d_mlp: int = 512
-    vocab_size: int = 4096
-    seq_len: int = 128
-    batch_size: int = 16
-    total_steps: int = 1200
-    checkpoint_every: int = 100
-    learning_rate: float = 1e-3
-    min_learning_rate_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    mlm_probability: float = 0.15
-    corpus: str = "shakespeare"
-    heldout_fraction: float = 0.1
-    max_documents: int | None = None
-    eval_sequences: int = 64
-    position_init: str = "sinusoidal"
-    seq_len_warmup_steps: int = 0
-    warmup_seq_len: int = 16
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(
-                f"unknown mini-suite architecture {self.architecture!r}; allowed: {ARCHITECTURES}"
-            )
-        positive = [
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "d_mlp",
-            "vocab_size",
-            "seq_len",
-            "batch_size",
-            "total_steps",
-            "checkpoint_every",
-            "eval_sequences",
-        ]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
-            )
-        if self.seq_len < 4:
-            raise ValueError(f"seq_len must be at least 4, got {self.seq_len}")
-        if not 0 <= self.seq_len_warmup_steps < self.total_steps:
-            raise ValueError(
-                f"seq_len_warmup_steps must be in [0, total_steps={self.total_steps}), got "
-                f"{self.seq_len_warmup_steps}"
-            )
-        if self.seq_len_warmup_steps and not 4 <= self.warmup_seq_len < self.seq_len:
-            raise ValueError(
-                f"warmup_seq_len must be in [4, seq_len={self.seq_len}), got {self.warmup_seq_len}"
-            )
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.position_init not in POSITION_INITS:
-            raise ValueError(
-                f"position_init must be one of {POSITION_INITS}, got {self.position_init!r}"
-            )
-        if not 0 < self.min_learning_rate_ratio <= 1:
-            raise ValueError(
-                f"min_learning_rate_ratio must be in (0, 1], got {self.min_learning_rate_ratio}"
-            )
-        log_spaced_schedule(self.total_steps, self.checkpoint_every)  # validates both
-
-    @property
-    def family(self) -> Literal["decoder", "encoder"]:
-        return "decoder" if self.architecture == "pythia" else "encoder"
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch_size * self.seq_len
-
-    def schedule(self) -> tuple[int, ...]:
-        return log_spaced_schedule(self.total_steps, self.checkpoint_every)
-
-    def seq_len_at(self, step: int) -> int:
-        """Row length of training step ``step`` (1-based). Without a sequence-length warm-up:
-        ``seq_len``. With one: ``warmup_seq_len`` doubling (16, 32, 64, …, below ``seq_len``)
-        in equal stages over the first ``seq_len_warmup_steps`` steps, then ``seq_len``."""
-        if step > self.seq_len_warmup_steps:
-            return self.seq_len
-        lengths = [self.warmup_seq_len]
-        while lengths[-1] * 2 < self.seq_len:
-            lengths.append(lengths[-1] * 2)
-        stage = (max(step, 1) - 1) * len(lengths) // self.seq_len_warmup_steps
-        return lengths[min(stage, len(lengths) - 1)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def cache_key(self, corpus_fingerprint: str) -> str:
-        """Hash of the config, the corpus contents and the training format (12 hex digits)."""
-        payload = json.dumps(
-            {"config": self.to_dict(), "corpus": corpus_fingerprint, "format": TRAINING_FORMAT},
-            sort_keys=True,
-        )
-        return hashlib.sha256(payload.encode()).hexdigest()[:12]
-
-
-_MICRO = {
-    "d_model": 32,
-    "n_layers": 2,
-    "n_heads": 2,
-    "d_mlp": 64,
-    "vocab_size": 512,
-    "seq_len": 32,
-    "batch_size": 8,
-    "total_steps": 40,
-    "checkpoint_every": 10,
-    "warmup_steps": 5,
-    "max_documents": 120,
-    "eval_sequences": 16,
-}
-
-MINI_SUITE_CONFIGS: dict[str, MiniSuiteConfig] = {
-    "mini-pythia": MiniSuiteConfig(architecture="pythia"),
-    # 15 % masking, 80/10/10; 32 × 128 tokens per step (~490 scored) for 1400 steps, the
-    # first 600 on rows of 32 and 64 tokens
-    "mini-bert": MiniSuiteConfig(
-        architecture="bert",
-        batch_size=32,
-        learning_rate=2e-3,
-        warmup_steps=100,
-        total_steps=1400,
-        eval_sequences=128,
-        seq_len_warmup_steps=600,
-        warmup_seq_len=32,
-    ),
-    # smoke-test suites: train in about a second (checkpoints 0 1 2 4 8 10 20 30 40)
-    "micro-pythia": MiniSuiteConfig(architecture="pythia", **_MICRO),
-    "micro-bert": MiniSuiteConfig(architecture="bert", **_MICRO),
-}
+from tangentlens.models.configs import MINI_SUITE_CONFIGS, TRAINING_FORMAT, MiniSuiteConfig
 
 
 @dataclass(frozen=True)

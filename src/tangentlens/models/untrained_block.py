@@ -38,14 +38,14 @@ row has norm ≈ √d and ``norm_ratio`` ≈ √d / mean‖x + b‖ whatever the
 
 Random draws come from local generators, one per stream (weights, tokens, bias direction),
 seeded from ``(seed, stream)``; the global RNG is never touched. Same config → identical rows.
+
+:class:`UntrainedBlockConfig` is defined in :mod:`tangentlens.models.configs` (no torch needed to
+build and validate one) and re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from numbers import Real
-from typing import Literal
 
 import torch
 from jaxtyping import Float
@@ -54,7 +54,7 @@ from transformer_lens.config.hooked_transformer_config import HookedTransformerC
 from transformer_lens.hook_points import HookPoint
 
 from tangentlens.metrics import attention_entropy_sums, cosine_anisotropy
-from tangentlens.metrics._validate import check_count
+from tangentlens.models.configs import BLOCKS, DEFAULT_BIAS_NORMS, DTYPES, UntrainedBlockConfig
 from tangentlens.seeding import seeded_generator
 
 __all__ = [
@@ -68,82 +68,12 @@ __all__ = [
     "run_untrained_block",
 ]
 
-BlockKind = Literal["bert", "pre_ln"]
-BLOCKS: tuple[str, ...] = ("bert", "pre_ln")
-DTYPES: tuple[str, ...] = ("float32", "float64")
-DEFAULT_BIAS_NORMS: tuple[float, ...] = (0.0, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3, 1e4)
 BERT_LAYER_NORM_EPS = 1e-12
 
 _STREAM_WEIGHTS, _STREAM_TOKENS, _STREAM_BIAS = 0, 1, 2
 
 Inputs = Float[torch.Tensor, "seq pos d_model"]
 Direction = Float[torch.Tensor, "d_model"]
-
-
-def _positive(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 < float(value) < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class UntrainedBlockConfig:
-    """The experiment's sizes, initialisation, grid and seed (defaults: BERT-base, the paper's
-    16 × 512 inputs). Validated on construction; ``bias_norms`` is stored as a tuple of floats.
-    """
-
-    d_model: int = 768
-    n_heads: int = 12
-    d_mlp: int = 3072
-    n_sequences: int = 16
-    seq_len: int = 512
-    bias_norms: tuple[float, ...] = DEFAULT_BIAS_NORMS
-    init_std: float = 0.02
-    embedding_std: float = 0.02
-    vocab_size: int = 30522
-    causal: bool = False
-    block: BlockKind = "bert"
-    dtype: Literal["float32", "float64"] = "float64"
-    batch_size: int = 4
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "d_mlp", "n_sequences", "seq_len", "vocab_size"):
-            check_count(getattr(self, name), name, minimum=1)
-        check_count(self.batch_size, "batch_size", minimum=1)
-        check_count(self.seed, "seed", minimum=0)
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"n_heads must divide d_model, got d_model={self.d_model}, n_heads={self.n_heads}"
-            )
-        if self.n_sequences * self.seq_len < 2:
-            raise ValueError(
-                "cosine anisotropy needs at least 2 tokens: n_sequences × seq_len must be ≥ 2, "
-                f"got {self.n_sequences} × {self.seq_len}"
-            )
-        _positive(self.init_std, "init_std")
-        _positive(self.embedding_std, "embedding_std")
-        if not isinstance(self.causal, bool):
-            raise ValueError(f"causal must be True or False, got {self.causal!r}")
-        if self.block not in BLOCKS:
-            raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        norms = self.bias_norms
-        if isinstance(norms, str | bytes) or not hasattr(norms, "__iter__"):
-            raise ValueError(f"bias_norms must be a sequence of numbers ≥ 0, got {norms!r}")
-        norms = tuple(norms)
-        bad = [
-            v
-            for v in norms
-            if isinstance(v, bool) or not isinstance(v, Real) or not 0 <= float(v) < math.inf
-        ]
-        if not norms or bad:
-            raise ValueError(
-                "bias_norms must be a non-empty sequence of finite numbers ≥ 0, "
-                f"got {self.bias_norms!r}"
-            )
-        object.__setattr__(self, "bias_norms", tuple(float(v) for v in norms))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.progress import (
     BarColumn,
@@ -17,7 +19,8 @@ from rich.progress import (
 
 from tangentlens.models.training import TrainingEvent
 from tangentlens.report.console import console
-from tangentlens.sweep.runner import SweepEvent
+from tangentlens.sweep.executors.base import UnitEvent
+from tangentlens.sweep.plan import Plan
 
 
 def _progress() -> Progress:
@@ -58,24 +61,54 @@ def training_progress(name: str) -> Iterator[callable]:
 
 
 @contextmanager
-def sweep_progress(name: str) -> Iterator[callable]:
-    """A progress callback for :func:`tangentlens.sweep.runner.run_sweep`."""
+def sweep_progress(plan: Plan, root: str | Path) -> Iterator[Callable[[UnitEvent], None]]:
+    """A progress callback for :func:`tangentlens.sweep.runner.run_sweep`: one bar of units done
+    (queued / running / failed counts beside it) and a line per running unit with its worker
+    and what it is doing; failures and retries are logged as they happen."""
     progress = _progress()
-    task: TaskID | None = None
+    done = sum(unit.done(root) for unit in plan.units)
+    overall = progress.add_task(
+        f"sweep {plan.recipe}", total=len(plan.units), completed=done, status=""
+    )
+    if done:
+        progress.console.log(f"{done} of {len(plan.units)} units already in {root}: skipped")
+    states: dict[str, str] = {}  # unit → queued / running / failed
+    lines: dict[str, TaskID] = {}  # a line per running unit
 
-    def on_event(event: SweepEvent) -> None:
-        nonlocal task
-        if task is None:
-            task = progress.add_task(f"sweep {name}", total=None, status="preparing data")
-        if event.phase == "unit-start":
-            progress.update(task, total=event.total, completed=event.done, status=event.unit)
-        elif event.phase == "status":
-            progress.update(task, status=event.status)
-        elif event.phase in ("unit-done", "unit-skip"):
-            status = "resumed: already done" if event.phase == "unit-skip" else "done"
-            progress.update(task, total=event.total, completed=event.done, status=status)
-            if event.phase == "unit-skip":
-                progress.console.log(f"{event.unit}: already in the run directory, skipped")
+    def leave(unit: str, state: str | None) -> None:
+        if unit in lines:
+            progress.remove_task(lines.pop(unit))
+        if state is None:
+            states.pop(unit, None)
+        else:
+            states[unit] = state
+
+    def on_event(event: UnitEvent) -> None:
+        nonlocal done
+        unit = event.unit
+        if event.phase == "queued":
+            states[unit] = "queued"
+        elif event.phase in ("running", "status"):
+            states[unit] = "running"
+            if unit not in lines:
+                lines[unit] = progress.add_task(f"  {unit}", total=None, status="")
+            text = f"on {event.worker}" if event.phase == "running" else event.detail
+            progress.update(lines[unit], status=text)
+        elif event.phase == "retry":
+            leave(unit, "queued")
+            progress.console.log(f"[yellow]{unit}: retrying after {event.detail}")
+        elif event.phase == "done":
+            leave(unit, None)
+            done += 1
+        elif event.phase in ("failed", "skipped"):
+            leave(unit, "failed")
+            why = event.detail if event.phase == "failed" else f"not run: {event.detail} failed"
+            progress.console.log(f"[red]{unit}: {why}")
+        counts = Counter(states.values())
+        summary = " · ".join(
+            f"{counts[k]} {k}" for k in ("queued", "running", "failed") if counts[k]
+        )
+        progress.update(overall, completed=done, status=summary)
 
     with progress:
         yield on_event

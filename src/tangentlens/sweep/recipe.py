@@ -3,12 +3,16 @@
 Unknown keys and bad values raise ``ValueError`` naming the key path and, for keys and choices,
 the nearest valid spelling. Dotted overrides (``probes.tangent_energy.rank=32``) are parsed as
 TOML values and applied before validation.
+
+Loading a recipe imports neither torch nor any model library (the configs it builds are plain
+dataclasses), so a typo is reported at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -17,24 +21,29 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tangentlens.dictionaries import FIT_POLICIES
-from tangentlens.metrics._validate import check_count, check_fraction
-from tangentlens.models.untrained_block import UntrainedBlockConfig
-from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
-from tangentlens.probes.cosine_drift import CosineDriftConfig
-from tangentlens.probes.frequency_geometry import FrequencyGeometryConfig
-from tangentlens.probes.proxies import METHODS, ProxyConfig
-from tangentlens.probes.qk_drift import QKDriftConfig
-from tangentlens.probes.shape_of_learning import ShapeOfLearningConfig
-from tangentlens.probes.subspace_stability import SubspaceStabilityConfig
-from tangentlens.probes.tangent_energy import TangentEnergyConfig
-from tangentlens.probes.update_alignment import UpdateAlignmentConfig
+from tangentlens.checks import check_count, check_fraction
+from tangentlens.dictionaries.policy import FIT_POLICIES
+from tangentlens.models.configs import UntrainedBlockConfig
+from tangentlens.probes.configs import (
+    METHODS,
+    AnisotropyShareConfig,
+    CosineDriftConfig,
+    FrequencyGeometryConfig,
+    ProxyConfig,
+    QKDriftConfig,
+    ShapeOfLearningConfig,
+    SubspaceStabilityConfig,
+    TangentEnergyConfig,
+    UpdateAlignmentConfig,
+)
 
 __all__ = [
     "CAPTURE_SITE_KINDS",
+    "EXECUTOR_KINDS",
     "PROBE_CONFIGS",
     "CaptureSpec",
     "DataSpec",
+    "ExecutorSpec",
     "Recipe",
     "SuiteSpec",
     "TangentSpec",
@@ -109,13 +118,16 @@ CAPTURE_SITE_KINDS: tuple[str, ...] = (
 class CaptureSpec:
     """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at every layer, plus the embedding if
     ``embed``), the reservoir size, the loss reduction (``"sum"``, the only one: gradients of
-    the summed token loss) and the seed."""
+    the summed token loss), the seed, and ``threads``: the torch intra-op threads every unit
+    pins, so that reductions run in the same order wherever a unit runs (part of the recipe:
+    another thread count can change the last bits of a sum)."""
 
     sites: tuple[str, ...] = ("resid_post",)
     embed: bool = False
     reservoir: int = 4096
     reduction: str = "sum"
     seed: int = 0
+    threads: int = 2
 
     def __post_init__(self) -> None:
         for kind in self.sites:
@@ -130,6 +142,7 @@ class CaptureSpec:
                 "dividing each batch by its own token count reweighted tokens across batches)"
             )
         check_count(self.reservoir, "capture.reservoir", minimum=0)
+        check_count(self.threads, "capture.threads", minimum=1)
 
 
 @dataclass(frozen=True)
@@ -198,6 +211,62 @@ class TangentSpec:
         )
 
 
+#: Where a sweep's units can run (``executor.kind``).
+EXECUTOR_KINDS: tuple[str, ...] = ("local", "ray", "slurm", "submitit-local")
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Where and how the sweep's units run (``[executor]``). Not part of the recipe's identity
+    (:meth:`Recipe.to_dict`): a run started on one executor resumes on another.
+
+    ``kind``: one of :data:`EXECUTOR_KINDS`. ``workers``: parallel workers, 0 = the machine's
+    cores (``ray``: the size of the local cluster it starts when ``RAY_ADDRESS`` is unset;
+    ``submitit-local``: the cap on concurrently running jobs). ``retries``: times a failed unit
+    is retried. Per unit: ``cpus_per_unit``, ``gpus_per_unit``, ``memory_gb`` (0 = no
+    request). Slurm: ``partition`` ("" = the cluster's default), ``time_min`` (a job's time
+    limit, minutes), ``array_parallelism`` (jobs of an array running at once, 0 = unlimited),
+    ``sbatch`` (extra options, ``[executor.sbatch]``: name → string or integer). ``folder``:
+    where submitit writes job logs ("" = ``RUN_DIR/logs``).
+    """
+
+    kind: str = "local"
+    workers: int = 0
+    retries: int = 1
+    cpus_per_unit: int = 1
+    gpus_per_unit: float = 0.0
+    memory_gb: float = 0.0
+    partition: str = ""
+    time_min: int = 60
+    array_parallelism: int = 0
+    sbatch: dict[str, str | int] = field(default_factory=dict)
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTOR_KINDS:
+            raise ValueError(
+                f"executor.kind must be one of {EXECUTOR_KINDS}, got {self.kind!r}"
+                f"{_suggest(self.kind, EXECUTOR_KINDS)}"
+            )
+        for name, minimum in (
+            ("workers", 0),
+            ("retries", 0),
+            ("cpus_per_unit", 1),
+            ("time_min", 1),
+            ("array_parallelism", 0),
+        ):
+            check_count(getattr(self, name), f"executor.{name}", minimum=minimum)
+        for name in ("gpus_per_unit", "memory_gb"):
+            check_fraction(getattr(self, name), f"executor.{name}", high=math.inf)
+        if not isinstance(self.sbatch, dict):
+            raise ValueError(f"executor.sbatch must be a table, got {self.sbatch!r}")
+        for key, value in self.sbatch.items():
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise ValueError(
+                    f"executor.sbatch.{key} must be a string or an integer, got {value!r}"
+                )
+
+
 #: Probe name → its recipe table's dataclass.
 PROBE_CONFIGS: dict[str, type] = {
     "cosine_drift": CosineDriftConfig,
@@ -214,13 +283,15 @@ PROBE_CONFIGS: dict[str, type] = {
 
 @dataclass(frozen=True)
 class Recipe:
-    """A fully resolved recipe; ``probes`` maps each enabled probe to its config."""
+    """A fully resolved recipe; ``probes`` maps each enabled probe to its config, ``executor``
+    says where its units run."""
 
     name: str
     suite: SuiteSpec = field(default_factory=SuiteSpec)
     data: DataSpec = field(default_factory=DataSpec)
     capture: CaptureSpec = field(default_factory=CaptureSpec)
     probes: dict[str, Any] = field(default_factory=dict)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
 
     def __post_init__(self) -> None:
         for name in ("anisotropy_share", "subspace_stability", "update_alignment"):
@@ -237,7 +308,9 @@ class Recipe:
             raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form (for the manifest)."""
+        """Plain JSON-able form of what the results depend on: the recipe's identity, recorded
+        in the manifest and compared on ``--resume``. The executor is not part of it
+        (:meth:`executor_dict`)."""
         return {
             "name": self.name,
             "suite": dataclasses.asdict(self.suite),
@@ -245,6 +318,10 @@ class Recipe:
             "capture": dataclasses.asdict(self.capture),
             "probes": {k: dataclasses.asdict(v) for k, v in self.probes.items()},
         }
+
+    def executor_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form of the executor settings (for the manifest)."""
+        return dataclasses.asdict(self.executor)
 
 
 def _suggest(word: str, options: typing.Iterable[str]) -> str:
@@ -265,6 +342,12 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ValueError(f"{path} must be a list, got {value!r}")
         return tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"{path} must be a table ([{path}] or {path}.KEY = VALUE), got {value!r}"
+            )
+        return dict(value)
     if hint is bool:
         if not isinstance(value, bool):
             raise ValueError(f"{path} must be true or false, got {value!r}")
@@ -343,7 +426,7 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
         raise ValueError(f"recipe {path} is not valid TOML: {err}") from None
     for override in overrides:
         _apply_override(data, override)
-    allowed = ["suite", "data", "capture", "probes"]
+    allowed = ["suite", "data", "capture", "probes", "executor"]
     for key in data:
         if key not in allowed:
             raise ValueError(
@@ -366,4 +449,5 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
         data=_build(DataSpec, data.get("data", {}), "data"),
         capture=_build(CaptureSpec, data.get("capture", {}), "capture"),
         probes=probes,
+        executor=_build(ExecutorSpec, data.get("executor", {}), "executor"),
     )

@@ -6,7 +6,9 @@ Layout::
       manifest.json          resolved recipe, versions, git hash, seeds, device, per-step info
       results/<unit>.parquet one part per finished unit (tidy rows, the schema below)
       state/                 what later units need from earlier ones (e.g. frozen proxies)
-      .lock                  the pid of the sweep writing here
+      units/<unit>.json      host and pid of each unit while it runs
+      logs/<unit>.log        the traceback of a unit that failed
+      .lock                  host and pid of the coordinating sweep (units take no lock)
 
 Every file is written to a temporary name in its final folder and renamed into place, so a
 killed sweep leaves either a whole part or none: ``--resume`` skips the units whose part exists
@@ -19,8 +21,9 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ import pyarrow.parquet as pq
 
 from tangentlens.probes.base import ROW_FIELDS
 
-__all__ = ["SCHEMA", "RunStore", "read_results"]
+__all__ = ["SCHEMA", "RunStore", "read_parts", "read_results"]
 
 _TYPES = {
     "suite": pa.string(),
@@ -64,6 +67,15 @@ def _atomic_write_bytes(path: Path, write: Any) -> None:
         raise
 
 
+def _lock_holder(lock: Path) -> dict[str, Any] | None:
+    """``{"host", "pid"}`` from a lock file, or None when it is unreadable (half-written)."""
+    try:
+        holder = json.loads(lock.read_text())
+        return {"host": str(holder["host"]), "pid": int(holder["pid"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -84,11 +96,18 @@ class RunStore:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, root: str | Path, *, resume: bool) -> Iterator[RunStore]:
+    def open(
+        cls,
+        root: str | Path,
+        *,
+        resume: bool,
+        started: Callable[[Path], bool] | None = None,
+    ) -> Iterator[RunStore]:
         """Create ``root`` (it must not hold a run unless ``resume``) and hold its lock.
 
-        If the body fails before any result part exists in a run this call created, the run
-        directory is removed again: a failed start leaves nothing half-written.
+        If the body fails before the run has ``started`` (default: before any result part
+        exists) in a run this call created, the run directory is removed again: a failed start
+        leaves nothing half-written.
         """
         store = cls(Path(root))
         created = not store.root.exists()
@@ -106,7 +125,8 @@ class RunStore:
         try:
             yield store
         except BaseException:
-            if not resume and not any(store.results.glob("*.parquet")):
+            begun = started or (lambda root: any((root / "results").glob("*.parquet")))
+            if not resume and not begun(store.root):
                 if created:
                     shutil.rmtree(store.root)
                 else:
@@ -125,24 +145,40 @@ class RunStore:
                 child.unlink()
 
     def _acquire(self, lock: Path) -> None:
-        for _ in range(2):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
+        """Take the coordinator's lock: ``{"host", "pid"}``. A lock left by a dead process on
+        this host is taken over; one held by a live process, or by any process on another host
+        (whose liveness cannot be checked from here), is an error naming it."""
+        here = socket.gethostname()
+        # written whole under a temporary name, then linked into place: link fails when the
+        # lock exists, so nobody ever reads a half-written lock
+        fd, tmp = tempfile.mkstemp(prefix=".lock.", dir=self.root)
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"host": here, "pid": os.getpid()}, handle)
+        try:
+            for _ in range(2):
                 try:
-                    pid = int(lock.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and _pid_alive(pid) and pid != os.getpid():
+                    os.link(tmp, lock)
+                    return
+                except FileExistsError:
+                    pass
+                holder = _lock_holder(lock)
+                if holder is not None and holder["host"] != here:
                     raise ValueError(
-                        f"{self.root} is locked by a running sweep (pid {pid}); wait for it or "
-                        "choose another --out"
-                    ) from None
-                lock.unlink(missing_ok=True)  # left by a killed sweep
-                continue
-            with os.fdopen(fd, "w") as handle:
-                handle.write(str(os.getpid()))
-            return
+                        f"{self.root} is locked by a sweep on host {holder['host']} (pid "
+                        f"{holder['pid']}); wait for it, or delete {lock} if that sweep is dead"
+                    )
+                if (
+                    holder is not None
+                    and holder["pid"] != os.getpid()
+                    and _pid_alive(holder["pid"])
+                ):
+                    raise ValueError(
+                        f"{self.root} is locked by a running sweep (pid {holder['pid']}); wait "
+                        "for it or choose another --out"
+                    )
+                lock.unlink(missing_ok=True)  # left by a killed sweep on this host
+        finally:
+            os.unlink(tmp)
         raise ValueError(f"could not take the lock {lock}")
 
     # ------------------------------------------------------------------ manifest
@@ -169,6 +205,12 @@ class RunStore:
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         _atomic_write_bytes(self.part_path(unit), lambda tmp: pq.write_table(table, tmp))
 
+    def write_file(self, name: str, text: str) -> Path:
+        """Atomically write the text file ``name`` (relative to the run directory)."""
+        path = self.root / name
+        _atomic_write_bytes(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        return path
+
     def write_state(self, name: str, write: Any) -> Path:
         """Atomically write ``state/name`` with ``write(tmp_path)``."""
         path = self.state / name
@@ -176,11 +218,19 @@ class RunStore:
         return path
 
 
-def read_results(root: str | Path) -> pa.Table:
-    """Every part of a run as one table (sorted by step, probe, site, method, bin, metric)."""
-    parts = sorted((Path(root) / "results").glob("*.parquet"))
+def read_parts(parts: Sequence[str | Path]) -> pa.Table:
+    """The rows of the given parts as one table (sorted by step, probe, site, method, bin,
+    metric)."""
     if not parts:
-        raise ValueError(f"{root} holds no results (results/*.parquet)")
+        raise ValueError("no result part to read")
     table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
     keys = ["step", "probe", "site", "method", "freq_bin", "metric"]
     return table.sort_by([(k, "ascending") for k in keys])
+
+
+def read_results(root: str | Path) -> pa.Table:
+    """Every part of a run as one table (sorted as :func:`read_parts`)."""
+    parts = sorted((Path(root) / "results").glob("*.parquet"))
+    if not parts:
+        raise ValueError(f"{root} holds no results (results/*.parquet)")
+    return read_parts(parts)

@@ -1,0 +1,168 @@
+"""The probes' configs: frozen dataclasses validated on construction, one per probe table of a
+recipe (``[probes.<name>]``), plus the proxy fit's :class:`ProxyConfig`.
+
+They import neither torch nor any model library, so reading and checking a recipe stays light.
+Each probe module re-exports its own config (``from tangentlens.probes.cosine_drift import
+CosineDriftConfig``). The untrained-block probe's config is
+:class:`tangentlens.models.configs.UntrainedBlockConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tangentlens.checks import check_choice, check_count
+from tangentlens.metrics.options import BOOTSTRAP_METHODS, TWONN_FITS
+
+__all__ = [
+    "METHODS",
+    "AnisotropyShareConfig",
+    "CosineDriftConfig",
+    "FrequencyGeometryConfig",
+    "ProxyConfig",
+    "QKDriftConfig",
+    "ShapeOfLearningConfig",
+    "SubspaceStabilityConfig",
+    "TangentEnergyConfig",
+    "UpdateAlignmentConfig",
+]
+
+
+@dataclass(frozen=True)
+class CosineDriftConfig:
+    """No settings: the metrics are exact functions of the streamed sums."""
+
+
+@dataclass(frozen=True)
+class ShapeOfLearningConfig:
+    """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
+    ``twonn_fit``, batch size and shuffling seed."""
+
+    singular_anisotropy: bool = False
+    twonn_fit: str = "razzhigaev"
+    twonn_batch: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.singular_anisotropy, bool):
+            raise ValueError(
+                f"singular_anisotropy must be true or false, got {self.singular_anisotropy!r}"
+            )
+        check_choice(self.twonn_fit, "twonn_fit", TWONN_FITS)
+        check_count(self.twonn_batch, "twonn_batch", minimum=3)
+
+
+@dataclass(frozen=True)
+class QKDriftConfig:
+    """No settings: every captured attention layer is reported."""
+
+
+@dataclass(frozen=True)
+class FrequencyGeometryConfig:
+    """``min_count`` (≥ 2) occurrences in the capture stream for a type to enter the correlation;
+    curvature patches of ``k`` neighbours, tangent dimension ``tangent_dim``, ``n_anchors``
+    anchors."""
+
+    min_count: int = 5
+    k: int = 32
+    tangent_dim: int = 8
+    n_anchors: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_count(self.min_count, "frequency_geometry min_count", minimum=2)
+
+
+@dataclass(frozen=True)
+class TangentEnergyConfig:
+    """``draws`` controls per measurement (100, ours; the paper used 20); ``bootstrap``
+    replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
+    data-matched control (None = off); ``interval`` the bootstrap interval (one of
+    :data:`tangentlens.metrics.options.BOOTSTRAP_METHODS`; studentized by default: it covered
+    best on simulated sequences)."""
+
+    draws: int = 100
+    bootstrap: int = 200
+    data_matched_m: int | None = None
+    seed: int = 0
+    interval: str = "studentized"
+
+    def __post_init__(self) -> None:
+        check_count(self.draws, "draws", minimum=1)
+        check_count(self.bootstrap, "bootstrap", minimum=0)
+        check_count(self.seed, "seed", minimum=0)
+        check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
+        m = self.data_matched_m
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
+            raise ValueError(
+                f"data_matched_m must be an integer ≥ 2 (above the proxy rank) or None, got {m!r}"
+            )
+
+
+#: The dictionaries a tangent proxy can be spanned by.
+METHODS: tuple[str, ...] = ("seminmf", "pca", "sae")
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Which dictionaries span the proxies, at which rank, with which seed.
+
+    ``sae_samples``: activation rows the SAE trains on (the sample is cycled); ``sae_k``: active
+    latents per row of the TopK SAE; ``centre``: fit on activations centred per checkpoint;
+    ``mean_direction``: add the rank-1 proxy ``m̂`` and project it out of the other proxies.
+    """
+
+    methods: tuple[str, ...] = ("seminmf", "pca")
+    rank: int = 16
+    seed: int = 0
+    seminmf_max_iter: int = 500
+    sae_samples: int = 100_000
+    sae_k: int = 16
+    centre: bool = True
+    mean_direction: bool = True
+
+    def __post_init__(self) -> None:
+        methods = tuple(self.methods)
+        unknown = [m for m in methods if m not in METHODS]
+        if not methods or unknown or len(set(methods)) != len(methods):
+            raise ValueError(f"methods must be distinct names from {METHODS}, got {methods!r}")
+        object.__setattr__(self, "methods", methods)
+        check_count(self.rank, "rank", minimum=1)
+
+
+@dataclass(frozen=True)
+class AnisotropyShareConfig:
+    """``isoscore_draws`` control frames for ΔIsoScore* (its p-value floor is
+    ``1/(isoscore_draws + 1)``); ``zeta`` the IsoScore* shrinkage. The spectral share uses the
+    tangent-energy probe's ``draws``; both use its ``seed``."""
+
+    isoscore_draws: int = 20
+    zeta: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_count(self.isoscore_draws, "isoscore_draws", minimum=1)
+        if not 0 <= self.zeta <= 1:
+            raise ValueError(f"zeta must be in [0, 1], got {self.zeta!r}")
+
+
+@dataclass(frozen=True)
+class SubspaceStabilityConfig:
+    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
+
+    seeds: int = 1
+
+    def __post_init__(self) -> None:
+        check_count(self.seeds, "seeds", minimum=1)
+
+
+@dataclass(frozen=True)
+class UpdateAlignmentConfig:
+    """``draws`` controls; centroid updates of the ``centroid_types`` most frequent types."""
+
+    draws: int = 100
+    centroid_types: int = 2048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("draws", "centroid_types"):
+            check_count(getattr(self, name), name, minimum=1)

@@ -1,0 +1,53 @@
+"""Executors: where a sweep's units run (``[executor] kind`` in a recipe, ``--executor``).
+
+* ``local`` — in this process, one unit at a time (the default);
+* ``ray`` — Ray tasks with per-unit resources and retries, on the cluster at ``RAY_ADDRESS`` or
+  on a local one this sweep starts (:mod:`~tangentlens.sweep.executors.ray`);
+* ``slurm`` — submitit job arrays on a Slurm cluster, with ``--detach`` (dependent jobs,
+  collected by a later ``--resume``) (:mod:`~tangentlens.sweep.executors.submitit`);
+* ``submitit-local`` — the same submitit jobs as local processes, at most ``workers`` at once.
+
+Engines are optional extras (``pip install 'tangentlens[ray]'`` / ``'tangentlens[slurm]'``),
+imported only when chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tangentlens.sweep.executors.base import UnitEvent, UnitFailure, schedule
+from tangentlens.sweep.plan import Plan
+from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
+
+__all__ = ["EXECUTOR_KINDS", "execute"]
+
+
+def execute(
+    recipe: Recipe,
+    plan: Plan,
+    root: str | Path,
+    emit: Callable[[UnitEvent], None],
+    *,
+    detach: bool = False,
+) -> list[UnitFailure]:
+    """Run the pending units of ``plan`` in ``root`` on ``recipe.executor``; returns the units
+    that failed (after retries) or were not run because a dependency failed."""
+    spec = recipe.executor
+    if detach and spec.kind != "slurm":
+        raise ValueError(
+            f"--detach submits dependent Slurm jobs: it needs executor.kind = 'slurm', got "
+            f"{spec.kind!r}"
+        )
+    if spec.kind == "local":
+        from tangentlens.sweep.executors.local import LocalBackend
+
+        backend = LocalBackend(recipe, root, emit)
+        return schedule(plan, root, backend, retries=spec.retries, emit=emit)
+    if spec.kind == "ray":
+        from tangentlens.sweep.executors.ray import run_on_ray
+
+        return run_on_ray(recipe, plan, root, emit)
+    from tangentlens.sweep.executors.submitit import run_on_submitit
+
+    return run_on_submitit(recipe, plan, root, emit, detach=detach)

@@ -1,0 +1,177 @@
+"""What every executor shares: progress events, failures, and the coordinator-side scheduler.
+
+The scheduler hands a :class:`Backend` the units whose dependencies are done, as many as the
+backend can run at once, waits for any to finish, retries a failed unit up to ``retries``
+times, and reports the rest: a unit that still fails is a :class:`UnitFailure`, and the units
+that depend on it are not run (a later ``--resume`` runs them). While a unit runs, its marker
+``units/<unit>.json`` (written by the unit on its worker) names the worker in the progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tangentlens.sweep.plan import Plan, Unit
+
+__all__ = [
+    "WORKER_ENV_VARS",
+    "Backend",
+    "Finished",
+    "UnitEvent",
+    "UnitFailure",
+    "schedule",
+    "worker_env",
+]
+
+#: Environment variables a worker needs before it imports transformers or torch (offline mode,
+#: caches); they travel with every unit, through the engine's job environment.
+WORKER_ENV_VARS: tuple[str, ...] = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "TANGENTLENS_CACHE",
+    "XDG_CACHE_HOME",
+)
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The environment every unit runs with: :data:`WORKER_ENV_VARS` as set here, and the
+    recipe's thread count for the OpenMP / MKL pools."""
+    env = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+@dataclass(frozen=True)
+class UnitEvent:
+    """Progress of one unit. ``phase``: "queued", "running" (``worker`` = host:pid), "status"
+    (what it is doing, in ``detail``; in-process units only), "retry", "done" (``seconds``),
+    "failed" (``detail`` = the error) or "skipped" (``detail`` = the failed dependency)."""
+
+    phase: str
+    unit: str
+    worker: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class UnitFailure:
+    """A unit that failed after its retries (or was not run because a dependency failed):
+    one line of ``error`` and where its full log is."""
+
+    unit: str
+    error: str
+    log: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A unit the backend saw finish: ``error`` is None on success, else one line, with the
+    full log at ``log``."""
+
+    unit: Unit
+    error: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+
+
+Emit = Callable[[UnitEvent], None]
+
+
+class Backend(Protocol):
+    """Runs units somewhere: :meth:`submit` starts them, :meth:`wait` returns those that
+    finished (blocking up to ``timeout`` seconds for at least one)."""
+
+    capacity: int
+
+    def submit(self, units: Sequence[Unit]) -> None: ...
+
+    def wait(self, timeout: float) -> list[Finished]: ...
+
+
+def _worker(root: Path, unit: str) -> str:
+    try:
+        marker = json.loads((root / "units" / f"{unit}.json").read_text())
+        return f"{marker['host']}:{marker['pid']}"
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+def schedule(
+    plan: Plan,
+    root: str | Path,
+    backend: Backend,
+    *,
+    retries: int,
+    emit: Emit,
+    poll: float = 0.5,
+    running: Sequence[Unit] = (),
+) -> list[UnitFailure]:
+    """Run every pending unit of ``plan`` in ``root`` through ``backend``; ``running``: units
+    already submitted (a resumed detached run) to wait for rather than resubmit."""
+    root = Path(root)
+    adopted = {u.name for u in running}
+    waiting = [u for u in plan.pending(root) if u.name not in adopted]
+    done = {u.name for u in plan.units} - {u.name for u in waiting} - adopted
+    in_flight: dict[str, str] = {u.name: "" for u in running}  # unit → worker shown
+    attempts: dict[str, int] = {}
+    failures: list[UnitFailure] = []
+    failed: set[str] = set()
+    for unit in waiting:
+        emit(UnitEvent("queued", unit.name))
+    while waiting or in_flight:
+        for unit in [u for u in waiting if failed & set(u.deps)]:
+            waiting.remove(unit)
+            failed.add(unit.name)
+            cause = sorted(failed & set(unit.deps))[0]
+            emit(UnitEvent("skipped", unit.name, detail=cause))
+            failures.append(UnitFailure(unit.name, f"not run: {cause} failed", ""))
+        ready = [u for u in waiting if set(u.deps) <= done]
+        batch = ready[: max(backend.capacity - len(in_flight), 0)]
+        if batch:
+            for unit in batch:
+                waiting.remove(unit)
+                in_flight[unit.name] = ""
+            backend.submit(batch)
+        if not in_flight:
+            break
+        for finished in backend.wait(poll):
+            name = finished.unit.name
+            in_flight.pop(name, None)
+            if finished.error is None:
+                done.add(name)
+                emit(UnitEvent("done", name, seconds=finished.seconds))
+            elif attempts.get(name, 0) < retries:
+                attempts[name] = attempts.get(name, 0) + 1
+                emit(UnitEvent("retry", name, detail=finished.error))
+                waiting.insert(0, finished.unit)
+            else:
+                failed.add(name)
+                emit(UnitEvent("failed", name, detail=finished.error))
+                failures.append(UnitFailure(name, finished.error, finished.log))
+        for name, shown in in_flight.items():
+            worker = _worker(root, name)
+            if worker and worker != shown:
+                in_flight[name] = worker
+                emit(UnitEvent("running", name, worker=worker))
+    return failures
+
+
+def error_line(error: BaseException | str) -> str:
+    """One line for an error: its type and the first line of its message."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return first[:300]
+
+
+def unit_args(recipe: Any, root: str | Path, unit: Unit) -> tuple[Any, str, Unit]:
+    """The arguments of :func:`tangentlens.sweep.units.run_unit` a worker receives."""
+    return recipe, str(Path(root).resolve()), unit

@@ -1,0 +1,227 @@
+"""The ``slurm`` and ``submitit-local`` executors: units as submitit jobs.
+
+``slurm`` submits through submitit's ``AutoExecutor`` to Slurm: the units that become ready
+together go as one job array (``executor.array_parallelism`` at a time), with the recipe's
+partition, time limit, CPUs, GPUs (units that load a model only), memory and extra ``sbatch``
+options, ``--requeue``, and a job that Slurm pre-empts or times out is requeued by submitit
+(the unit restarts; its output is written atomically, so a rerun leaves one part). A failed job
+is resubmitted up to ``executor.retries`` times.
+
+With ``--detach`` the whole graph of missing units is submitted at once, each kind of unit as an
+array that starts after the arrays it reads (``afterok``; dependents of a failed unit are
+cancelled by Slurm), the job ids are written to ``jobs.json`` in the run directory, and the
+command returns. A later ``--resume`` waits for those jobs still queued or running instead of
+submitting them again, resubmits what failed, and completes the run.
+
+``submitit-local`` runs the same jobs as local processes (what tests use on a machine without
+Slurm); submitit starts every job at once, so at most ``executor.workers`` (default: the
+machine's cores) are submitted at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.helpers import Checkpointable
+
+from tangentlens.sweep.executors.base import (
+    Finished,
+    UnitEvent,
+    UnitFailure,
+    error_line,
+    schedule,
+    worker_env,
+)
+from tangentlens.sweep.plan import Plan, Unit
+from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.units import UnitReport, run_unit
+
+__all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]
+
+#: Unit → Slurm job id of the units a detached sweep submitted (in the run directory).
+JOBS_FILE = "jobs.json"
+
+#: Slurm states of a job that is still coming or running (it is waited for, not resubmitted).
+_LIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"}
+)
+
+
+class UnitJob(Checkpointable):
+    """The callable a job runs: one unit. Checkpointable: when Slurm pre-empts the job or its
+    time runs out, submitit requeues the same call (the unit starts again from its inputs)."""
+
+    def __call__(self, recipe: Recipe, root: str, unit: Unit) -> UnitReport:
+        return run_unit(recipe, root, unit)
+
+
+def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
+    spec = recipe.executor
+    cluster = "slurm" if spec.kind == "slurm" else "local"
+    folder = Path(spec.folder) if spec.folder else root / "logs" / "submitit"
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    setup = [f"export {k}={shlex.quote(v)}" for k, v in worker_env(recipe.capture.threads).items()]
+    params: dict[str, Any] = {
+        "name": f"tangentlens-{recipe.name}",
+        "timeout_min": spec.time_min,
+        "cpus_per_task": spec.cpus_per_unit,
+        f"{cluster}_setup": setup,
+    }
+    if cluster == "slurm":
+        params["slurm_array_parallelism"] = spec.array_parallelism or 256
+        if spec.partition:
+            params["slurm_partition"] = spec.partition
+        if spec.memory_gb:
+            params["mem_gb"] = spec.memory_gb
+    executor.update_parameters(**params)
+    return executor
+
+
+def _additional(recipe: Recipe, dependency: Sequence[str] = ()) -> dict[str, Any]:
+    extra: dict[str, Any] = {"requeue": True, **recipe.executor.sbatch}
+    if dependency:
+        extra["dependency"] = "afterok:" + ":".join(dependency)
+        extra["kill_on_invalid_dep"] = "yes"
+    return extra
+
+
+def _submit(
+    executor: submitit.AutoExecutor,
+    recipe: Recipe,
+    root: Path,
+    units: Sequence[Unit],
+    dependency: Sequence[str] = (),
+) -> list[Any]:
+    """Submit ``units`` as arrays (those that load a model with the GPUs); returns their jobs in
+    the order of ``units``."""
+    jobs: dict[str, Any] = {}
+    for model in (True, False):
+        group = [u for u in units if u.model == model]
+        if not group:
+            continue
+        gpus = math.ceil(recipe.executor.gpus_per_unit) if model else 0
+        if executor.cluster == "slurm":
+            executor.update_parameters(
+                gpus_per_node=gpus, slurm_additional_parameters=_additional(recipe, dependency)
+            )
+        else:
+            executor.update_parameters(gpus_per_node=gpus)
+        with executor.batch():
+            submitted = [executor.submit(UnitJob(), recipe, str(root), u) for u in group]
+        jobs.update({u.name: job for u, job in zip(group, submitted, strict=True)})
+    return [jobs[u.name] for u in units]
+
+
+def _record(root: Path, jobs: dict[str, str]) -> None:
+    path = root / JOBS_FILE
+    known = json.loads(path.read_text()) if path.exists() else {}
+    tmp = path.with_name(f".{JOBS_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps({**known, **jobs}, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class SubmititBackend:
+    """Submits ready units as submitit jobs and polls them."""
+
+    def __init__(self, executor: submitit.AutoExecutor, recipe: Recipe, root: Path) -> None:
+        self.executor, self.recipe, self.root = executor, recipe, root
+        workers = recipe.executor.workers or os.cpu_count() or 1
+        self.capacity = workers if executor.cluster == "local" else 1 << 30
+        self.jobs: dict[str, tuple[Unit, Any, float]] = {}
+
+    def adopt(self, unit: Unit, job: Any) -> None:
+        self.jobs[unit.name] = (unit, job, time.perf_counter())
+
+    def submit(self, units: Sequence[Unit]) -> None:
+        jobs = _submit(self.executor, self.recipe, self.root, units)
+        if self.executor.cluster == "slurm":
+            _record(self.root, {u.name: j.job_id for u, j in zip(units, jobs, strict=True)})
+        for unit, job in zip(units, jobs, strict=True):
+            self.adopt(unit, job)
+
+    def wait(self, timeout: float) -> list[Finished]:
+        deadline = time.monotonic() + timeout
+        while True:
+            out = [self._finished(*entry) for entry in self.jobs.values() if entry[1].done()]
+            if out or time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.2, timeout))
+        for finished in out:
+            del self.jobs[finished.unit.name]
+        return out
+
+    @staticmethod
+    def _finished(unit: Unit, job: Any, started: float) -> Finished:
+        seconds = time.perf_counter() - started
+        error = job.exception()
+        if error is None:
+            return Finished(unit, seconds=seconds)
+        # the job's stderr holds the traceback; its last line names the error
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        return Finished(
+            unit, error_line(lines[-1] if lines else error), str(job.paths.stderr), seconds
+        )
+
+
+def _live_jobs(root: Path, executor: submitit.AutoExecutor, plan: Plan) -> dict[str, Any]:
+    """The detached jobs (``jobs.json``) of missing units that Slurm still runs or queues."""
+    path = root / JOBS_FILE
+    if executor.cluster != "slurm" or not path.exists():
+        return {}
+    ids = json.loads(path.read_text())
+    missing = {u.name for u in plan.pending(root)}
+    folder = executor.folder
+    live = {}
+    for name, job_id in ids.items():
+        if name in missing:
+            job = submitit.SlurmJob(folder=folder, job_id=job_id)
+            if job.state.split()[0] in _LIVE_STATES:
+                live[name] = job
+    return live
+
+
+def _submit_graph(
+    executor: submitit.AutoExecutor, recipe: Recipe, plan: Plan, root: Path, live: dict[str, Any]
+) -> None:
+    """Submit every missing unit at once, each level of the graph after the jobs it reads."""
+    ids = {name: job.job_id for name, job in live.items()}
+    waiting = [u for u in plan.pending(root) if u.name not in live]
+    while waiting:
+        level = [u for u in waiting if not any(d in {w.name for w in waiting} for d in u.deps)]
+        dependency = sorted({ids[d] for u in level for d in u.deps if d in ids})
+        jobs = _submit(executor, recipe, root, level, dependency)
+        ids.update({u.name: j.job_id for u, j in zip(level, jobs, strict=True)})
+        waiting = [u for u in waiting if u not in level]
+    _record(root, ids)
+
+
+def run_on_submitit(
+    recipe: Recipe,
+    plan: Plan,
+    root: str | Path,
+    emit: Callable[[UnitEvent], None],
+    *,
+    detach: bool = False,
+) -> list[UnitFailure]:
+    """Run (or, with ``detach``, submit) the missing units of ``plan`` as submitit jobs."""
+    root = Path(root).resolve()
+    executor = _executor(recipe, root)
+    live = _live_jobs(root, executor, plan)
+    if detach:
+        _submit_graph(executor, recipe, plan, root, live)
+        return []
+    backend = SubmititBackend(executor, recipe, root)
+    for name, job in live.items():
+        backend.adopt(plan[name], job)
+    running = [plan[name] for name in live]
+    return schedule(
+        plan, root, backend, retries=recipe.executor.retries, emit=emit, running=running
+    )

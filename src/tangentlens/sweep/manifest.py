@@ -1,0 +1,131 @@
+"""The run's manifest: the resolved recipe, the plan's steps and fit window, the estimators
+behind the metrics, versions, executor and thread count; completed with weights hashes and
+exclusion counts when every unit is done."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
+from tangentlens.sweep.plan import Plan
+from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.store import RunStore, read_results
+
+__all__ = ["ESTIMATORS", "finished_manifest", "initial_manifest"]
+
+#: The estimator choices behind the metrics, recorded in every run's manifest.
+ESTIMATORS: dict[str, str] = {
+    "fit_window": "frozen_early: the suite's checkpoints with step ≤ early_fraction × final step, "
+    "at most window_checkpoints, evenly spaced in step",
+    "update_alignment": "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: "
+    "s's own fit; frozen_early: the frozen proxies, *_update_in_window_* when s′ ≤ the window's "
+    "last checkpoint); centroid differences in float64",
+    "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
+    "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
+    "steps (per site, at the last step); n_tokens = number of points",
+    "frequency_spread": "Σ‖h − c‖² / (n − 1) per type from the streamed sums over every kept "
+    "token (n = the type's count in the stream); Pearson on the squared spread",
+    "proxies": "every method fitted on activations centred per checkpoint (window checkpoints "
+    "centred before pooling), with the mean direction m̂ projected out; mean_direction = m̂ as a "
+    "rank-1 proxy, following the fit policy (pooled window mean or the step's mean); held_out: "
+    "fitted on the first half of a step's sequences, energies scored on the second",
+    "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
+    "on the covariance; controls = tangent_energy's frames",
+    "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
+    "positions": "one kept-position set for every statistic and the token frequencies; masked-LM: "
+    "every non-special original position ([MASK] inputs included), binned by the original token, "
+    "gradients at every kept row; analysis text tokenised and packed as in training",
+}
+
+
+def _interval_estimator(recipe: Recipe) -> dict[str, str]:
+    """Where the energy intervals come from: per-sequence sums gathered during capture when the
+    proxies are known before it (frozen_early), else the reservoir's sample."""
+    from tangentlens.probes import tangent_energy
+
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None or not spec.bootstrap:
+        return {}
+    if spec.fit_policy == "frozen_early":
+        source = tangent_energy.INTERVAL_ALL_SEQUENCES
+        how = "every analysed sequence, from per-sequence sums gathered during capture"
+    else:
+        source = tangent_energy.INTERVAL_SAMPLE
+        how = "the reservoir's sampled sequences, rescaled onto the reported value"
+    return {"energy_interval": f"{spec.energy_config().interval} bootstrap over {source}: {how}"}
+
+
+def _git_hash() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    names = ("tangentlens", "torch", "transformer-lens", "sae-lens", "transformers", "numpy")
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
+    """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks)."""
+    return {
+        "recipe": recipe.to_dict(),
+        "suite": {"name": recipe.suite.name},
+        "steps": list(plan.steps),
+        "fit_window": list(plan.window),
+        "units": len(plan.units),
+        "estimators": {**ESTIMATORS, **_interval_estimator(recipe)},
+        "versions": _versions(),
+        "git_hash": _git_hash(),
+        "python": platform.python_version(),
+        "device": device,
+        "dtype": "float32",
+        "threads": recipe.capture.threads,
+        "loss_reduction": recipe.capture.reduction,
+        "seeds": {"capture": recipe.capture.seed},
+        "finished": False,
+    }
+
+
+def finished_manifest(
+    store: RunStore, suite: Any, plan: Plan, executor: dict[str, Any], data_sha256: str
+) -> dict[str, Any]:
+    """The manifest once every unit is done: the suite's kind and family, weights hashes, the
+    analysis data's hash, masked-position counts, the executor of this (last) invocation."""
+    manifest = store.read_manifest()
+    manifest["finished"] = True
+    manifest["suite"] = {"kind": suite.kind, "name": suite.name, "family": suite.family}
+    manifest["weights_hashes"] = {str(s): suite.weights_hash(s) for s in plan.steps}
+    manifest["data_sha256"] = data_sha256
+    manifest["executor"] = executor
+    manifest["excluded_policy"] = ", ".join(ANALYSIS_EXCLUSION_REASONS)
+    manifest["masked_tokens"] = _masked_counts(store)
+    return manifest
+
+
+def _masked_counts(store: RunStore) -> dict[str, dict[str, int]]:
+    """Positions excluded per reason at every step, from the capture rows of the parts."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in read_results(store.root).to_pylist():
+        if r["probe"] == "capture" and r["metric"].startswith("excluded_"):
+            reason = r["metric"].removeprefix("excluded_")
+            counts.setdefault(str(r["step"]), {})[reason] = int(r["value"])
+    return counts

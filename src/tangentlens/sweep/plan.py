@@ -1,0 +1,203 @@
+"""The sweep as a plan: a small graph of units, each with explicit inputs and one atomic output.
+
+Planning needs only the recipe and the suite's checkpoint steps; it imports no model library,
+so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by kind:
+
+* ``data`` — token rows, frequency table and bins, written once (``state/data.npz``);
+* ``window-<N>`` (``fit_policy = "frozen_early"``) — a forward-only capture of fit-window
+  checkpoint N: its activation moments and sampled rows (``state/window-<N>.pt``);
+* ``fit-proxies`` — the frozen proxies fitted on the pooled window (``state/proxies.pt``), and
+  their fit diagnostics as rows;
+* ``step-<N>`` — one capture of step N and every per-step probe's rows; saves what cross-step
+  units need (``state/step-<N>.pt``: the step's own fit, tracked centroids, embedding rows);
+* ``transition-<N>`` — the update from the previous selected step to N (update alignment) and
+  the angles between the two steps' refits (subspace stability), from saved step state;
+* ``across-steps`` — the drift–anisotropy correlation across every step's rows;
+* ``untrained-block`` — the untrained-block bias test (no checkpoint involved).
+
+A unit is done when its output exists; every output is written to a temporary name and renamed
+into place, so a unit that runs twice (retry, requeue, duplicate submission) leaves one output.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tangentlens.dictionaries.policy import early_window
+from tangentlens.sweep.recipe import Recipe
+
+__all__ = ["UNIT_KINDS", "Plan", "Unit", "make_plan"]
+
+#: Unit kinds in the order a plan lists them.
+UNIT_KINDS: tuple[str, ...] = (
+    "data",
+    "window",
+    "fit",
+    "step",
+    "transition",
+    "across",
+    "untrained",
+)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work: ``name`` (unique in the plan), ``kind`` (one of :data:`UNIT_KINDS`),
+    the checkpoint ``step`` it concerns (None where none), the units it reads (``deps``),
+    its ``output`` relative to the run directory, and whether it loads a model (``model``:
+    such units get the executor's GPUs)."""
+
+    name: str
+    kind: str
+    step: int | None
+    deps: tuple[str, ...]
+    output: str
+    model: bool = False
+
+    def done(self, root: str | Path) -> bool:
+        return (Path(root) / self.output).exists()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The units of one recipe over one suite, in an order that respects every dependency."""
+
+    recipe: str
+    suite: str
+    steps: tuple[int, ...]
+    window: tuple[int, ...]
+    units: tuple[Unit, ...]
+
+    def __getitem__(self, name: str) -> Unit:
+        for unit in self.units:
+            if unit.name == name:
+                return unit
+        raise KeyError(name)
+
+    def pending(self, root: str | Path) -> list[Unit]:
+        """The units whose output is missing in the run directory ``root``."""
+        return [unit for unit in self.units if not unit.done(root)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "suite": self.suite,
+            "steps": list(self.steps),
+            "window": list(self.window),
+            "units": [
+                {"name": u.name, "kind": u.kind, "step": u.step, "deps": list(u.deps)}
+                for u in self.units
+            ],
+        }
+
+    def render(self, root: str | Path | None = None) -> str:
+        """A few lines: one per unit kind with its count and what it waits for; with ``root``,
+        how many of each are already done there."""
+        window = f"; fit window {_steps_text(self.window)}" if self.window else ""
+        lines = [
+            f"plan {self.recipe}: {self.suite}, {len(self.steps)} steps "
+            f"({_steps_text(self.steps)}){window}"
+        ]
+        for kind in UNIT_KINDS:
+            units = [u for u in self.units if u.kind == kind]
+            if not units:
+                continue
+            label = units[0].name if len(units) == 1 else f"{kind}-<step> × {len(units)}"
+            deps = sorted({_dep_label(d, self) for u in units for d in u.deps})
+            after = f"  after {', '.join(deps)}" if deps else ""
+            done = ""
+            if root is not None:
+                done = f"  [{sum(u.done(root) for u in units)}/{len(units)} done]"
+            lines.append(f"  {label:<28}{after}{done}")
+        lines.append(f"{len(self.units)} units")
+        return "\n".join(lines)
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    if len(steps) <= 8:
+        return ", ".join(map(str, steps))
+    return f"{', '.join(map(str, steps[:3]))}, …, {', '.join(map(str, steps[-2:]))}"
+
+
+def _dep_label(name: str, plan: Plan) -> str:
+    kind = plan[name].kind
+    same = [u for u in plan.units if u.kind == kind]
+    return name if len(same) == 1 else f"{kind}-<step>"
+
+
+def _name(kind: str, step: int) -> str:
+    return f"{kind}-{step:08d}"
+
+
+def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
+    """The frozen-early fit window over the suite's checkpoints ``steps`` (``()`` without one)."""
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None or spec.fit_policy != "frozen_early":
+        return ()
+    return early_window(steps, spec.early_fraction, spec.window_checkpoints)
+
+
+def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int]) -> Plan:
+    """The units of ``recipe`` over the ``selected`` steps of a suite whose checkpoints are
+    ``suite_steps`` (the fit window is drawn from all of them, whatever the selection)."""
+    window = fit_window(recipe, suite_steps)
+    data = Unit("data", "data", None, (), "state/data.npz")
+    units = [data]
+    if window:
+        windows = [
+            Unit(
+                _name("window", s),
+                "window",
+                s,
+                (data.name,),
+                f"state/{_name('window', s)}.pt",
+                True,
+            )
+            for s in window
+        ]
+        units += windows
+        units.append(
+            Unit(
+                "fit-proxies",
+                "fit",
+                window[-1],
+                tuple(u.name for u in windows),
+                "results/fit-proxies.parquet",
+            )
+        )
+    upstream = ("data", "fit-proxies") if window else ("data",)
+    steps = [
+        Unit(_name("step", s), "step", s, upstream, f"results/{_name('step', s)}.parquet", True)
+        for s in selected
+    ]
+    units += steps
+    if {"update_alignment", "subspace_stability"} & set(recipe.probes):
+        units += [
+            Unit(
+                _name("transition", now.step),  # type: ignore[arg-type]
+                "transition",
+                now.step,
+                (before.name, now.name),
+                f"results/{_name('transition', now.step)}.parquet",  # type: ignore[arg-type]
+            )
+            for before, now in itertools.pairwise(steps)
+        ]
+    if "cosine_drift" in recipe.probes:
+        units.append(
+            Unit(
+                "across-steps",
+                "across",
+                selected[-1],
+                tuple(u.name for u in steps),
+                "results/across-steps.parquet",
+            )
+        )
+    if "untrained_block" in recipe.probes:
+        units.append(
+            Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
+        )
+    return Plan(recipe.name, recipe.suite.name, tuple(selected), window, tuple(units))

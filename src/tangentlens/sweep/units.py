@@ -1,0 +1,543 @@
+"""What each unit of a sweep plan does (see :mod:`tangentlens.sweep.plan` for the graph).
+
+:func:`run_unit` runs one unit in the calling process, on any machine that shares the run
+directory's filesystem: it reads only files earlier units wrote, pins torch's thread count from
+the recipe (so reductions happen in the same order wherever it runs), and writes its output
+atomically. While it runs, ``units/<unit>.json`` names its host and pid; a failure leaves the
+traceback in ``logs/<unit>.log``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tangentlens.capture import (
+    CaptureConfig,
+    CaptureStatistics,
+    MomentAccumulator,
+    SequenceEnergyConfig,
+    StatisticsConfig,
+    capture_statistics,
+)
+from tangentlens.data import iter_batches
+from tangentlens.dictionaries import in_window
+from tangentlens.models import hook_name, open_suite
+from tangentlens.models.suites import CheckpointSuite
+from tangentlens.probes import (
+    anisotropy_share,
+    cosine_drift,
+    frequency_geometry,
+    qk_drift,
+    shape_of_learning,
+    subspace_stability,
+    tangent_energy,
+    untrained_block,
+    update_alignment,
+)
+from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.proxies import (
+    FIT_PROBE,
+    ActivationPool,
+    FittedProxies,
+    fit_proxies,
+    fit_rows,
+)
+from tangentlens.sweep.data import (
+    DATA_FILE,
+    AnalysisData,
+    load_analysis_data,
+    prepare_analysis_data,
+    save_analysis_data,
+)
+from tangentlens.sweep.plan import Unit
+from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.store import RunStore, read_parts
+
+__all__ = ["UnitReport", "gathers_sequence_sums", "run_unit", "unit_log"]
+
+_SIMPLE_PROBES = {
+    "cosine_drift": cosine_drift,
+    "shape_of_learning": shape_of_learning,
+    "qk_drift": qk_drift,
+    "frequency_geometry": frequency_geometry,
+}
+
+Status = Callable[[str], None]
+Proxies = dict[str, dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """Where and how long a unit ran."""
+
+    unit: str
+    host: str
+    pid: int
+    seconds: float
+
+
+def unit_log(root: str | Path, unit: str) -> Path:
+    """Where a failed unit's traceback is written."""
+    return Path(root) / "logs" / f"{unit}.log"
+
+
+def run_unit(
+    recipe: Recipe, root: str | Path, unit: Unit, status: Status | None = None
+) -> UnitReport:
+    """Run ``unit`` of ``recipe``'s plan in the run directory ``root`` (in this process)."""
+    store = RunStore(Path(root))
+    started = time.perf_counter()
+    host, pid = socket.gethostname(), os.getpid()
+    marker = store.root / "units" / f"{unit.name}.json"
+    store.write_file(
+        f"units/{unit.name}.json", json.dumps({"host": host, "pid": pid, "started": time.time()})
+    )
+    torch.set_num_threads(recipe.capture.threads)
+    try:
+        _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+    except BaseException:
+        store.write_file(f"logs/{unit.name}.log", traceback.format_exc())
+        raise
+    finally:
+        marker.unlink(missing_ok=True)
+    return UnitReport(unit.name, host, pid, time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+@functools.lru_cache(maxsize=4)
+def _open_suite(name: str, offline: bool) -> CheckpointSuite:
+    # workers never train a mini suite: the coordinator has (into a cache they share)
+    return open_suite(name, offline=offline or None, train=False)
+
+
+def _suite(recipe: Recipe) -> CheckpointSuite:
+    return _open_suite(recipe.suite.name, recipe.suite.offline)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_data(path: Path, n_bins: int, stamp: tuple[int, int]) -> AnalysisData:
+    return load_analysis_data(path, n_bins)
+
+
+def _data(recipe: Recipe, store: RunStore) -> AnalysisData:
+    path = store.root / DATA_FILE
+    if not path.exists():
+        raise ValueError(f"{path} is missing: the data unit has not run in this run directory")
+    info = path.stat()
+    return _load_data(path, recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
+
+
+def _needs(recipe: Recipe) -> Needs:
+    needs = Needs()
+    for name, config in recipe.probes.items():
+        if name in _SIMPLE_PROBES:
+            needs = needs.union(_SIMPLE_PROBES[name].needs(config))
+        elif name == "tangent_energy":
+            needs = needs.union(tangent_energy.needs(config.energy_config()))
+        elif name == "anisotropy_share":
+            needs = needs.union(anisotropy_share.needs(config))
+        elif name == "update_alignment":
+            needs = needs.union(update_alignment.needs(config))
+    return needs
+
+
+def _sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
+    sites: dict[str, int | None] = {}
+    if recipe.capture.embed:
+        sites[hook_name(model, "embed")] = None
+    for kind in recipe.capture.sites:
+        for layer in range(model.cfg.n_layers):
+            sites[hook_name(model, kind, layer)] = layer
+    return sites
+
+
+def _capture(
+    model: torch.nn.Module,
+    sites: dict[str, int | None],
+    data: AnalysisData,
+    recipe: Recipe,
+    needs: Needs,
+    step: int,
+    *,
+    gradients: bool,
+    sequence_energy: SequenceEnergyConfig | None = None,
+    part: slice = slice(None),
+) -> CaptureStatistics:
+    """One capture of ``step`` over the sequences ``data.rows[part]``; ``sequence_energy``:
+    per-sequence energy sums of proxies known in advance (the frozen-early intervals)."""
+    config = CaptureConfig(
+        sites=tuple(sites),
+        loss=data.loss,
+        gradients=gradients,
+        reduction=recipe.capture.reduction,
+        seed=recipe.capture.seed,
+        attention_layers=tuple(range(model.cfg.n_layers)) if needs.attention else (),
+    )
+    statistics = StatisticsConfig(
+        gradients=gradients,
+        n_bins=recipe.data.n_bins if needs.bins else 0,
+        type_sums=needs.type_sums,
+        vocab_size=model.cfg.d_vocab if needs.type_sums else None,
+        reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
+        seed=recipe.capture.seed,
+        sequence_energy=sequence_energy,
+    )
+    return capture_statistics(
+        model,
+        iter_batches(data.rows[part], recipe.data.batch_size),
+        config,
+        data.special,
+        statistics,
+        bins=data.bins if needs.bins else None,
+        first_sequence=part.start or 0,
+        step=step,
+    )
+
+
+def _load_frozen(store: RunStore) -> dict[str, Any]:
+    """The frozen-early fit: ``{"bases", "diagnostics", "layers"}``."""
+    path = store.state / "proxies.pt"
+    saved = torch.load(path, weights_only=True)
+    if not (isinstance(saved, dict) and {"bases", "diagnostics", "layers"} <= set(saved)):
+        raise ValueError(
+            f"--resume: {path} was written by another tangentlens version; start a new run "
+            "directory"
+        )
+    return saved
+
+
+def gathers_sequence_sums(recipe: Recipe) -> bool:
+    """Whether step captures gather per-sequence energy sums: the proxies are known before the
+    capture (``frozen_early``) and the energies carry intervals."""
+    spec = recipe.probes.get("tangent_energy")
+    return spec is not None and spec.fit_policy == "frozen_early" and spec.bootstrap > 0
+
+
+# ---------------------------------------------------------------------------- the units
+
+
+def _data_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    status("tokenising and packing the analysis corpus")
+    data = prepare_analysis_data(_suite(recipe), recipe)
+    store.write_state(Path(DATA_FILE).name, lambda tmp: save_analysis_data(data, tmp))
+
+
+def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """Forward-only capture of one fit-window checkpoint: moments and sampled rows per site."""
+    assert unit.step is not None
+    data = _data(recipe, store)
+    status(f"window step {unit.step}: capture (activations)")
+    model = _suite(recipe).load(unit.step, device=recipe.suite.resolved_device())
+    sites = _sites(model, recipe)
+    stats = _capture(model, sites, data, recipe, Needs(reservoir=True), unit.step, gradients=False)
+    saved = {
+        "layers": sites,
+        "moments": {name: s.h.state_dict() for name, s in stats.sites.items()},
+        "samples": {
+            name: s.reservoir.columns()["H"]
+            for name, s in stats.sites.items()
+            if s.reservoir is not None
+        },
+    }
+    store.write_state(Path(unit.output).name, lambda tmp: torch.save(saved, tmp))
+
+
+def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """Pool the window's checkpoints (each centred on its own mean) and fit the frozen proxies."""
+    spec = recipe.probes["tangent_energy"]
+    status(f"fitting the frozen proxies ({', '.join(spec.methods)})")
+    pools: dict[str, ActivationPool] = {}
+    layers: dict[str, int | None] = {}
+    for name in unit.deps:  # the window units, in window order
+        saved = torch.load(store.root / f"state/{name}.pt", weights_only=True)
+        layers = saved["layers"]
+        for site, state in saved["moments"].items():
+            moments = MomentAccumulator.from_state_dict(state)
+            pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
+    fitted = {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()}
+    diagnostics = {site: f.diagnostics for site, f in fitted.items()}
+    frozen = {"bases": {s: f.bases for s, f in fitted.items()}, "diagnostics": diagnostics}
+    frozen["layers"] = layers
+    store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
+    assert unit.step is not None
+    tokens = _suite(recipe).tokens_seen(unit.step) or 0
+    rows = [
+        row(
+            recipe.suite.name,
+            unit.step,
+            tokens,
+            FIT_PROBE,
+            metric,
+            value,
+            site=site,
+            layer=layers[site],
+            method=method,
+            rank=spec.rank,
+        )
+        for site, by_method in diagnostics.items()
+        for method, metrics in by_method.items()
+        for metric, value in metrics.items()
+    ]
+    store.write_part(unit.name, rows)
+
+
+def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
+    stats = step_data.statistics
+    assert stats is not None
+    out = [
+        make_row(step_data, "capture", "mean_loss", stats.mean_loss, n_tokens=stats.n_scored),
+        make_row(step_data, "capture", "n_tokens", stats.n_tokens, n_tokens=stats.n_tokens),
+    ]
+    for reason, count in sorted(stats.excluded.items()):
+        out.append(make_row(step_data, "capture", f"excluded_{reason}", count))
+    return out
+
+
+def _reseeded_proxies(
+    stats: CaptureStatistics, spec: Any, seeds: int
+) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
+    """The seeded dictionaries refitted on this step's sample with seeds ``seed, seed + 1, …``
+    (the recipe's seed included, so seeds are compared on the same data)."""
+    seeded = tuple(m for m in spec.methods if m != "pca")
+    if seeds < 2 or not seeded:
+        return {}
+    out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for offset in range(seeds):
+        seed = spec.seed + offset
+        config = dataclasses.replace(
+            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
+        )
+        for site, site_stats in stats.sites.items():
+            for method, basis in fit_proxies(site_stats, config).bases.items():
+                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
+    return out
+
+
+def _fit_own(stats: CaptureStatistics, spec: Any, status: Status) -> dict[str, FittedProxies]:
+    status(f"fitting proxies ({', '.join(spec.methods)})")
+    return {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+
+
+def _tracked_centroids(
+    stats: CaptureStatistics, data: AnalysisData, centroid_types: int
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per site: (ids of the ``centroid_types`` most frequent types seen at this step, their
+    centroids in float64 — the update is a difference of nearby centroids)."""
+    counts = torch.from_numpy(data.frequencies.counts)
+    tracked = torch.argsort(counts, descending=True, stable=True)[:centroid_types]
+    tracked = tracked[counts[tracked] > 0]
+    out = {}
+    for site, s in stats.sites.items():
+        if s.types is None:
+            continue
+        seen = tracked[s.types.count[tracked] > 0]
+        out[site] = (seen, s.types.sum[seen].double() / s.types.count[seen, None])
+    return out
+
+
+def _embedding_rows(model: torch.nn.Module, data: AnalysisData) -> torch.Tensor:
+    """W_E's rows of the types the analysis data holds (in the model's precision, on the CPU)."""
+    if not hasattr(model, "W_E"):
+        raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
+    seen = torch.from_numpy(data.frequencies.counts > 0)
+    return model.W_E.detach()[: seen.numel()][seen].to("cpu")
+
+
+def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """Capture step N once and write every per-step probe's rows; save what transitions read."""
+    assert unit.step is not None
+    step, data, needs, suite = unit.step, _data(recipe, store), _needs(recipe), _suite(recipe)
+    status("loading")
+    model = suite.load(step, device=recipe.suite.resolved_device())
+    sites = _sites(model, recipe)
+    gradients = needs.gradients
+    status(f"capture ({'activations and gradients' if gradients else 'activations'})")
+    spec = recipe.probes.get("tangent_energy")
+    frozen_fit = _load_frozen(store) if "fit-proxies" in unit.deps else None
+    frozen = frozen_fit["bases"] if frozen_fit is not None else None
+    energy_sums = None
+    if frozen is not None and gathers_sequence_sums(recipe):
+        # the proxies are known before the capture: gather per-sequence energy sums so the
+        # intervals resample every analysed sequence
+        energy_sums = tangent_energy.sequence_energy_config(
+            spec.energy_config(),
+            step,
+            frozen,
+            sites,
+            recipe.data.n_bins if needs.bins else 0,
+            recipe.data.seq_len,
+        )
+    fitted = None
+    if spec is not None and spec.held_out:
+        # fit on the first half of the sequences, score the second: an in-sample proxy flatters
+        # its own energy. Two captures over disjoint halves cost one over all sequences, and
+        # merged they are exactly the whole stream's statistics for the other probes.
+        half = len(data.rows) // 2
+        stats = _capture(
+            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(0, half)
+        )
+        scored = _capture(
+            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(half, None)
+        )
+        fitted = _fit_own(stats, spec, status)
+        stats.merge(scored)
+    else:
+        stats = _capture(
+            model,
+            sites,
+            data,
+            recipe,
+            needs,
+            step,
+            gradients=gradients,
+            sequence_energy=energy_sums,
+        )
+        scored = stats
+    step_data = StepData(
+        suite=recipe.suite.name,
+        step=step,
+        tokens_seen=suite.tokens_seen(step) or 0,
+        statistics=stats,
+        layers=sites,
+        seq_len=recipe.data.seq_len,
+        frequencies=data.frequencies,
+    )
+    rows = _capture_rows(step_data)
+    for name, module in _SIMPLE_PROBES.items():
+        if name in recipe.probes:
+            status(name)
+            rows += module.rows(step_data, recipe.probes[name])
+    saved: dict[str, Any] = {"layers": sites, "tokens_seen": step_data.tokens_seen}
+    if spec is not None:
+        rows += _tangent_rows(recipe, step_data, scored, fitted, frozen, saved, status)
+    if "update_alignment" in recipe.probes:
+        config = recipe.probes["update_alignment"]
+        saved["centroids"] = _tracked_centroids(stats, data, config.centroid_types)
+        saved["embedding"] = _embedding_rows(model, data)
+        saved["embed_site"] = hook_name(model, "embed")
+    # the state first, the part last: the part marks the unit done
+    store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
+    store.write_part(unit.name, rows)
+
+
+def _tangent_rows(
+    recipe: Recipe,
+    step_data: StepData,
+    scored: CaptureStatistics,
+    fitted: dict[str, FittedProxies] | None,
+    frozen: Proxies | None,
+    saved: dict[str, Any],
+    status: Status,
+) -> list[dict[str, Any]]:
+    """The tangent account of one step: fit diagnostics, energies, anisotropy share, stability
+    within the step; this step's own fit goes into ``saved["proxies"]`` (None when unfitted)."""
+    spec = recipe.probes["tangent_energy"]
+    stats = step_data.statistics
+    assert stats is not None
+    if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
+        fitted = _fit_own(stats, spec, status)
+    own = None if fitted is None else {n: f.bases for n, f in fitted.items()}
+    diagnostics = {} if fitted is None else {n: f.diagnostics for n, f in fitted.items()}
+    saved["proxies"] = own
+    proxies = own if frozen is None else frozen
+    assert proxies is not None
+    # fit quality of the scored proxies on this step's activations (and of this step's own fit)
+    rows = fit_rows(step_data, proxies, diagnostics if frozen is None else {})
+    status(f"controls ({spec.draws} per measurement)")
+    scored_data = dataclasses.replace(step_data, statistics=scored)  # held out: second half
+    rows += tangent_energy.rows(scored_data, proxies, spec.energy_config())
+    if "anisotropy_share" in recipe.probes:
+        status("anisotropy share")
+        share = recipe.probes["anisotropy_share"]
+        rows += anisotropy_share.rows(scored_data, proxies, share, spec.energy_config())
+    if "subspace_stability" in recipe.probes:
+        assert own is not None
+        stability = recipe.probes["subspace_stability"]
+        reseeded = _reseeded_proxies(stats, spec, stability.seeds)
+        rows += subspace_stability.rows(step_data, own, reseeded, stability, frozen)
+    return rows
+
+
+def _transition_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """From the saved state of the previous selected step and this one: the update between
+    them, scored in proxies fitted on data of the previous step or earlier (its own fit, or the
+    frozen window, then marked when this step is inside it), and the angles between the two
+    steps' refits."""
+    assert unit.step is not None
+    before_name, now_name = unit.deps
+    before = torch.load(store.state / f"{before_name}.pt", weights_only=True)
+    now = torch.load(store.state / f"{now_name}.pt", weights_only=True)
+    data = StepData(
+        suite=recipe.suite.name,
+        step=unit.step,
+        tokens_seen=now["tokens_seen"],
+        statistics=None,
+        layers=now["layers"],
+        seq_len=recipe.data.seq_len,
+    )
+    rows: list[dict[str, Any]] = []
+    if "subspace_stability" in recipe.probes:
+        rows += subspace_stability.transition_rows(data, now["proxies"], before["proxies"])
+    if "update_alignment" in recipe.probes:
+        status("update alignment")
+        spec = recipe.probes["tangent_energy"]
+        frozen = spec.fit_policy == "frozen_early"
+        scoring = _load_frozen(store)["bases"] if frozen else before["proxies"]
+        deltas = {}
+        for site, (ids, centroids) in now["centroids"].items():
+            old_ids, old = before["centroids"][site]
+            _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
+            deltas[site] = centroids[at_now].double() - old[at_old].double()
+        delta_embed = now["embedding"].double() - before["embedding"].double()
+        window = _window_of(store) if frozen else ()
+        rows += update_alignment.rows(
+            data,
+            scoring,
+            (now["embed_site"], delta_embed),
+            deltas,
+            recipe.probes["update_alignment"],
+            in_window=in_window(unit.step, window),
+        )
+    store.write_part(unit.name, rows)
+
+
+def _window_of(store: RunStore) -> tuple[int, ...]:
+    """The fit window's steps, from the manifest the coordinator wrote."""
+    return tuple(store.read_manifest()["fit_window"])
+
+
+def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """Rows computed from every step's rows (the drift–anisotropy correlation across steps)."""
+    parts = [store.part_path(name) for name in unit.deps]
+    store.write_part(unit.name, cosine_drift.across_steps_rows(read_parts(parts).to_pylist()))
+
+
+def _untrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    config = recipe.probes["untrained_block"]
+    store.write_part(unit.name, untrained_block.rows(recipe.suite.name, config))
+
+
+_RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
+    "data": _data_unit,
+    "window": _window_unit,
+    "fit": _fit_unit,
+    "step": _step_unit,
+    "transition": _transition_unit,
+    "across": _across_unit,
+    "untrained": _untrained_unit,
+}

@@ -1,0 +1,59 @@
+"""The sweep's plan: which units, what each reads, printable; built without model libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+from tangentlens.sweep.plan import make_plan
+from tangentlens.sweep.recipe import load_recipe
+
+STEPS = (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 400, 1200)
+
+
+def _plan(*overrides: str, selected=(0, 64, 400, 1200)):
+    return make_plan(load_recipe("quickstart", overrides), STEPS, selected)
+
+
+def test_frozen_early_plan_reads_window_then_fit_then_steps():
+    plan = _plan()
+    kinds = [u.kind for u in plan.units]
+    window = [u for u in plan.units if u.kind == "window"]
+    assert plan.window == tuple(u.step for u in window) and plan.window[-1] <= 0.3 * 1200
+    assert kinds[0] == "data" and kinds.count("step") == 4 and kinds.count("transition") == 3
+    assert all(u.deps == ("data",) and u.model for u in window)
+    assert plan["fit-proxies"].deps == tuple(u.name for u in window)
+    assert plan["fit-proxies"].step == plan.window[-1]  # fit rows keyed at the window's end
+    assert plan["step-00000064"].deps == ("data", "fit-proxies")
+    assert plan["transition-00000400"].deps == ("step-00000064", "step-00000400")
+    assert plan["across-steps"].deps == tuple(f"step-{s:08d}" for s in (0, 64, 400, 1200))
+    assert plan["untrained-block"].deps == () and not plan["untrained-block"].model
+    # every unit comes after what it reads, and names are unique
+    seen: set[str] = set()
+    for unit in plan.units:
+        assert set(unit.deps) <= seen, unit
+        seen.add(unit.name)
+    assert len(seen) == len(plan.units)
+
+
+def test_per_checkpoint_plan_has_no_window_and_transitions_follow_the_probes():
+    plan = _plan("probes.tangent_energy.fit_policy='per_checkpoint'")
+    assert plan.window == () and {u.kind for u in plan.units} >= {"step", "transition"}
+    assert "fit-proxies" not in {u.name for u in plan.units}
+    assert plan["step-00000064"].deps == ("data",)
+    bare = make_plan(load_recipe("razzhigaev2023"), STEPS, (0, 64))
+    assert not [u for u in bare.units if u.kind in ("transition", "window", "fit")]
+
+
+def test_plan_renders_and_reports_what_is_done(tmp_path):
+    plan = _plan()
+    text = plan.render()
+    assert "plan quickstart: mini-pythia, 4 steps (0, 64, 400, 1200)" in text
+    assert "step-<step> × 4" in text and "after data, fit-proxies" in text
+    assert text.endswith(f"{len(plan.units)} units")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "data.npz").write_bytes(b"")
+    assert "data" not in {u.name for u in plan.pending(tmp_path)}
+    assert "[1/1 done]" in plan.render(tmp_path)
+    assert plan.to_dict()["units"][0] == {"name": "data", "kind": "data", "step": None, "deps": []}
+    with pytest.raises(KeyError):
+        plan["step-00000001"]
