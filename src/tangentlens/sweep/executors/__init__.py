@@ -44,10 +44,22 @@ def execute(
 
         backend = LocalBackend(recipe, root, emit)
         return schedule(plan, root, backend, retries=spec.retries, emit=emit)
-    if spec.kind == "ray":
-        from tangentlens.sweep.executors.ray import run_on_ray
+    try:
+        if spec.kind == "ray":
+            from tangentlens.sweep.executors.ray import run_on_ray
 
-        return run_on_ray(recipe, plan, root, emit)
-    from tangentlens.sweep.executors.submitit import run_on_submitit
-
+            return run_on_ray(recipe, plan, root, emit)
+        from tangentlens.sweep.executors.submitit import run_on_submitit
+    except ModuleNotFoundError as error:
+        if error.name not in _EXTRAS.values():
+            raise
+        extra = next(e for e, module in _EXTRAS.items() if module == error.name)
+        raise ValueError(
+            f"executor.kind = {spec.kind!r} needs {error.name}, which is not installed: "
+            f"pip install 'tangentlens[{extra}]'"
+        ) from None
     return run_on_submitit(recipe, plan, root, emit, detach=detach)
+
+
+#: Optional extra → the engine module it installs.
+_EXTRAS = {"ray": "ray", "slurm": "submitit"}
