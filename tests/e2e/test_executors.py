@@ -21,8 +21,8 @@ from tangentlens.sweep.store import read_results
 
 MICRO = str(Path(__file__).parent / "recipes" / "micro.toml")
 KEY = ("step", "site", "probe", "method", "rank", "freq_bin", "metric")
-# every kind of unit, few of each: data, 2 window captures, fit, 2 steps, a transition,
-# across-steps and the untrained block (9 units)
+# every kind of unit, few of each: data, 2 window captures, fit, 2 steps, across-steps and the
+# untrained block (8 units)
 UNITS = ["--set", "suite.steps='0,40'", "--set", "probes.tangent_energy.window_checkpoints=2"]
 
 
@@ -72,7 +72,7 @@ def _assert_same_table(run, reference):
     assert len(got) == len(read_results(run)) and got.keys() == want.keys()
     for key, row in want.items():
         assert all(_same(row[f], got[key][f]) for f in row), key
-    assert len(list((Path(run) / "results").glob("*.parquet"))) == 6  # one per unit with rows
+    assert len(list((Path(run) / "results").glob("*.parquet"))) == 5  # one per unit with rows
     assert not list((Path(run) / "results").glob(".*"))  # no temporary part left
 
 

@@ -72,8 +72,6 @@ def test_results_schema_manifest_and_report(finished_run, env, capsys):
         "step-00000000",
         "step-00000004",
         "step-00000040",
-        "transition-00000004",
-        "transition-00000040",
         "untrained-block",
     ]
     assert pq.read_schema(parts[0]).remove_metadata() == SCHEMA

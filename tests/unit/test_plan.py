@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tangentlens.sweep.plan import make_plan
@@ -19,12 +21,11 @@ def test_frozen_early_plan_reads_window_then_fit_then_steps():
     kinds = [u.kind for u in plan.units]
     window = [u for u in plan.units if u.kind == "window"]
     assert plan.window == tuple(u.step for u in window) and plan.window[-1] <= 0.3 * 1200
-    assert kinds[0] == "data" and kinds.count("step") == 4 and kinds.count("transition") == 3
+    assert kinds[0] == "data" and kinds.count("step") == 4
     assert all(u.deps == ("data",) and u.model for u in window)
     assert plan["fit-proxies"].deps == tuple(u.name for u in window)
     assert plan["fit-proxies"].step == plan.window[-1]  # fit rows keyed at the window's end
     assert plan["step-00000064"].deps == ("data", "fit-proxies")
-    assert plan["transition-00000400"].deps == ("step-00000064", "step-00000400")
     assert plan["across-steps"].deps == tuple(f"step-{s:08d}" for s in (0, 64, 400, 1200))
     assert plan["untrained-block"].deps == () and not plan["untrained-block"].model
     # every unit comes after what it reads, and names are unique
@@ -35,13 +36,17 @@ def test_frozen_early_plan_reads_window_then_fit_then_steps():
     assert len(seen) == len(plan.units)
 
 
-def test_per_checkpoint_plan_has_no_window_and_transitions_follow_the_probes():
+def test_per_checkpoint_plan_has_no_window_and_across_steps_follows_the_probes():
     plan = _plan("probes.tangent_energy.fit_policy='per_checkpoint'")
-    assert plan.window == () and {u.kind for u in plan.units} >= {"step", "transition"}
+    assert plan.window == () and {u.kind for u in plan.units} >= {"step", "across"}
     assert "fit-proxies" not in {u.name for u in plan.units}
     assert plan["step-00000064"].deps == ("data",)
-    bare = make_plan(load_recipe("razzhigaev2023"), STEPS, (0, 64))
-    assert not [u for u in bare.units if u.kind in ("transition", "window", "fit")]
+    geometry = make_plan(load_recipe("razzhigaev2023"), STEPS, (0, 64))
+    assert [u.kind for u in geometry.units] == ["data", "step", "step", "across"]
+    recipe = load_recipe("quickstart")
+    only_energy = {"tangent_energy": recipe.probes["tangent_energy"]}
+    bare = make_plan(dataclasses.replace(recipe, probes=only_energy), STEPS, (0, 64))
+    assert [u.kind for u in bare.units] == ["data", *["window"] * 8, "fit", "step", "step"]
 
 
 def test_plan_renders_and_reports_what_is_done(tmp_path):

@@ -16,7 +16,7 @@ def _plan() -> Plan:
         Unit("step-1", "step", 1, ("data",), "out/step-1"),
         Unit("step-2", "step", 2, ("data",), "out/step-2"),
         Unit("step-3", "step", 3, ("data",), "out/step-3"),
-        Unit("transition-2", "transition", 2, ("step-1", "step-2"), "out/transition-2"),
+        Unit("pair-2", "across", 2, ("step-1", "step-2"), "out/pair-2"),
         Unit("across-steps", "across", 3, ("step-1", "step-2", "step-3"), "out/across"),
     )
     return Plan("r", "s", (1, 2, 3), (), units)
@@ -80,7 +80,7 @@ def test_done_units_are_skipped_and_adopted_units_are_not_resubmitted(tmp_path):
     backend.running.append(step2)  # submitted by an earlier (detached) invocation
     failures, _ = _run(tmp_path, backend, running=[step2])
     assert failures == []
-    assert sorted(backend.started) == ["across-steps", "step-3", "transition-2"]
+    assert sorted(backend.started) == ["across-steps", "pair-2", "step-3"]
 
 
 def test_a_failing_unit_is_retried_then_reported_and_its_dependents_not_run(tmp_path):
@@ -94,9 +94,9 @@ def test_a_failing_unit_is_retried_then_reported_and_its_dependents_not_run(tmp_
     assert backend.started.count("step-1") == 2
     assert [(f.unit, f.error, f.log) for f in failures] == [
         ("step-1", "RuntimeError: boom", "log/step-1"),
-        ("transition-2", "not run: step-1 failed", ""),
+        ("pair-2", "not run: step-1 failed", ""),
         ("across-steps", "not run: step-1 failed", ""),
     ]
     # the independent units still finish
     assert (tmp_path / "b" / _output("step-3")).exists()
-    assert {e.unit for e in events if e.phase == "skipped"} == {"transition-2", "across-steps"}
+    assert {e.unit for e in events if e.phase == "skipped"} == {"pair-2", "across-steps"}

@@ -10,9 +10,10 @@ so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by
   their fit diagnostics as rows;
 * ``step-<N>`` — one capture of step N and every per-step probe's rows; saves what cross-step
   units need (``state/step-<N>.pt``: the step's own fit, tracked centroids, embedding rows);
-* ``transition-<N>`` — the update from the previous selected step to N (update alignment) and
-  the angles between the two steps' refits (subspace stability), from saved step state;
-* ``across-steps`` — the drift–anisotropy correlation across every step's rows;
+* ``across-steps`` — what compares steps, from the saved step state and rows: every update from
+  one selected step to the next (update alignment), the angles between consecutive steps'
+  refits (subspace stability), the drift–anisotropy correlation across steps. One unit, not
+  one per transition: each is a fraction of a second, less than a worker's start-up;
 * ``untrained-block`` — the untrained-block bias test (no checkpoint involved).
 
 A unit is done when its output exists; every output is written to a temporary name and renamed
@@ -21,7 +22,6 @@ into place, so a unit that runs twice (retry, requeue, duplicate submission) lea
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,6 @@ UNIT_KINDS: tuple[str, ...] = (
     "window",
     "fit",
     "step",
-    "transition",
     "across",
     "untrained",
 )
@@ -175,18 +174,7 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
         for s in selected
     ]
     units += steps
-    if {"update_alignment", "subspace_stability"} & set(recipe.probes):
-        units += [
-            Unit(
-                _name("transition", now.step),  # type: ignore[arg-type]
-                "transition",
-                now.step,
-                (before.name, now.name),
-                f"results/{_name('transition', now.step)}.parquet",  # type: ignore[arg-type]
-            )
-            for before, now in itertools.pairwise(steps)
-        ]
-    if "cosine_drift" in recipe.probes:
+    if {"cosine_drift", "update_alignment", "subspace_stability"} & set(recipe.probes):
         units.append(
             Unit(
                 "across-steps",

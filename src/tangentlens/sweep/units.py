@@ -359,7 +359,8 @@ def _embedding_rows(model: torch.nn.Module, data: AnalysisData) -> torch.Tensor:
 
 
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    """Capture step N once and write every per-step probe's rows; save what transitions read."""
+    """Capture step N once and write every per-step probe's rows; save the state the
+    across-steps unit reads."""
     assert unit.step is not None
     step, data, needs, suite = unit.step, _data(recipe, store), _needs(recipe), _suite(recipe)
     status("loading")
@@ -422,7 +423,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         if name in recipe.probes:
             status(name)
             rows += module.rows(step_data, recipe.probes[name])
-    saved: dict[str, Any] = {"layers": sites, "tokens_seen": step_data.tokens_seen}
+    saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": step_data.tokens_seen}
     if spec is not None:
         rows += _tangent_rows(recipe, step_data, scored, fitted, frozen, saved, status)
     if "update_alignment" in recipe.probes:
@@ -473,18 +474,40 @@ def _tangent_rows(
     return rows
 
 
-def _transition_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    """From the saved state of the previous selected step and this one: the update between
-    them, scored in proxies fitted on data of the previous step or earlier (its own fit, or the
-    frozen window, then marked when this step is inside it), and the angles between the two
-    steps' refits."""
-    assert unit.step is not None
-    before_name, now_name = unit.deps
-    before = torch.load(store.state / f"{before_name}.pt", weights_only=True)
-    now = torch.load(store.state / f"{now_name}.pt", weights_only=True)
+def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """What compares steps, from every step's saved state and rows: each transition from one
+    selected step to the next, and the drift–anisotropy correlation across steps."""
+    rows: list[dict[str, Any]] = []
+    if {"update_alignment", "subspace_stability"} & set(recipe.probes):
+        frozen = recipe.probes["tangent_energy"].fit_policy == "frozen_early"
+        scoring = _load_frozen(store)["bases"] if frozen else None
+        window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
+        before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)
+        for name in unit.deps[1:]:
+            status(f"transition to {name}")
+            now = torch.load(store.state / f"{name}.pt", weights_only=True)
+            rows += _transition_rows(recipe, before, now, scoring, window)
+            before = now
+    if "cosine_drift" in recipe.probes:
+        parts = [store.part_path(name) for name in unit.deps]
+        rows += cosine_drift.across_steps_rows(read_parts(parts).to_pylist())
+    store.write_part(unit.name, rows)
+
+
+def _transition_rows(
+    recipe: Recipe,
+    before: dict[str, Any],
+    now: dict[str, Any],
+    frozen: Proxies | None,
+    window: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    """The update from the step saved in ``before`` to the one in ``now``, scored in proxies
+    fitted on data of the earlier step or before (its own fit, or the ``frozen`` window's, then
+    marked when the later step is inside the ``window``), and the angles between the two steps'
+    refits; keyed at the later step."""
     data = StepData(
         suite=recipe.suite.name,
-        step=unit.step,
+        step=now["step"],
         tokens_seen=now["tokens_seen"],
         statistics=None,
         layers=now["layers"],
@@ -494,37 +517,21 @@ def _transition_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     if "subspace_stability" in recipe.probes:
         rows += subspace_stability.transition_rows(data, now["proxies"], before["proxies"])
     if "update_alignment" in recipe.probes:
-        status("update alignment")
-        spec = recipe.probes["tangent_energy"]
-        frozen = spec.fit_policy == "frozen_early"
-        scoring = _load_frozen(store)["bases"] if frozen else before["proxies"]
         deltas = {}
         for site, (ids, centroids) in now["centroids"].items():
             old_ids, old = before["centroids"][site]
             _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
             deltas[site] = centroids[at_now].double() - old[at_old].double()
         delta_embed = now["embedding"].double() - before["embedding"].double()
-        window = _window_of(store) if frozen else ()
         rows += update_alignment.rows(
             data,
-            scoring,
+            frozen if frozen is not None else before["proxies"],
             (now["embed_site"], delta_embed),
             deltas,
             recipe.probes["update_alignment"],
-            in_window=in_window(unit.step, window),
+            in_window=in_window(now["step"], window),
         )
-    store.write_part(unit.name, rows)
-
-
-def _window_of(store: RunStore) -> tuple[int, ...]:
-    """The fit window's steps, from the manifest the coordinator wrote."""
-    return tuple(store.read_manifest()["fit_window"])
-
-
-def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    """Rows computed from every step's rows (the drift–anisotropy correlation across steps)."""
-    parts = [store.part_path(name) for name in unit.deps]
-    store.write_part(unit.name, cosine_drift.across_steps_rows(read_parts(parts).to_pylist()))
+    return rows
 
 
 def _untrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
@@ -537,7 +544,6 @@ _RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
     "window": _window_unit,
     "fit": _fit_unit,
     "step": _step_unit,
-    "transition": _transition_unit,
     "across": _across_unit,
     "untrained": _untrained_unit,
 }
