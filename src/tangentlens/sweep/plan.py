@@ -30,7 +30,7 @@ from typing import Any
 from tangentlens.dictionaries.policy import early_window
 from tangentlens.sweep.recipe import Recipe
 
-__all__ = ["UNIT_KINDS", "Plan", "Unit", "make_plan"]
+__all__ = ["UNIT_KINDS", "Plan", "Unit", "fit_window", "make_plan"]
 
 #: Unit kinds in the order a plan lists them.
 UNIT_KINDS: tuple[str, ...] = (

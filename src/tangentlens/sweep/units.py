@@ -3,8 +3,8 @@
 :func:`run_unit` runs one unit in the calling process, on any machine that shares the run
 directory's filesystem: it reads only files earlier units wrote, pins torch's thread count from
 the recipe (so reductions happen in the same order wherever it runs), and writes its output
-atomically. While it runs, ``units/<unit>.json`` names its host and pid; a failure leaves the
-traceback in ``logs/<unit>.log``.
+atomically. While it runs, ``units/<unit>.json`` names its host, pid (and Slurm job); a
+failure leaves the traceback in ``logs/<unit>.log``.
 """
 
 from __future__ import annotations
@@ -102,9 +102,10 @@ def run_unit(
     started = time.perf_counter()
     host, pid = socket.gethostname(), os.getpid()
     marker = store.root / "units" / f"{unit.name}.json"
-    store.write_file(
-        f"units/{unit.name}.json", json.dumps({"host": host, "pid": pid, "started": time.time()})
-    )
+    marker_text = {"host": host, "pid": pid, "started": time.time()}
+    if "SLURM_JOB_ID" in os.environ:  # the Slurm job (array task) running the unit
+        marker_text["job"] = os.environ["SLURM_JOB_ID"]
+    store.write_file(f"units/{unit.name}.json", json.dumps(marker_text))
     torch.set_num_threads(recipe.capture.threads)
     try:
         _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))

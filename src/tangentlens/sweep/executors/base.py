@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tangentlens.sweep.plan import Plan, Unit
 
@@ -24,6 +24,7 @@ __all__ = [
     "Finished",
     "UnitEvent",
     "UnitFailure",
+    "error_line",
     "schedule",
     "worker_env",
 ]
@@ -100,7 +101,8 @@ class Backend(Protocol):
 def _worker(root: Path, unit: str) -> str:
     try:
         marker = json.loads((root / "units" / f"{unit}.json").read_text())
-        return f"{marker['host']}:{marker['pid']}"
+        job = f" (job {marker['job']})" if "job" in marker else ""
+        return f"{marker['host']}:{marker['pid']}{job}"
     except (OSError, ValueError, KeyError):
         return ""
 
@@ -170,8 +172,3 @@ def error_line(error: BaseException | str) -> str:
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return first[:300]
-
-
-def unit_args(recipe: Any, root: str | Path, unit: Unit) -> tuple[Any, str, Unit]:
-    """The arguments of :func:`tangentlens.sweep.units.run_unit` a worker receives."""
-    return recipe, str(Path(root).resolve()), unit

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,11 +64,16 @@ class UnitJob(Checkpointable):
         return run_unit(recipe, root, unit)
 
 
+def _job_folder(recipe: Recipe, root: Path) -> Path:
+    """Where submitit keeps each job's pickles and logs (``%j``: the job id)."""
+    folder = recipe.executor.folder
+    return (Path(folder) if folder else root / "logs" / "submitit") / "%j"
+
+
 def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
     spec = recipe.executor
     cluster = "slurm" if spec.kind == "slurm" else "local"
-    folder = Path(spec.folder) if spec.folder else root / "logs" / "submitit"
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    executor = submitit.AutoExecutor(folder=_job_folder(recipe, root), cluster=cluster)
     setup = [f"export {k}={shlex.quote(v)}" for k, v in worker_env(recipe.capture.threads).items()]
     params: dict[str, Any] = {
         "name": f"tangentlens-{recipe.name}",
@@ -128,13 +134,32 @@ def _record(root: Path, jobs: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
+def _slurm_states() -> dict[str, str]:
+    """The state of every job (array task) of this user that Slurm still knows: queued, running,
+    requeued, or finished within MinJobAge. ``squeue``, not submitit's ``sacct``: clusters
+    without accounting have no sacct, and submitit then never sees a killed job end."""
+    out = subprocess.run(
+        ["squeue", "--noheader", "--array", "--states=all", "--me", "--format=%i|%T"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split("|", 1) for line in out.split() if "|" in line)
+
+
+def _live(job_id: str, states: dict[str, str]) -> bool:
+    return states.get(job_id, "GONE").split()[0] in _LIVE_STATES
+
+
 class SubmititBackend:
-    """Submits ready units as submitit jobs and polls them."""
+    """Submits ready units as submitit jobs and polls them: a job is finished when its result
+    file exists or, on Slurm, when it is no longer queued or running."""
 
     def __init__(self, executor: submitit.AutoExecutor, recipe: Recipe, root: Path) -> None:
         self.executor, self.recipe, self.root = executor, recipe, root
+        self.slurm = executor.cluster == "slurm"
         workers = recipe.executor.workers or os.cpu_count() or 1
-        self.capacity = workers if executor.cluster == "local" else 1 << 30
+        self.capacity = 1 << 30 if self.slurm else workers
         self.jobs: dict[str, tuple[Unit, Any, float]] = {}
 
     def adopt(self, unit: Unit, job: Any) -> None:
@@ -142,7 +167,7 @@ class SubmititBackend:
 
     def submit(self, units: Sequence[Unit]) -> None:
         jobs = _submit(self.executor, self.recipe, self.root, units)
-        if self.executor.cluster == "slurm":
+        if self.slurm:
             _record(self.root, {u.name: j.job_id for u, j in zip(units, jobs, strict=True)})
         for unit, job in zip(units, jobs, strict=True):
             self.adopt(unit, job)
@@ -150,42 +175,54 @@ class SubmititBackend:
     def wait(self, timeout: float) -> list[Finished]:
         deadline = time.monotonic() + timeout
         while True:
-            out = [self._finished(*entry) for entry in self.jobs.values() if entry[1].done()]
+            states = _slurm_states() if self.slurm else {}
+            out = [
+                self._finished(unit, job, started, states.get(job.job_id))
+                for unit, job, started in self.jobs.values()
+                if self._ended(job, states)
+            ]
             if out or time.monotonic() >= deadline:
                 break
-            time.sleep(min(0.2, timeout))
+            time.sleep(min(0.5, timeout))
         for finished in out:
             del self.jobs[finished.unit.name]
         return out
 
+    def _ended(self, job: Any, states: dict[str, str]) -> bool:
+        if job.paths.result_pickle.exists():
+            return True
+        return not _live(job.job_id, states) if self.slurm else job.done()
+
     @staticmethod
-    def _finished(unit: Unit, job: Any, started: float) -> Finished:
+    def _finished(unit: Unit, job: Any, started: float, state: str | None) -> Finished:
         seconds = time.perf_counter() - started
+        stderr = str(job.paths.stderr)
+        if not job.paths.result_pickle.exists():  # killed, cancelled, or its node failed
+            why = state or "no longer in the queue"
+            return Finished(unit, f"the job ended without a result ({why})", stderr, seconds)
         error = job.exception()
         if error is None:
             return Finished(unit, seconds=seconds)
         # the job's stderr holds the traceback; its last line names the error
         lines = [line for line in str(error).splitlines() if line.strip()]
-        return Finished(
-            unit, error_line(lines[-1] if lines else error), str(job.paths.stderr), seconds
-        )
+        return Finished(unit, error_line(lines[-1] if lines else str(error)), stderr, seconds)
 
 
-def _live_jobs(root: Path, executor: submitit.AutoExecutor, plan: Plan) -> dict[str, Any]:
-    """The detached jobs (``jobs.json``) of missing units that Slurm still runs or queues."""
+def _live_jobs(
+    recipe: Recipe, root: Path, executor: submitit.AutoExecutor, plan: Plan
+) -> dict[str, Any]:
+    """The detached jobs (``jobs.json``) of missing units that Slurm still queues or runs."""
     path = root / JOBS_FILE
     if executor.cluster != "slurm" or not path.exists():
         return {}
     ids = json.loads(path.read_text())
     missing = {u.name for u in plan.pending(root)}
-    folder = executor.folder
-    live = {}
-    for name, job_id in ids.items():
-        if name in missing:
-            job = submitit.SlurmJob(folder=folder, job_id=job_id)
-            if job.state.split()[0] in _LIVE_STATES:
-                live[name] = job
-    return live
+    states = _slurm_states()
+    return {
+        name: submitit.SlurmJob(folder=_job_folder(recipe, root), job_id=job_id)
+        for name, job_id in ids.items()
+        if name in missing and _live(job_id, states)
+    }
 
 
 def _submit_graph(
@@ -214,7 +251,7 @@ def run_on_submitit(
     """Run (or, with ``detach``, submit) the missing units of ``plan`` as submitit jobs."""
     root = Path(root).resolve()
     executor = _executor(recipe, root)
-    live = _live_jobs(root, executor, plan)
+    live = _live_jobs(recipe, root, executor, plan)
     if detach:
         _submit_graph(executor, recipe, plan, root, live)
         return []
