@@ -47,7 +47,8 @@ def _sweep(args: argparse.Namespace) -> None:
     out = args.out or f"runs/{recipe.name}"
     plan = plan_sweep(recipe)
     if args.plan_only:
-        console.print(plan.render(out if Path(out, "manifest.json").exists() else None))
+        done_in = out if Path(out, "manifest.json").exists() else None
+        console.print(plan.render(done_in), soft_wrap=True, markup=False, highlight=False)
         return
 
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite

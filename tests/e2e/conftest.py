@@ -20,7 +20,8 @@ _KEY = ("step", "site", "probe", "method", "rank", "freq_bin", "metric")
 @dataclass(frozen=True)
 class Sweeps:
     """``recipe``: the micro recipe; ``units``: overrides giving every kind of unit, few of each
-    (data, 2 window captures, fit, 2 steps, across-steps, the untrained block: 8 units, 5 parts)."""
+    (data, 2 window captures, fit, 2 steps, across-steps, the untrained block: 8 units, 5 parts),
+    one thread per unit (2 workers on 2 cores)."""
 
     recipe: str = str(Path(__file__).parent / "recipes" / "micro.toml")
     units: tuple[str, ...] = (
@@ -28,6 +29,8 @@ class Sweeps:
         "suite.steps='0,40'",
         "--set",
         "probes.tangent_energy.window_checkpoints=2",
+        "--set",
+        "capture.threads=1",
     )
 
     def start(self, args: list[str], env: dict[str, str]) -> subprocess.Popen:

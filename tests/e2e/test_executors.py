@@ -38,7 +38,7 @@ def test_executor_gives_the_local_table(executor, units_reference, units_env, sw
     sweeps.assert_same_table(out, units_reference)
     assert 1 <= peak[0] <= 2  # at most `workers` units at once
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["executor"]["kind"] == executor and manifest["threads"] == 2
+    assert manifest["executor"]["kind"] == executor and manifest["threads"] == 1
     assert not list((out / "units").glob("*.json"))  # no unit left marked running
 
 

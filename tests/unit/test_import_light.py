@@ -68,3 +68,30 @@ def test_lazy_packages_export_their_names_not_shadowing_submodules(name):
     assert set(package.__all__) <= set(dir(package))
     with pytest.raises(AttributeError, match="no attribute 'not_exported'"):
         package.not_exported  # noqa: B018
+
+
+def test_cli_plan_only_and_a_typo_import_no_heavy_library(tmp_path):
+    """``tangentlens sweep --plan-only`` and a ``--set`` typo answer without torch or a model
+    library (a typo used to take 11–15 s: every probe module and transformer_lens first)."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+
+        from tangentlens.cli import main
+
+        assert main(["sweep", "--recipe", "quickstart", "--plan-only",
+                     "--out", {str(tmp_path / "run")!r}]) == 0
+        assert main(["sweep", "--set", "probes.tangent_energy.rnak=3"]) == 2
+        assert main(["sweep", "--executor", "ray", "--set", "executor.workers=-1",
+                     "--plan-only"]) == 2
+        print(sorted({set(HEAVY)!r} & sys.modules.keys()))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "step-<step> × 8" in result.stdout and "fit-proxies" in result.stdout
+    assert "did you mean 'rank'" in result.stderr and "executor.workers" in result.stderr
+    assert not (tmp_path / "run").exists()  # planning writes nothing

@@ -58,7 +58,7 @@ def test_plan_renders_and_reports_what_is_done(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "data.npz").write_bytes(b"")
     assert "data" not in {u.name for u in plan.pending(tmp_path)}
-    assert "[1/1 done]" in plan.render(tmp_path)
+    assert "1/1 done" in plan.render(tmp_path)
     assert plan.to_dict()["units"][0] == {"name": "data", "kind": "data", "step": None, "deps": []}
     with pytest.raises(KeyError):
         plan["step-00000001"]

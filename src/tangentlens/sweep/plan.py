@@ -107,11 +107,11 @@ class Plan:
                 continue
             label = units[0].name if len(units) == 1 else f"{kind}-<step> × {len(units)}"
             deps = sorted({_dep_label(d, self) for u in units for d in u.deps})
-            after = f"  after {', '.join(deps)}" if deps else ""
+            after = f"after {', '.join(deps)}" if deps else ""
             done = ""
             if root is not None:
-                done = f"  [{sum(u.done(root) for u in units)}/{len(units)} done]"
-            lines.append(f"  {label:<28}{after}{done}")
+                done = f"{sum(u.done(root) for u in units)}/{len(units)} done"
+            lines.append(f"  {label:<24}{after:<34}{done}".rstrip())
         lines.append(f"{len(self.units)} units")
         return "\n".join(lines)
 

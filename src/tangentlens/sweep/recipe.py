@@ -220,14 +220,16 @@ class ExecutorSpec:
     """Where and how the sweep's units run (``[executor]``). Not part of the recipe's identity
     (:meth:`Recipe.to_dict`): a run started on one executor resumes on another.
 
-    ``kind``: one of :data:`EXECUTOR_KINDS`. ``workers``: parallel workers, 0 = the machine's
-    cores (``ray``: the size of the local cluster it starts when ``RAY_ADDRESS`` is unset;
-    ``submitit-local``: the cap on concurrently running jobs). ``retries``: times a failed unit
-    is retried. Per unit: ``cpus_per_unit``, ``gpus_per_unit``, ``memory_gb`` (0 = no
-    request). Slurm: ``partition`` ("" = the cluster's default), ``time_min`` (a job's time
-    limit, minutes), ``array_parallelism`` (jobs of an array running at once, 0 = unlimited),
-    ``sbatch`` (extra options, ``[executor.sbatch]``: name → string or integer). ``folder``:
-    where submitit writes job logs ("" = ``RUN_DIR/logs``).
+    ``kind``: one of :data:`EXECUTOR_KINDS`. ``workers``: units running at once on one
+    machine, 0 = as many as its cores hold at ``capture.threads`` each (``ray``: the size of the
+    local cluster it starts when ``RAY_ADDRESS`` is unset; ``submitit-local``: the cap on
+    concurrently running jobs). ``retries``: times a failed unit is retried. Per unit:
+    ``cpus_per_unit`` (at least ``capture.threads`` are requested), ``gpus_per_unit`` (units
+    that load a model), ``memory_gb`` (0 = no request). Slurm: ``partition`` ("" = the
+    cluster's default), ``time_min`` (a job's time limit, minutes), ``array_parallelism`` (jobs
+    of an array running at once, 0 = unlimited), ``sbatch`` (extra options,
+    ``[executor.sbatch]``: name → string or integer). ``folder``: where submitit writes job logs
+    ("" = ``RUN_DIR/logs``).
     """
 
     kind: str = "local"

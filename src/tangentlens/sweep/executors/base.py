@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tangentlens.sweep.plan import Plan, Unit
+from tangentlens.sweep.recipe import Recipe
 
 __all__ = [
     "WORKER_ENV_VARS",
@@ -24,8 +25,10 @@ __all__ = [
     "Finished",
     "UnitEvent",
     "UnitFailure",
+    "concurrent_units",
     "error_line",
     "schedule",
+    "unit_cpus",
     "worker_env",
 ]
 
@@ -42,25 +45,41 @@ WORKER_ENV_VARS: tuple[str, ...] = (
 )
 
 
+def unit_cpus(recipe: Recipe) -> int:
+    """CPUs a unit asks for: ``executor.cpus_per_unit``, at least the recipe's thread count
+    (two units sharing a core spin-wait on each other's threads: measured 10-50× slower)."""
+    return max(recipe.executor.cpus_per_unit, recipe.capture.threads)
+
+
+def concurrent_units(recipe: Recipe) -> int:
+    """How many units run at once on one machine: ``executor.workers``, else as many as its
+    cores hold at :func:`unit_cpus` each."""
+    return recipe.executor.workers or max((os.cpu_count() or 1) // unit_cpus(recipe), 1)
+
+
 def worker_env(threads: int) -> dict[str, str]:
     """The environment every unit runs with: :data:`WORKER_ENV_VARS` as set here, and the
-    recipe's thread count for the OpenMP / MKL pools."""
+    recipe's thread count for the OpenMP / MKL / OpenBLAS pools."""
     env = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    for pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[pool] = str(threads)
     return env
 
 
 @dataclass(frozen=True)
 class UnitEvent:
     """Progress of one unit. ``phase``: "queued", "running" (``worker`` = host:pid), "status"
-    (what it is doing, in ``detail``; in-process units only), "retry", "done" (``seconds``),
-    "failed" (``detail`` = the error) or "skipped" (``detail`` = the failed dependency)."""
+    (what it is doing, in ``detail``; in-process units only), "retry", "done" (``seconds`` from
+    submission to done as the coordinator saw it, ``work`` the unit's own run time on its
+    worker: the difference is the executor's overhead), "failed" (``detail`` = the error) or
+    "skipped" (``detail`` = the failed dependency)."""
 
     phase: str
     unit: str
     worker: str = ""
     detail: str = ""
     seconds: float = 0.0
+    work: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -76,12 +95,14 @@ class UnitFailure:
 @dataclass(frozen=True)
 class Finished:
     """A unit the backend saw finish: ``error`` is None on success, else one line, with the
-    full log at ``log``."""
+    full log at ``log``; ``seconds`` from submission to now, ``work`` the time the unit itself
+    reported (0 when it failed)."""
 
     unit: Unit
     error: str | None = None
     log: str = ""
     seconds: float = 0.0
+    work: float = 0.0
 
 
 Emit = Callable[[UnitEvent], None]
@@ -150,7 +171,7 @@ def schedule(
             in_flight.pop(name, None)
             if finished.error is None:
                 done.add(name)
-                emit(UnitEvent("done", name, seconds=finished.seconds))
+                emit(UnitEvent("done", name, seconds=finished.seconds, work=finished.work))
             elif attempts.get(name, 0) < retries:
                 attempts[name] = attempts.get(name, 0) + 1
                 emit(UnitEvent("retry", name, detail=finished.error))

@@ -40,8 +40,8 @@ class LocalBackend:
 
         started = time.perf_counter()
         try:
-            run_unit(self.recipe, self.root, unit, status)
+            report = run_unit(self.recipe, self.root, unit, status)
         except Exception as error:  # reported (and retried) by the scheduler
             log = str(unit_log(self.root, unit.name))
             return [Finished(unit, error_line(error), log, time.perf_counter() - started)]
-        return [Finished(unit, seconds=time.perf_counter() - started)]
+        return [Finished(unit, seconds=time.perf_counter() - started, work=report.seconds)]

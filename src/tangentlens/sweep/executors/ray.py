@@ -1,9 +1,10 @@
 """The ``ray`` executor: each unit a Ray task with its own resources and retries.
 
 Connects to the cluster at ``RAY_ADDRESS`` when it is set, else starts a local single-node
-cluster of ``executor.workers`` CPUs (the machine's cores when 0) for this sweep; a Ray session
-the caller already started is used as it is. Units that load a model ask for
-``executor.gpus_per_unit`` GPUs, every unit for ``cpus_per_unit`` CPUs and ``memory_gb``. Ray
+cluster for this sweep, sized for ``executor.workers`` units at once (0: as many as the cores
+hold); a Ray session the caller already started is used as it is. Units that load a model ask
+for ``executor.gpus_per_unit`` GPUs, every unit for ``cpus_per_unit`` CPUs (at least the
+recipe's ``capture.threads``) and ``memory_gb``. Ray
 retries a unit whose task raised or whose worker died (``executor.retries`` times); the
 environment a worker needs before it imports anything (offline mode, caches, thread counts)
 travels in the job's runtime environment.
@@ -23,8 +24,10 @@ from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
     UnitFailure,
+    concurrent_units,
     error_line,
     schedule,
+    unit_cpus,
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
@@ -39,19 +42,20 @@ def _run(recipe: Recipe, root: str, unit: Unit) -> UnitReport:
 
 
 class RayBackend:
-    """Submits each unit as a Ray task; Ray queues them on the cluster's free resources."""
-
-    capacity = 1 << 30
+    """Submits each unit as a Ray task, as many at once as the cluster has CPUs for (the rest
+    wait in the coordinator, so the progress shows them queued, not running)."""
 
     def __init__(self, recipe: Recipe, root: str | Path) -> None:
         self.recipe, self.root = recipe, str(Path(root).resolve())
+        cpus = ray.cluster_resources().get("CPU", 1)
+        self.capacity = max(int(cpus) // unit_cpus(recipe), 1)
         self.task = ray.remote(_run)
         self.refs: dict[Any, tuple[Unit, float]] = {}
 
     def _options(self, unit: Unit) -> dict[str, Any]:
         spec = self.recipe.executor
         options: dict[str, Any] = {
-            "num_cpus": spec.cpus_per_unit,
+            "num_cpus": unit_cpus(self.recipe),
             "num_gpus": spec.gpus_per_unit if unit.model else 0,
             "max_retries": spec.retries,
             "retry_exceptions": True,
@@ -77,7 +81,7 @@ class RayBackend:
             unit, started = self.refs.pop(ref)
             seconds = time.perf_counter() - started
             try:
-                ray.get(ref)
+                report = ray.get(ref)
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if error.cause is not None else error
                 log = str(unit_log(self.root, unit.name))
@@ -85,7 +89,7 @@ class RayBackend:
             except ray.exceptions.RayError as error:  # the worker died, retries spent
                 out.append(Finished(unit, error_line(error), "the Ray worker logs", seconds))
             else:
-                out.append(Finished(unit, seconds=seconds))
+                out.append(Finished(unit, seconds=seconds, work=report.seconds))
         return out
 
 
@@ -99,9 +103,8 @@ def run_on_ray(
         if os.environ.get("RAY_ADDRESS"):
             ray.init(runtime_env=runtime_env, log_to_driver=False)
         else:
-            cpus = recipe.executor.workers or os.cpu_count() or 1
             ray.init(
-                num_cpus=cpus,
+                num_cpus=concurrent_units(recipe) * unit_cpus(recipe),
                 runtime_env=runtime_env,
                 include_dashboard=False,
                 log_to_driver=False,

@@ -14,8 +14,8 @@ command returns. A later ``--resume`` waits for those jobs still queued or runni
 submitting them again, resubmits what failed, and completes the run.
 
 ``submitit-local`` runs the same jobs as local processes (what tests use on a machine without
-Slurm); submitit starts every job at once, so at most ``executor.workers`` (default: the
-machine's cores) are submitted at a time.
+Slurm); submitit starts every job at once, so at most ``executor.workers`` (default: as many
+as the machine's cores hold at ``capture.threads`` each) are submitted at a time.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
     UnitFailure,
+    concurrent_units,
     error_line,
     schedule,
+    unit_cpus,
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
@@ -78,7 +80,7 @@ def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
     params: dict[str, Any] = {
         "name": f"tangentlens-{recipe.name}",
         "timeout_min": spec.time_min,
-        "cpus_per_task": spec.cpus_per_unit,
+        "cpus_per_task": unit_cpus(recipe),
         f"{cluster}_setup": setup,
     }
     if cluster == "slurm":
@@ -158,8 +160,10 @@ class SubmititBackend:
     def __init__(self, executor: submitit.AutoExecutor, recipe: Recipe, root: Path) -> None:
         self.executor, self.recipe, self.root = executor, recipe, root
         self.slurm = executor.cluster == "slurm"
-        workers = recipe.executor.workers or os.cpu_count() or 1
-        self.capacity = 1 << 30 if self.slurm else workers
+        self.capacity = 1 << 30 if self.slurm else concurrent_units(recipe)
+        # seconds between looks: a local job's end is a file and a process (cheap to check); on
+        # Slurm each look is an squeue call, and a job takes ~1 s to start anyway
+        self.poll = 1.0 if self.slurm else 0.05
         self.jobs: dict[str, tuple[Unit, Any, float]] = {}
 
     def adopt(self, unit: Unit, job: Any) -> None:
@@ -183,7 +187,7 @@ class SubmititBackend:
             ]
             if out or time.monotonic() >= deadline:
                 break
-            time.sleep(min(0.5, timeout))
+            time.sleep(min(self.poll, timeout))
         for finished in out:
             del self.jobs[finished.unit.name]
         return out
@@ -202,7 +206,7 @@ class SubmititBackend:
             return Finished(unit, f"the job ended without a result ({why})", stderr, seconds)
         error = job.exception()
         if error is None:
-            return Finished(unit, seconds=seconds)
+            return Finished(unit, seconds=seconds, work=job.result().seconds)
         # the job's stderr holds the traceback; its last line names the error
         lines = [line for line in str(error).splitlines() if line.strip()]
         return Finished(unit, error_line(lines[-1] if lines else str(error)), stderr, seconds)
