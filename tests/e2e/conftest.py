@@ -1,5 +1,6 @@
-"""What the executor tests share: the micro recipe cut to a few units of every kind, its local
-run (the reference table), and how to compare tables and start a sweep process."""
+"""What the end-to-end sweep tests share: a cache holding the trained micro suite, the micro
+recipe cut to a few units of every kind, its local run (the reference table), and how to compare
+tables and start a sweep process."""
 
 from __future__ import annotations
 

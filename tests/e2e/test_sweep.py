@@ -9,8 +9,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,45 +24,19 @@ KEY = ("step", "site", "probe", "method", "rank", "freq_bin", "metric")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A cache holding the trained micro suite, shared by the module's runs."""
-    from tangentlens.models.suites import ensure_mini_suite
-
-    root = tmp_path_factory.mktemp("cache")
-    ensure_mini_suite("micro-pythia", cache_dir=root / "suites")
-    return root
-
-
-@pytest.fixture
-def env(cache, monkeypatch):
-    monkeypatch.setenv("TANGENTLENS_CACHE", str(cache))
-    return {**os.environ, "TANGENTLENS_CACHE": str(cache)}
-
-
-@pytest.fixture(scope="module")
-def finished_run(cache, tmp_path_factory):
+def finished_run(units_cache, sweeps, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "micro"
-    env = {**os.environ, "TANGENTLENS_CACHE": str(cache)}
-    result = _sweep_process(["--recipe", MICRO, "--out", str(out)], env)
+    units_env = {**os.environ, "TANGENTLENS_CACHE": str(units_cache)}
+    result = sweeps.start(["--out", str(out)], units_env)
     assert result.wait(timeout=600) == 0, result.stderr.read()
     return out
-
-
-def _sweep_process(args, env):
-    return subprocess.Popen(
-        [sys.executable, "-m", "tangentlens.cli", "sweep", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def _rows(run_dir):
     return {tuple(r[k] for k in KEY): r for r in read_results(run_dir).to_pylist()}
 
 
-def test_results_schema_manifest_and_report(finished_run, env, capsys):
+def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     parts = sorted((finished_run / "results").glob("*.parquet"))
     assert [p.stem for p in parts] == [
         "across-steps",
@@ -148,9 +120,11 @@ def _same(a, b):
     )
 
 
-def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tmp_path):
+def test_sigkill_then_resume_gives_the_uninterrupted_table(
+    finished_run, units_env, sweeps, tmp_path
+):
     out = tmp_path / "killed"
-    process = _sweep_process(["--recipe", MICRO, "--out", str(out)], env)
+    process = sweeps.start(["--out", str(out)], units_env)
     deadline = time.monotonic() + 300
     while not list((out / "results").glob("step-*.parquet")):
         assert process.poll() is None, process.stderr.read()
@@ -169,7 +143,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(finished_run, env, tm
     assert not list((out / "results").glob(".*"))  # no temporary file left behind
 
 
-def test_per_checkpoint_held_out_sweep(finished_run, env, tmp_path):
+def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
     """Per-checkpoint proxies fitted on half the sequences and scored on the other half; the
     update s → s′ is scored in a proxy fitted on data of s (a proxy fitted at s′ already contains
     the update's directions)."""
@@ -218,7 +192,7 @@ def test_per_checkpoint_held_out_sweep(finished_run, env, tmp_path):
     assert not any("in_window" in r["metric"] for r in rows)
 
 
-def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
+def test_bad_input_is_one_red_line_and_exit_code_2(units_env, tmp_path, capsys):
     cases = [
         (["--set", "probes.tangent_energy.rnak=3"], "did you mean 'rank'"),
         (["--set", "probes.tangent_enrgy.rank=3"], "did you mean 'tangent_energy'"),
@@ -253,10 +227,10 @@ def test_bad_input_is_one_red_line_and_exit_code_2(env, tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 
-def test_encoder_suite_sweeps(cache, env, tmp_path, capsys):
+def test_encoder_suite_sweeps(units_cache, units_env, tmp_path, capsys):
     from tangentlens.models.suites import ensure_mini_suite
 
-    ensure_mini_suite("micro-bert", cache_dir=cache / "suites")
+    ensure_mini_suite("micro-bert", cache_dir=units_cache / "suites")
     assert main(["suite", "micro-bert"]) == 0
     assert "at [MASK] inputs" in capsys.readouterr().out  # the encoder's own held-out loss
     out = tmp_path / "bert"
@@ -272,7 +246,7 @@ def test_encoder_suite_sweeps(cache, env, tmp_path, capsys):
     )  # [CLS], [SEP] ([MASK] inputs are kept: they carry the loss)
 
 
-def test_resume_refuses_state_from_another_version(finished_run, env, tmp_path, capsys):
+def test_resume_refuses_state_from_another_version(finished_run, units_env, tmp_path, capsys):
     import shutil
 
     out = tmp_path / "old"

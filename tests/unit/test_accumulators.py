@@ -54,6 +54,23 @@ def test_two_halves_merge_to_the_whole():
         torch.testing.assert_close(getattr(first, name), getattr(whole, name), rtol=1e-13, atol=0)
 
 
+def test_saved_moments_restore_exactly_and_keep_accumulating(tmp_path):
+    """What a sweep's window unit saves is what the fit unit pools: every sum, bit for bit."""
+    x = _stream(2)
+    whole, saved = MomentAccumulator(12), MomentAccumulator(12)
+    whole.update(x)
+    saved.update(x[:300])
+    torch.save(saved.state_dict(), tmp_path / "m.pt")
+    back = MomentAccumulator.from_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    back.update(x[300:])
+    assert (back.count, back.n_nonzero) == (whole.count, whole.n_nonzero)
+    for name in ("sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment"):
+        torch.testing.assert_close(getattr(back, name), getattr(whole, name), rtol=1e-13, atol=0)
+    first = MomentAccumulator(12, second_moment=False)
+    first.update(x)
+    assert MomentAccumulator.from_state_dict(first.state_dict()).second_moment is None
+
+
 def test_moment_accumulator_rejects_bad_input():
     acc = MomentAccumulator(4, second_moment=False)
     with pytest.raises(ValueError, match=r"\(n, 4\)"):

@@ -272,8 +272,8 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
     fitted = {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()}
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
-    frozen = {"bases": {s: f.bases for s, f in fitted.items()}, "diagnostics": diagnostics}
-    frozen["layers"] = layers
+    bases = {site: f.bases for site, f in fitted.items()}
+    frozen = {"bases": bases, "diagnostics": diagnostics, "layers": layers}
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
     assert unit.step is not None
     tokens = _suite(recipe).tokens_seen(unit.step) or 0
