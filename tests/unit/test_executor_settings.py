@@ -1,0 +1,71 @@
+"""What travels with a unit to its worker, and the resources each engine is asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tangentlens.sweep.executors import execute
+from tangentlens.sweep.executors.base import concurrent_units, unit_cpus, worker_env
+from tangentlens.sweep.recipe import load_recipe
+
+
+def test_worker_env_carries_offline_mode_caches_and_thread_pools(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TANGENTLENS_CACHE", "/shared/cache")
+    monkeypatch.delenv("HF_HOME", raising=False)
+    env = worker_env(3)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TANGENTLENS_CACHE"] == "/shared/cache"
+    assert "HF_HOME" not in env  # only what is set here travels
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
+
+
+def test_units_get_at_least_their_threads_and_workers_fill_the_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    recipe = load_recipe("quickstart", ["capture.threads=2"])
+    assert unit_cpus(recipe) == 2 and concurrent_units(recipe) == 4
+    recipe = load_recipe("quickstart", ["capture.threads=2", "executor.cpus_per_unit=3"])
+    assert unit_cpus(recipe) == 3 and concurrent_units(recipe) == 2
+    recipe = load_recipe("quickstart", ["capture.threads=16"])
+    assert concurrent_units(recipe) == 1
+    recipe = load_recipe("quickstart", ["executor.workers=5"])
+    assert concurrent_units(recipe) == 5
+
+
+def test_slurm_jobs_carry_the_environment_resources_and_sbatch_options(monkeypatch, tmp_path):
+    pytest.importorskip("submitit")
+    from tangentlens.sweep.executors.submitit import _additional, _executor
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides = [
+        "executor.kind='slurm'",
+        "executor.partition='gpu'",
+        "executor.time_min=90",
+        "executor.array_parallelism=4",
+        "executor.memory_gb=16",
+        "executor.sbatch={account='lab', nice=10}",
+        "capture.threads=4",
+    ]
+    recipe = load_recipe("quickstart", overrides)
+    params = _executor(recipe, tmp_path)._executor.parameters
+    assert params["partition"] == "gpu" and params["time"] == 90
+    assert params["array_parallelism"] == 4 and params["cpus_per_task"] == 4
+    assert params["mem"] == "16GB"
+    assert "export HF_HUB_OFFLINE=1" in params["setup"]
+    assert "export OMP_NUM_THREADS=4" in params["setup"]
+    extra = _additional(recipe, ["17_0", "17_1"])
+    assert extra == {
+        "requeue": True,
+        "account": "lab",
+        "nice": 10,
+        "dependency": "afterok:17_0:17_1",
+        "kill_on_invalid_dep": "yes",
+    }
+    assert "dependency" not in _additional(recipe)
+
+
+def test_detach_needs_slurm():
+    recipe = load_recipe("quickstart", ["executor.kind='ray'"])
+    with pytest.raises(ValueError, match=r"--detach .* needs executor.kind = 'slurm', got 'ray'"):
+        execute(recipe, None, Path("."), print, detach=True)  # type: ignore[arg-type]
