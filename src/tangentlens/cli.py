@@ -22,7 +22,7 @@ def _suite(args: argparse.Namespace) -> None:
             suite = ensure_mini_suite(args.name, progress=progress)
     else:
         suite = open_suite(args.name, offline=True if args.offline else None)
-    render_suite(suite, suite.select(args.steps))
+    render_suite(suite, suite.select(args.steps), verify=args.verify)
 
 
 def _train_suite(args: argparse.Namespace) -> None:
@@ -137,12 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
         "name", help="mini-pythia, mini-bert, a Pythia model (EleutherAI/pythia-160m) or a folder"
     )
     show.add_argument("--offline", action="store_true", help="use only the local caches")
+    show.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the shown checkpoints and the final one: identical weights (any pair), "
+        "damaged weight files, config fields that differ",
+    )
     show.set_defaults(handler=_suite)
     train = commands.add_parser(
         "train-suite", help="train a built-in mini suite into the cache (no-op when cached)"
     )
     train.add_argument("name", help="mini-pythia, mini-bert (or micro-pythia, micro-bert)")
-    train.set_defaults(handler=_train_suite, offline=True)
+    train.set_defaults(handler=_train_suite, offline=True, verify=False)
     for sub in (show, train):
         sub.add_argument("--steps", default="all", help="step selection: all, log:N, A..B, 0,1000")
     return parser

@@ -111,7 +111,9 @@ def test_glossary_names_every_emitted_metric_and_nothing_else(finished_run):
     # SAE proxies cost seconds per fit, so the micro recipe has none: tests/unit/test_proxies.py
     # checks that an SAE fit reports these two
     sae_only = {("proxy_fit", "sae_explained_variance"), ("proxy_fit", "sae_l0")}
-    assert glossary - emitted == sae_only, "in the README glossary but never emitted"
+    # only a suite that served one checkpoint twice has it: test_duplicate_checkpoints_...
+    duplicate = {("capture", "duplicate_weights_of")}
+    assert glossary - emitted == sae_only | duplicate, "in the README glossary but never emitted"
 
 
 def _same(a, b):
@@ -255,3 +257,39 @@ def test_resume_refuses_state_from_another_version(finished_run, units_env, tmp_
     (out / "results" / "step-00000040.parquet").unlink()
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 2
     assert "written by another tangentlens version" in capsys.readouterr().err
+
+
+def test_duplicate_checkpoints_are_recorded_and_damaged_ones_refused(
+    units_cache, units_env, tmp_path, capsys
+):
+    """Checked before any unit runs: a step re-serving another's weights is named in the
+    manifest, the report and its capture rows; a truncated weight file stops the sweep in one
+    line, leaving nothing behind; `tangentlens suite --verify` lists both."""
+    import shutil
+
+    from tangentlens.models.suites import ensure_mini_suite
+
+    micro = ensure_mini_suite("micro-pythia", cache_dir=units_cache / "suites", train=False)
+    root = tmp_path / "suite"
+    # step 10 re-serves the final checkpoint's weights (the final one is not selected)
+    for name, step in {"step0": 0, "step10": 40, "step20": 20, "step40": 40}.items():
+        shutil.copytree(micro.folder(step), root / name)
+    argv = ["sweep", "--recipe", MICRO, "--set", f"suite.name='local:{root}'"]
+    argv += ["--set", "data.corpus='shakespeare'", "--set", "suite.steps='0,10,20'"]
+    out = tmp_path / "run"
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "steps 10 and 40 have the same weights" in capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["integrity"]["duplicates"] == [[10, 40]]
+    rows = [r for r in read_results(out).to_pylist() if r["metric"] == "duplicate_weights_of"]
+    assert [(r["step"], r["value"]) for r in rows] == [(10, 40.0)]
+    weights = root / "step20" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    assert main([*argv, "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint at step 20 is damaged" in err and err.count("\n") == 1
+    assert not (tmp_path / "refused").exists()
+    assert main(["suite", str(root), "--verify"]) == 2
+    shown = capsys.readouterr()
+    assert "steps 10 and 40 have the same weights" in shown.out
+    assert "step 20 is damaged" in shown.out and "1 damaged" in shown.err

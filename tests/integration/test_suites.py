@@ -1,6 +1,9 @@
 """CheckpointSuite over the three kinds: mini suites, local folders, Pythia through the HF cache."""
 
+import hashlib
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,3 +141,80 @@ def test_suite_steps_errors_are_open_suites(tmp_path):
         with pytest.raises(ValueError) as theirs:
             open_suite(spec, offline=True)
         assert str(ours.value) == str(theirs.value)
+
+
+def _copy_suite(micro_pythia, root, layout):
+    """A local suite folder: ``layout`` maps a folder name to the micro suite's step it copies."""
+    root.mkdir()
+    for name, step in layout.items():
+        shutil.copytree(micro_pythia.folder(step), root / name)
+    return root
+
+
+def test_verify_finds_duplicates_over_all_pairs_damage_and_config_changes(micro_pythia, tmp_path):
+    layout = {"step0": 0, "step10": 10, "step20": 20, "step30": 0, "step40": 40}
+    root = _copy_suite(micro_pythia, tmp_path / "suite", layout)
+    suite = LocalSuite(root)
+    report = suite.verify()
+    # step 30 re-serves step 0's weights: not consecutive, still found
+    assert [(d.previous, d.step) for d in report.duplicates] == [(0, 30)]
+    assert report.damaged == {} and report.config_differs == {} and report.not_checked == []
+    assert [(d.previous, d.step) for d in suite.duplicate_steps([10, 30])] == []
+    assert [(d.previous, d.step) for d in suite.duplicate_steps([0, 30])] == [(0, 30)]
+    weights = root / "step20" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    config = json.loads((root / "step40" / "config.json").read_text())
+    (root / "step40" / "config.json").write_text(json.dumps({**config, "hidden_size": 64}))
+    report = LocalSuite(root).verify()
+    assert list(report.damaged) == [20] and "truncated" in report.damaged[20]
+    width = config["hidden_size"]
+    assert report.config_differs == {"hidden_size": {0: width, 10: width, 30: width, 40: 64}}
+    lines = report.problems()
+    assert (
+        lines[0].startswith("checkpoint at step 20 is damaged") and "model.safetensors" in lines[0]
+    )
+    assert (
+        f"'hidden_size' differs across checkpoints: {width} at steps 0, 10, 30; 64 at step 40"
+        in lines[1]
+    )
+
+
+def test_two_folders_naming_one_step_are_an_error_naming_both(micro_pythia, tmp_path):
+    root = _copy_suite(micro_pythia, tmp_path / "suite", {"step1": 1, "checkpoint-1": 1})
+    with pytest.raises(
+        ValueError, match=r"two checkpoint folders name step 1 .*checkpoint-1/ and step1/"
+    ):
+        LocalSuite(root)
+
+
+def test_hub_snapshots_are_compared_by_the_blob_digests_the_cache_names(tmp_path):
+    """Revisions whose snapshot links point at the same blob are identical, without reading the
+    blob: the digest is the SHA-256 the cache names it by."""
+    from safetensors.torch import save_file
+
+    from tangentlens.models.weights import weights_hash
+
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    names = {}
+    for seed in (0, 1):
+        staging = tmp_path / f"w{seed}.safetensors"
+        save_file({"w": torch.full((4,), float(seed))}, staging)
+        data = staging.read_bytes()
+        names[seed] = hashlib.sha256(data).hexdigest()
+        (blobs / names[seed]).write_bytes(data)
+    snapshots = {}
+    for revision, seed in (("a", 0), ("b", 0), ("c", 1)):
+        snapshot = tmp_path / "snapshots" / revision
+        snapshot.mkdir(parents=True)
+        (snapshot / "model.safetensors").symlink_to(Path("../../blobs") / names[seed])
+        snapshots[revision] = snapshot
+    digest = {r: weights_hash(s) for r, s in snapshots.items()}
+    assert digest["a"] == digest["b"] != digest["c"]
+    blob = blobs / names[0]
+    blob.write_bytes(blob.read_bytes()[:-4] + bytes([0, 0, 0, 1]))  # same name, other bytes
+    assert weights_hash(snapshots["a"]) == digest["a"]  # named, not re-hashed
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "model.safetensors").write_bytes((blobs / names[1]).read_bytes())
+    assert weights_hash(plain) != digest["c"]  # a local folder: its bytes are hashed

@@ -64,19 +64,26 @@ def check_pythia_model(name: str) -> str:
 
 def checkpoint_folders(path: str | Path) -> dict[int, Path]:
     """Step → checkpoint subfolder of a local suite folder, ascending: every subfolder named
-    ``step<N>`` or ``checkpoint-<N>`` (its contents are not checked here). A missing folder or
-    one without such subfolders is a ``ValueError``."""
+    ``step<N>`` or ``checkpoint-<N>`` (its contents are not checked here). A missing folder, one
+    without such subfolders, or two subfolders naming the same step (``step1/`` and
+    ``checkpoint-1/``) is a ``ValueError``."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ValueError(
             f"checkpoint folder {str(root)!r} does not exist or is not a folder; expected a "
             "folder with one Hugging Face checkpoint per subfolder (step1000/, step2000/, …)"
         )
-    folders = {}
-    for child in root.iterdir():
+    folders: dict[int, Path] = {}
+    for child in sorted(root.iterdir()):
         match = _STEP_DIR.match(child.name)
         if match and child.is_dir():
-            folders[int(match.group(1))] = child
+            step = int(match.group(1))
+            if step in folders:
+                raise ValueError(
+                    f"two checkpoint folders name step {step} in {str(root)!r}: "
+                    f"{folders[step].name}/ and {child.name}/; keep one"
+                )
+            folders[step] = child
     if not folders:
         raise ValueError(
             f"no checkpoints found in {str(root)!r}: expected subfolders named step<N> or "

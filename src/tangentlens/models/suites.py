@@ -11,7 +11,6 @@ weight processing.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -63,6 +62,57 @@ class DuplicateCheckpoints:
     weights_hash: str
 
 
+#: ``config.json`` fields that must agree across a suite's checkpoints.
+CONFIG_FIELDS: tuple[str, ...] = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+
+
+@dataclass(frozen=True)
+class SuiteIntegrity:
+    """What :meth:`CheckpointSuite.verify` found: ``duplicates`` (identical weights),
+    ``damaged`` (step → what is wrong with its files), ``config_differs`` (field → value at each
+    step, for :data:`CONFIG_FIELDS` that differ), ``not_checked`` (steps not on this machine:
+    nothing to check without downloading)."""
+
+    duplicates: list[DuplicateCheckpoints]
+    damaged: dict[int, str]
+    config_differs: dict[str, dict[int, Any]]
+    not_checked: list[int]
+
+    def problems(self) -> list[str]:
+        """One line per damaged checkpoint or differing config field (a sweep refuses them)."""
+        lines = [
+            f"checkpoint at step {step} is damaged: {error}" for step, error in self.damaged.items()
+        ]
+        for field, values in self.config_differs.items():
+            by_value: dict[str, list[int]] = {}
+            for step, value in values.items():
+                by_value.setdefault(json.dumps(value), []).append(step)
+            parts = "; ".join(
+                f"{v} at step{'s' * (len(at) > 1)} {', '.join(map(str, at))}"
+                for v, at in by_value.items()
+            )
+            lines.append(f"config.json field {field!r} differs across checkpoints: {parts}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "duplicates": [[d.previous, d.step] for d in self.duplicates],
+            "damaged": {str(s): e for s, e in self.damaged.items()},
+            "config_differs": {
+                f: {str(s): v for s, v in d.items()} for f, d in self.config_differs.items()
+            },
+            "not_checked": self.not_checked,
+        }
+
+
 class CheckpointSuite(ABC):
     """A model's checkpoints across training."""
 
@@ -100,15 +150,49 @@ class CheckpointSuite(ABC):
     def check_step(self, step: int) -> None:
         select_steps(self.steps, [step])
 
+    @abstractmethod
+    def cached_folder(self, step: int) -> Path | None:
+        """The checkpoint's folder on this machine (None when it would have to be downloaded)."""
+
+    def verify(self, steps: Sequence[int] | None = None) -> SuiteIntegrity:
+        """Check ``steps`` (default all) and the final checkpoint before anything runs: weight
+        files whole and readable, the same architecture fields in every ``config.json``, and
+        which checkpoints hold identical weights (any pair, not only consecutive ones)."""
+        chosen = sorted({*(steps if steps is not None else self.steps), self.steps[-1]})
+        damaged: dict[int, str] = {}
+        configs: dict[int, dict[str, Any]] = {}
+        digests: dict[int, str] = {}
+        not_checked = []
+        for step in chosen:
+            folder = self.cached_folder(step)
+            if folder is None:
+                not_checked.append(step)
+                continue
+            try:
+                verify_weight_files(folder)
+                configs[step] = json.loads((folder / "config.json").read_text())
+            except (ValueError, OSError) as error:
+                damaged[step] = str(error)
+                continue
+            digests[step] = self.weights_hash(step) or ""
+        first: dict[str, int] = {}
+        duplicates = []
+        for step, digest in digests.items():
+            if digest in first:
+                duplicates.append(DuplicateCheckpoints(first[digest], step, digest))
+            else:
+                first[digest] = step
+        differs = {
+            field: {step: config.get(field) for step, config in configs.items()}
+            for field in CONFIG_FIELDS
+            if len({json.dumps(config.get(field)) for config in configs.values()}) > 1
+        }
+        return SuiteIntegrity(duplicates, damaged, differs, not_checked)
+
     def duplicate_steps(self, steps: Sequence[int] | None = None) -> list[DuplicateCheckpoints]:
-        """Consecutive steps (within ``steps``, default all) whose weights are identical."""
-        chosen = sorted(steps) if steps is not None else list(self.steps)
-        hashes = [(s, self.weights_hash(s)) for s in chosen]
-        return [
-            DuplicateCheckpoints(prev, step, digest)
-            for (prev, prev_digest), (step, digest) in itertools.pairwise(hashes)
-            if digest is not None and digest == prev_digest
-        ]
+        """Pairs of checkpoints (among ``steps``, default all, and the final one) whose weights
+        are identical: each later step with the earliest step it equals."""
+        return self.verify(steps).duplicates
 
     def describe(self) -> dict[str, Any]:
         """What a results manifest records about the suite."""
@@ -154,16 +238,21 @@ class PythiaSuite(CheckpointSuite):
                 return AutoTokenizer.from_pretrained(self.name)
         return AutoTokenizer.from_pretrained(self.name)
 
-    def weights_hash(self, step: int) -> str | None:
-        """Hash of the cached revision's weights; None when the revision is not cached."""
+    def cached_folder(self, step: int) -> Path | None:
+        """The revision's snapshot in the local Hugging Face cache (None when not cached)."""
         from huggingface_hub import snapshot_download
 
         self.check_step(step)
         try:
-            folder = snapshot_download(self.name, revision=f"step{step}", local_files_only=True)
-        except Exception:  # not cached: nothing to hash without downloading
+            return Path(snapshot_download(self.name, revision=f"step{step}", local_files_only=True))
+        except Exception:  # not cached: nothing to check without downloading
             return None
-        return weights_hash(Path(folder))
+
+    def weights_hash(self, step: int) -> str | None:
+        """Digest of the cached revision's weights from the blob names the cache already holds
+        (no re-hash); None when the revision is not cached."""
+        folder = self.cached_folder(step)
+        return None if folder is None else weights_hash(folder)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}
@@ -228,6 +317,9 @@ class LocalSuite(CheckpointSuite):
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(self.folder(self.steps[-1]), local_files_only=True)
+
+    def cached_folder(self, step: int) -> Path:
+        return self.folder(step)
 
     def weights_hash(self, step: int) -> str:
         if step not in self._hashes:

@@ -108,11 +108,33 @@ def verify_weight_files(folder: Path) -> list[Path]:
     return files
 
 
+def _content_id(path: Path) -> str | None:
+    """The SHA-256 a Hugging Face cache already names a weight blob by, when ``path`` is a
+    snapshot's link into ``blobs/`` (None otherwise: the bytes must be hashed)."""
+    if not path.is_symlink():
+        return None
+    target = path.resolve()
+    name = target.name
+    if (
+        target.parent.name == "blobs"
+        and len(name) == 64
+        and all(c in "0123456789abcdef" for c in name)
+    ):
+        return name
+    return None
+
+
 def weights_hash(folder: Path) -> str:
-    """BLAKE2b digest of the bytes of every weight file of ``folder`` (hex, 32 characters)."""
+    """Digest of every weight file of ``folder`` (hex, 32 characters): BLAKE2b over each file's
+    name and content id — for a Hugging Face cache snapshot the SHA-256 its blob is named by (no
+    re-hash of gigabytes per revision), else the file's bytes."""
     digest = hashlib.blake2b(digest_size=16)
     for path in weight_files(folder):
         digest.update(path.name.encode())
+        content = _content_id(path)
+        if content is not None:
+            digest.update(b"sha256:" + content.encode())
+            continue
         with path.open("rb") as handle:
             while chunk := handle.read(_HASH_CHUNK):
                 digest.update(chunk)

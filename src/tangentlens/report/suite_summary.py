@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from tangentlens.models.suites import CheckpointSuite, MiniSuite
+from tangentlens.models.suites import CheckpointSuite, MiniSuite, SuiteIntegrity
 from tangentlens.report.console import console
 
 
@@ -19,8 +19,11 @@ def _tokens(n: int | None) -> str:
     return str(n)
 
 
-def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> None:
-    """Print the suite's header facts and a table of its (selected) checkpoints."""
+def render_suite(
+    suite: CheckpointSuite, steps: Sequence[int] | None = None, *, verify: bool = False
+) -> None:
+    """Print the suite's header facts and a table of its (selected) checkpoints; with
+    ``verify``, what :meth:`CheckpointSuite.verify` finds over them and the final checkpoint."""
     steps = list(steps) if steps is not None else list(suite.steps)
     console.rule(f"[bold]{suite.name}[/] · {suite.kind} · {suite.family}")
     facts = [f"{len(suite.steps)} checkpoints ({steps[0]} … {steps[-1]} shown: {len(steps)})"]
@@ -59,9 +62,26 @@ def render_suite(suite: CheckpointSuite, steps: Sequence[int] | None = None) -> 
             row.append(f"{masked[step]:.3f}" if step in masked else "–")
         table.add_row(*row)
     console.print(table)
-    duplicates = suite.duplicate_steps(steps) if suite.kind != "pythia" else []
-    for dup in duplicates:
+    if verify:
+        report = suite.verify(steps)
+        render_integrity(report)
+        if report.problems():
+            raise ValueError(f"{len(report.problems())} damaged or inconsistent checkpoint(s)")
+
+
+def render_integrity(report: SuiteIntegrity) -> None:
+    """Identical, damaged and inconsistent checkpoints, and what could not be checked."""
+    for dup in report.duplicates:
         console.print(
-            f"[yellow]identical checkpoints:[/] step {dup.step} has the same weights as step "
-            f"{dup.previous} ({dup.weights_hash[:12]})"
+            f"[yellow]identical checkpoints:[/] steps {dup.previous} and {dup.step} have the same "
+            f"weights ({dup.weights_hash[:12]})"
+        )
+    for line in report.problems():
+        console.print(f"[red]{line}[/]", soft_wrap=True)
+    if report.not_checked:
+        steps = ", ".join(map(str, report.not_checked))
+        console.print(f"[dim]not on this machine, not checked: steps {steps}[/]")
+    if not (report.duplicates or report.problems()):
+        console.print(
+            "[green]checkpoints verified:[/] weights whole, configs consistent, no duplicates"
         )

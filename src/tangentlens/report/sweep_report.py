@@ -74,24 +74,38 @@ def _layer_label(layer: Any) -> str:
     return "emb" if layer is None else f"L{layer}"
 
 
-def _window_line(run_dir: Path) -> str | None:
-    """The frozen-early fit window recorded in the run's manifest, as one line."""
-    manifest = Path(run_dir) / "manifest.json"
-    window = json.loads(manifest.read_text()).get("fit_window") if manifest.exists() else None
-    if not window:
-        return None
-    return (
-        f"frozen-early proxies fitted on checkpoints {', '.join(map(str, window))}; update "
-        f"alignment of transitions ending at step ≤ {window[-1]} is reported as *_in_window_*"
-    )
+def _header_lines(run_dir: Path) -> list[str]:
+    """From the run's manifest: the frozen-early fit window, and checkpoints whose weights are
+    identical (a suite serving the same weights at two steps)."""
+    manifest_path = Path(run_dir) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    lines = []
+    window = manifest.get("fit_window")
+    if window:
+        lines.append(
+            f"[dim]frozen-early proxies fitted on checkpoints {', '.join(map(str, window))}; "
+            f"update alignment of transitions ending at step ≤ {window[-1]} is reported as "
+            "*_in_window_*[/]"
+        )
+    integrity = manifest.get("integrity", {})
+    for earlier, later in integrity.get("duplicates", []):
+        lines.append(
+            f"[yellow]identical checkpoints: steps {earlier} and {later} have the same weights "
+            "(the suite served one checkpoint twice); their rows measure the same model[/]"
+        )
+    if integrity.get("not_checked"):
+        steps = ", ".join(map(str, integrity["not_checked"]))
+        lines.append(f"[dim]weights not on this machine, not checked for duplicates: {steps}[/]")
+    return lines
 
 
 def render_report(run_dir: str | Path, console: Console) -> None:
     """Print the headline tables of the run in ``run_dir``."""
     rows = read_results(run_dir).to_pylist()
-    window = _window_line(Path(run_dir))
-    if window:
-        console.print(f"[dim]{window}[/]")
+    header = _header_lines(Path(run_dir))
+    for line in header:
+        console.print(line, soft_wrap=True)
+    if header:
         console.print()
     probes = {r["probe"] for r in rows}
     tables: list[Table | None] = [

@@ -84,6 +84,11 @@ def run_sweep(
     plan = plan_sweep(recipe)
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
+    # damaged checkpoints and configs that change across steps stop the sweep before any unit
+    # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
+    integrity = suite.verify(plan.steps)
+    if integrity.problems():
+        raise ValueError("; ".join(integrity.problems()))
     # a run has started once a checkpoint step is done: failing before that (a bad site, rank
     # or corpus) leaves no run directory behind, whatever independent units finished
     steps = [unit for unit in plan.units if unit.kind == "step"]
@@ -91,6 +96,7 @@ def run_sweep(
         out, resume=resume, started=lambda root: any(u.done(root) for u in steps)
     ) as store:
         manifest = initial_manifest(recipe, plan, recipe.suite.resolved_device())
+        manifest["integrity"] = integrity.to_dict()
         if resume:
             previous = store.read_manifest()
             if previous.get("recipe") != json.loads(json.dumps(manifest["recipe"])):

@@ -297,7 +297,9 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     store.write_part(unit.name, rows)
 
 
-def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
+def _capture_rows(step_data: StepData, store: RunStore) -> list[dict[str, Any]]:
+    """The capture's own rows; a step whose weights are identical to another checkpoint's (the
+    coordinator's check, in the manifest) names that step (``duplicate_weights_of``)."""
     stats = step_data.statistics
     assert stats is not None
     out = [
@@ -306,6 +308,11 @@ def _capture_rows(step_data: StepData) -> list[dict[str, Any]]:
     ]
     for reason, count in sorted(stats.excluded.items()):
         out.append(make_row(step_data, "capture", f"excluded_{reason}", count))
+    duplicates = store.read_manifest().get("integrity", {}).get("duplicates", [])
+    for pair in duplicates:
+        if step_data.step in pair:
+            other = pair[1] if pair[0] == step_data.step else pair[0]
+            out.append(make_row(step_data, "capture", "duplicate_weights_of", other))
     return out
 
 
@@ -419,7 +426,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
-    rows = _capture_rows(step_data)
+    rows = _capture_rows(step_data, store)
     for name, module in _SIMPLE_PROBES.items():
         if name in recipe.probes:
             status(name)
