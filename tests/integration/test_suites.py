@@ -218,3 +218,40 @@ def test_hub_snapshots_are_compared_by_the_blob_digests_the_cache_names(tmp_path
     plain.mkdir()
     (plain / "model.safetensors").write_bytes((blobs / names[1]).read_bytes())
     assert weights_hash(plain) != digest["c"]  # a local folder: its bytes are hashed
+
+
+def test_pythia_revisions_sharing_a_blob_are_found_through_the_hub_cache(tmp_path, monkeypatch):
+    """A hub cache laid out as huggingface_hub writes it (refs → snapshots → links into blobs/)
+    where step2000 re-serves step0's weights blob: verify finds the pair from the blob names;
+    the final revision, not cached, is reported as not checked."""
+    from huggingface_hub import constants
+    from safetensors.torch import save_file
+
+    repo = tmp_path / "hub" / "models--EleutherAI--pythia-14m"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    config = json.dumps({"model_type": "gpt_neox", "hidden_size": 128, "vocab_size": 50304})
+
+    def blob(data: bytes) -> Path:
+        path = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        path.write_bytes(data)
+        return path
+
+    weights = {}
+    for seed in (0, 1):
+        save_file({"w": torch.full((8,), float(seed))}, tmp_path / "w.safetensors")
+        weights[seed] = blob((tmp_path / "w.safetensors").read_bytes())
+    config_blob = blob(config.encode())
+    for revision, seed in (("step0", 0), ("step1000", 1), ("step2000", 0)):
+        commit = hashlib.sha1(revision.encode()).hexdigest()
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        (snapshot / "model.safetensors").symlink_to(Path("../..") / "blobs" / weights[seed].name)
+        (snapshot / "config.json").symlink_to(Path("../..") / "blobs" / config_blob.name)
+        (repo / "refs" / revision).write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    suite = PythiaSuite("EleutherAI/pythia-14m", offline=True)
+    report = suite.verify([0, 1000, 2000])
+    assert [(d.previous, d.step) for d in report.duplicates] == [(0, 2000)]
+    assert report.not_checked == [143000] and report.damaged == {} and not report.problems()
+    assert suite.weights_hash(0) == suite.weights_hash(2000) != suite.weights_hash(1000)
