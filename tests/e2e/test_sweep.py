@@ -293,3 +293,19 @@ def test_duplicate_checkpoints_are_recorded_and_damaged_ones_refused(
     shown = capsys.readouterr()
     assert "steps 10 and 40 have the same weights" in shown.out
     assert "step 20 is damaged" in shown.out and "1 damaged" in shown.err
+
+
+def test_capture_layers_limit_every_site_to_the_chosen_blocks(units_env, sweeps, tmp_path, capsys):
+    out = tmp_path / "layer1"
+    argv = ["sweep", "--recipe", MICRO, "--out", str(out), *sweeps.units]
+    assert main([*argv, "--set", "capture.layers='1'"]) == 0
+    rows = read_results(out).to_pylist()
+    sites = {r["site"] for r in rows if r["probe"] == "tangent_energy"}
+    assert sites == {"hook_embed", "blocks.1.hook_resid_post"}
+    assert {r["layer"] for r in rows if r["probe"] == "qk_drift"} == {1}
+    capsys.readouterr()
+    wrong = ["--set", "capture.layers='0,2'"]
+    assert main([*argv[:4], str(tmp_path / "wrong"), *sweeps.units, *wrong]) == 2
+    err = capsys.readouterr().err
+    assert "names block(s) [2], but the model has 2 blocks" in err and err.count("\n") == 1
+    assert not (tmp_path / "wrong").exists()

@@ -87,3 +87,18 @@ def test_executor_is_not_part_of_the_recipe_identity():
     # the threads every unit pins change the reductions' order: they are part of it
     assert local.to_dict()["capture"]["threads"] == 2
     assert load_recipe("quickstart", ["capture.threads=4"]).to_dict() != local.to_dict()
+
+
+def test_capture_layers_select_blocks_and_name_what_is_wrong():
+    from tangentlens.sweep.recipe import select_layers
+
+    assert select_layers("all", 4) == (0, 1, 2, 3)
+    assert select_layers("every:4", 12) == (0, 4, 8)
+    assert select_layers(" 11,0,6,6 ", 12) == (0, 6, 11)
+    with pytest.raises(ValueError, match=r"names block\(s\) \[12\], but the model has 12 blocks"):
+        select_layers("0,12", 12)
+    for bad in ("every:0", "first", "1;2", ""):
+        with pytest.raises(ValueError, match=r"capture\.layers: cannot read"):
+            load_recipe("quickstart", [f"capture.layers='{bad}'"])
+    assert load_recipe("quickstart", ["capture.layers='every:2'"]).capture.layers == "every:2"
+    assert load_recipe("quickstart").to_dict()["capture"]["layers"] == "all"  # in the identity

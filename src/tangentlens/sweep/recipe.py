@@ -40,6 +40,7 @@ from tangentlens.probes.configs import (
 __all__ = [
     "CAPTURE_SITE_KINDS",
     "EXECUTOR_KINDS",
+    "LAYER_FORMS",
     "PROBE_CONFIGS",
     "CaptureSpec",
     "DataSpec",
@@ -49,6 +50,7 @@ __all__ = [
     "TangentSpec",
     "builtin_recipes",
     "load_recipe",
+    "select_layers",
 ]
 
 
@@ -114,15 +116,58 @@ CAPTURE_SITE_KINDS: tuple[str, ...] = (
 )
 
 
+#: The forms of ``capture.layers``.
+LAYER_FORMS: tuple[str, ...] = ("all", "every:K (0, K, 2K, …)", "a list such as '0,6,11'")
+
+
+def _layer_form(spec: str) -> tuple[str, int | list[int]]:
+    """``("all", 0)``, ``("every", K)`` or ``("list", indices)``; else a ``ValueError``."""
+    text = spec.strip()
+    if text == "all":
+        return "all", 0
+    try:
+        if text.startswith("every:"):
+            k = int(text.removeprefix("every:"))
+            if k < 1:
+                raise ValueError
+            return "every", k
+        return "list", sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise ValueError(
+            f"capture.layers: cannot read {spec!r}; allowed: {', '.join(LAYER_FORMS)}"
+        ) from None
+
+
+def select_layers(spec: str, n_layers: int) -> tuple[int, ...]:
+    """The blocks ``capture.layers`` selects in a model of ``n_layers`` blocks: ``"all"``,
+    ``"every:K"`` (0, K, 2K, …) or comma-separated indices. A malformed spec or an index
+    outside [0, n_layers) is a ``ValueError`` naming it and the allowed forms."""
+    form, value = _layer_form(spec)
+    if form == "all":
+        return tuple(range(n_layers))
+    if form == "every":
+        return tuple(range(0, n_layers, value))  # type: ignore[arg-type]
+    assert isinstance(value, list)
+    outside = [layer for layer in value if not 0 <= layer < n_layers]
+    if outside:
+        raise ValueError(
+            f"capture.layers names block(s) {outside}, but the model has {n_layers} blocks "
+            f"(0 … {n_layers - 1})"
+        )
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at every layer, plus the embedding if
-    ``embed``), the reservoir size, the loss reduction (``"sum"``, the only one: gradients of
+    """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at the blocks ``layers`` selects —
+    ``"all"``, ``"every:K"`` or a list ``"0,6,11"`` —, plus the embedding if ``embed``), the
+    reservoir size, the loss reduction (``"sum"``, the only one: gradients of
     the summed token loss), the seed, and ``threads``: the torch intra-op threads every unit
     pins, so that reductions run in the same order wherever a unit runs (part of the recipe:
     another thread count can change the last bits of a sum)."""
 
     sites: tuple[str, ...] = ("resid_post",)
+    layers: str = "all"
     embed: bool = False
     reservoir: int = 4096
     reduction: str = "sum"
@@ -143,6 +188,7 @@ class CaptureSpec:
             )
         check_count(self.reservoir, "capture.reservoir", minimum=0)
         check_count(self.threads, "capture.threads", minimum=1)
+        _layer_form(self.layers)  # the form here; the range once a model is known
 
 
 @dataclass(frozen=True)

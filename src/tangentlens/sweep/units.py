@@ -63,7 +63,7 @@ from tangentlens.sweep.data import (
     save_analysis_data,
 )
 from tangentlens.sweep.plan import Unit
-from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.recipe import Recipe, select_layers
 from tangentlens.sweep.store import RunStore, read_parts
 
 __all__ = ["UnitReport", "gathers_sequence_sums", "run_unit", "unit_log"]
@@ -158,11 +158,12 @@ def _needs(recipe: Recipe) -> Needs:
 
 
 def _sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
+    """Hook name → block index of every captured site (the embedding's block is None)."""
     sites: dict[str, int | None] = {}
     if recipe.capture.embed:
         sites[hook_name(model, "embed")] = None
     for kind in recipe.capture.sites:
-        for layer in range(model.cfg.n_layers):
+        for layer in select_layers(recipe.capture.layers, model.cfg.n_layers):
             sites[hook_name(model, kind, layer)] = layer
     return sites
 
@@ -187,7 +188,9 @@ def _capture(
         gradients=gradients,
         reduction=recipe.capture.reduction,
         seed=recipe.capture.seed,
-        attention_layers=tuple(range(model.cfg.n_layers)) if needs.attention else (),
+        attention_layers=(
+            select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
+        ),
     )
     statistics = StatisticsConfig(
         gradients=gradients,
