@@ -255,3 +255,32 @@ def test_pythia_revisions_sharing_a_blob_are_found_through_the_hub_cache(tmp_pat
     assert [(d.previous, d.step) for d in report.duplicates] == [(0, 2000)]
     assert report.not_checked == [143000] and report.damaged == {} and not report.problems()
     assert suite.weights_hash(0) == suite.weights_hash(2000) != suite.weights_hash(1000)
+
+
+def test_an_offline_sweep_names_uncached_revisions_and_how_to_fetch_them(fake_hf_cache):
+    suite = PythiaSuite("EleutherAI/pythia-14m", offline=True)
+    suite.check_available([0, 1000])  # both cached
+    with pytest.raises(ValueError) as caught:
+        suite.check_available([0, 2000, 3000])
+    message = str(caught.value)
+    assert "EleutherAI/pythia-14m at step(s) 2000, 3000 is not in the local" in message
+    assert "hf download EleutherAI/pythia-14m --revision step2000" in message
+    PythiaSuite("EleutherAI/pythia-14m", offline=False).check_available([2000])  # it would fetch
+
+
+def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cache, tmp_path):
+    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.sweep.runner import run_sweep
+
+    recipe = load_recipe(
+        "quickstart",
+        [
+            "suite.name='EleutherAI/pythia-14m'",
+            "suite.offline=true",
+            "suite.steps='0,2000'",
+            "data.corpus='shakespeare'",
+        ],
+    )
+    with pytest.raises(ValueError, match=r"step\(s\) 2000 is not in the local Hugging Face"):
+        run_sweep(recipe, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -29,7 +29,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from tangentlens.data import Corpus
 from tangentlens.models.catalog import check_pythia_model, checkpoint_folders, parse_suite_spec
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
-from tangentlens.models.hub import hf_offline_mode, offline_requested
+from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
     PYTHIA_STEPS,
@@ -247,6 +247,21 @@ class PythiaSuite(CheckpointSuite):
             return Path(snapshot_download(self.name, revision=f"step{step}", local_files_only=True))
         except Exception:  # not cached: nothing to check without downloading
             return None
+
+    def check_available(self, steps: Sequence[int]) -> None:
+        """Offline, every revision of ``steps`` must be in the local cache: the missing ones are
+        named with how to fetch them, before a sweep spends hours on the others."""
+        if not offline_requested(self.offline):
+            return
+        missing = [step for step in steps if self.cached_folder(step) is None]
+        if missing:
+            fetch = "; ".join(f"hf download {self.name} --revision step{s}" for s in missing[:3])
+            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            raise ValueError(
+                f"{self.name} at step(s) {', '.join(map(str, missing))} is not in the local "
+                f"Hugging Face cache ({hub_cache_dir()}) and the hub is offline; fetch it where "
+                f"the hub is reachable ({fetch}{more}) or run online"
+            )
 
     def weights_hash(self, step: int) -> str | None:
         """Digest of the cached revision's weights from the blob names the cache already holds

@@ -74,7 +74,7 @@ def run_sweep(
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
-    from tangentlens.models import open_suite
+    from tangentlens.models import PythiaSuite, open_suite
     from tangentlens.sweep.data import DATA_FILE, data_sha256
     from tangentlens.sweep.executors import execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
@@ -86,6 +86,8 @@ def run_sweep(
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit
     # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
+    if isinstance(suite, PythiaSuite):  # offline, every selected revision must be cached
+        suite.check_available(plan.steps)
     integrity = suite.verify(plan.steps)
     if integrity.problems():
         raise ValueError("; ".join(integrity.problems()))
