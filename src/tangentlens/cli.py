@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tangentlens.report.console import fail
-from tangentlens.sweep.recipe import EXECUTOR_KINDS
+from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
 
 def _suite(args: argparse.Namespace) -> None:
@@ -47,8 +47,7 @@ def _sweep(args: argparse.Namespace) -> None:
     out = args.out or f"runs/{recipe.name}"
     plan = plan_sweep(recipe)
     if args.plan_only:
-        done_in = out if Path(out, "manifest.json").exists() else None
-        console.print(plan.render(done_in), soft_wrap=True, markup=False, highlight=False)
+        console.print(plan.render(_same_run(out, recipe)), soft_wrap=True, markup=False)
         return
 
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
@@ -68,6 +67,22 @@ def _sweep(args: argparse.Namespace) -> None:
         )
         return
     _render_all(out)
+
+
+def _same_run(out: str, recipe: Recipe) -> str | None:
+    """``out`` when it holds a run of this very recipe (its outputs count as done), else None;
+    a run of another recipe is said so."""
+    import json
+
+    from tangentlens.report.console import console
+
+    manifest = Path(out, "manifest.json")
+    if not manifest.exists():
+        return None
+    if json.loads(manifest.read_text()).get("recipe") != json.loads(json.dumps(recipe.to_dict())):
+        console.print(f"{out} holds a run of another recipe (or other --set values): not counted")
+        return None
+    return out
 
 
 def _render_all(run_dir: str) -> None:

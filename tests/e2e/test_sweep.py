@@ -82,6 +82,14 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert manifest["fit_window"] == [0, 1, 2, 4, 8, 10]  # micro-pythia: step ≤ 0.3 × 40
     assert set(manifest["estimators"]) >= {"fit_window", "update_alignment", "drift_cosine"}
     assert not (finished_run / ".lock").exists()
+    plan_only = ["sweep", "--recipe", MICRO, "--plan-only", "--out", str(finished_run)]
+    assert main(plan_only) == 0
+    assert "step-<step> × 3         after data, fit-proxies           3/3 done" in (
+        capsys.readouterr().out
+    )
+    assert main([*plan_only, "--set", "probes.tangent_energy.rank=3"]) == 0
+    shown = capsys.readouterr().out
+    assert "holds a run of another recipe" in shown and "done" not in shown.split("\n", 1)[1]
     assert main(["report", str(finished_run)]) == 0
     out = capsys.readouterr().out
     assert "energy ratio and p-value" in out and "cosine anisotropy" in out
