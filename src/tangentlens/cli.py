@@ -79,7 +79,7 @@ def _same_run(out: str, recipe: Recipe) -> str | None:
     manifest = Path(out, "manifest.json")
     if not manifest.exists():
         return None
-    if json.loads(manifest.read_text()).get("recipe") != json.loads(json.dumps(recipe.to_dict())):
+    if json.loads(manifest.read_text()).get("recipe") != recipe.identity():
         console.print(f"{out} holds a run of another recipe (or other --set values): not counted")
         return None
     return out

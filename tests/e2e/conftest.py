@@ -45,14 +45,15 @@ class Sweeps:
         )
 
     @staticmethod
-    def assert_same_table(run: Path, reference: Path) -> None:
-        """Same rows, same values (NaN equal to NaN), one part per unit, no temporary file."""
+    def assert_same_table(run: Path, reference: Path, parts: int = 5) -> None:
+        """Same rows, same values (NaN equal to NaN), ``parts`` parts (one per unit with rows),
+        no temporary file."""
         got = {tuple(r[k] for k in _KEY): r for r in read_results(run).to_pylist()}
         want = {tuple(r[k] for k in _KEY): r for r in read_results(reference).to_pylist()}
         assert len(got) == len(read_results(run)) and got.keys() == want.keys()
         for key, row in want.items():
             assert all(_same(row[f], got[key][f]) for f in row), key
-        assert len(list((run / "results").glob("*.parquet"))) == 5
+        assert len(list((run / "results").glob("*.parquet"))) == parts
         assert not list((run / "results").glob(".*"))
 
 

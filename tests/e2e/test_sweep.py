@@ -4,7 +4,6 @@ bad input."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import signal
@@ -124,12 +123,6 @@ def test_glossary_names_every_emitted_metric_and_nothing_else(finished_run):
     assert glossary - emitted == sae_only | duplicate, "in the README glossary but never emitted"
 
 
-def _same(a, b):
-    return a == b or (
-        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
-    )
-
-
 def test_sigkill_then_resume_gives_the_uninterrupted_table(
     finished_run, units_env, sweeps, tmp_path
 ):
@@ -146,11 +139,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(
     assert len(list((out / "results").glob("*.parquet"))) < 8
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
-    resumed, reference = _rows(out), _rows(finished_run)
-    assert resumed.keys() == reference.keys()
-    for key, row in reference.items():
-        assert all(_same(row[f], resumed[key][f]) for f in row), key
-    assert not list((out / "results").glob(".*"))  # no temporary file left behind
+    sweeps.assert_same_table(out, finished_run, parts=6)  # no temporary file left behind
 
 
 def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):

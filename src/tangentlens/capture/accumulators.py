@@ -116,8 +116,9 @@ class MomentAccumulator:
     @classmethod
     def from_state_dict(cls, state: dict[str, torch.Tensor | int | None]) -> MomentAccumulator:
         """An accumulator holding exactly the saved sums (on the CPU)."""
-        total = state["sum"]
-        assert isinstance(total, torch.Tensor)
+        total = state.get("sum")
+        if not isinstance(total, torch.Tensor):
+            raise ValueError("a saved moment state needs its 'sum' tensor (from state_dict)")
         out = cls(total.shape[0], second_moment=state["second_moment"] is not None)
         out.count = int(state["count"])  # type: ignore[arg-type]
         for name in _MOMENT_FIELDS:

@@ -168,13 +168,11 @@ class CheckpointSuite(ABC):
             if folder is None:
                 not_checked.append(step)
                 continue
-            try:
-                verify_weight_files(folder)
+            try:  # weights_hash checks the weight files first
+                digests[step] = self.weights_hash(step) or ""
                 configs[step] = json.loads((folder / "config.json").read_text())
             except (ValueError, OSError) as error:
                 damaged[step] = str(error)
-                continue
-            digests[step] = self.weights_hash(step) or ""
         first: dict[str, int] = {}
         duplicates = []
         for step, digest in digests.items():
@@ -264,10 +262,13 @@ class PythiaSuite(CheckpointSuite):
             )
 
     def weights_hash(self, step: int) -> str | None:
-        """Digest of the cached revision's weights from the blob names the cache already holds
-        (no re-hash); None when the revision is not cached."""
+        """Digest of the cached revision's weights, checked whole first, from the blob names the
+        cache already holds (no re-hash); None when the revision is not cached."""
         folder = self.cached_folder(step)
-        return None if folder is None else weights_hash(folder)
+        if folder is None:
+            return None
+        verify_weight_files(folder)
+        return weights_hash(folder)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}

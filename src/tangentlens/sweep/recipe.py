@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import tomllib
 import types
@@ -120,18 +121,19 @@ CAPTURE_SITE_KINDS: tuple[str, ...] = (
 LAYER_FORMS: tuple[str, ...] = ("all", "every:K (0, K, 2K, …)", "a list such as '0,6,11'")
 
 
-def _layer_form(spec: str) -> tuple[str, int | list[int]]:
-    """``("all", 0)``, ``("every", K)`` or ``("list", indices)``; else a ``ValueError``."""
+def _layer_form(spec: str) -> int | list[int]:
+    """A stride (``"all"`` = 1, ``"every:K"`` = K) or the listed block indices; a malformed
+    spec is a ``ValueError`` naming the allowed forms."""
     text = spec.strip()
-    if text == "all":
-        return "all", 0
     try:
+        if text == "all":
+            return 1
         if text.startswith("every:"):
             k = int(text.removeprefix("every:"))
             if k < 1:
                 raise ValueError
-            return "every", k
-        return "list", sorted({int(part) for part in text.split(",")})
+            return k
+        return sorted({int(part) for part in text.split(",")})
     except ValueError:
         raise ValueError(
             f"capture.layers: cannot read {spec!r}; allowed: {', '.join(LAYER_FORMS)}"
@@ -142,19 +144,16 @@ def select_layers(spec: str, n_layers: int) -> tuple[int, ...]:
     """The blocks ``capture.layers`` selects in a model of ``n_layers`` blocks: ``"all"``,
     ``"every:K"`` (0, K, 2K, …) or comma-separated indices. A malformed spec or an index
     outside [0, n_layers) is a ``ValueError`` naming it and the allowed forms."""
-    form, value = _layer_form(spec)
-    if form == "all":
-        return tuple(range(n_layers))
-    if form == "every":
-        return tuple(range(0, n_layers, value))  # type: ignore[arg-type]
-    assert isinstance(value, list)
-    outside = [layer for layer in value if not 0 <= layer < n_layers]
+    form = _layer_form(spec)
+    if isinstance(form, int):
+        return tuple(range(0, n_layers, form))
+    outside = [layer for layer in form if not 0 <= layer < n_layers]
     if outside:
         raise ValueError(
             f"capture.layers names block(s) {outside}, but the model has {n_layers} blocks "
             f"(0 … {n_layers - 1})"
         )
-    return tuple(value)
+    return tuple(form)
 
 
 @dataclass(frozen=True)
@@ -354,6 +353,11 @@ class Recipe:
             )
         if not self.probes:
             raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")
+
+    def identity(self) -> dict[str, Any]:
+        """:meth:`to_dict` as a manifest reads it back (a JSON round trip): what ``--resume``
+        and ``--plan-only`` compare with a run's manifest."""
+        return json.loads(json.dumps(self.to_dict()))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form of what the results depend on: the recipe's identity, recorded

@@ -14,7 +14,6 @@ table of an uninterrupted run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,7 +100,7 @@ def run_sweep(
         manifest["integrity"] = integrity.to_dict()
         if resume:
             previous = store.read_manifest()
-            if previous.get("recipe") != json.loads(json.dumps(manifest["recipe"])):
+            if previous.get("recipe") != recipe.identity():
                 raise ValueError(
                     f"--resume: {store.root} was started with a different recipe; start a new "
                     "run directory or resume with the same recipe and overrides (executor "

@@ -235,6 +235,13 @@ def gathers_sequence_sums(recipe: Recipe) -> bool:
 # ---------------------------------------------------------------------------- the units
 
 
+def _step(unit: Unit) -> int:
+    """The checkpoint step a window, fit or step unit concerns."""
+    if unit.step is None:
+        raise ValueError(f"unit {unit.name!r} ({unit.kind}) names no checkpoint step")
+    return unit.step
+
+
 def _data_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     status("tokenising and packing the analysis corpus")
     data = prepare_analysis_data(_suite(recipe), recipe)
@@ -243,12 +250,11 @@ def _data_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
 
 def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Forward-only capture of one fit-window checkpoint: moments and sampled rows per site."""
-    assert unit.step is not None
-    data = _data(recipe, store)
-    status(f"window step {unit.step}: capture (activations)")
-    model = _suite(recipe).load(unit.step, device=recipe.suite.resolved_device())
+    step, data = _step(unit), _data(recipe, store)
+    status(f"window step {step}: capture (activations)")
+    model = _suite(recipe).load(step, device=recipe.suite.resolved_device())
     sites = _sites(model, recipe)
-    stats = _capture(model, sites, data, recipe, Needs(reservoir=True), unit.step, gradients=False)
+    stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
     saved = {
         "layers": sites,
         "moments": {name: s.h.state_dict() for name, s in stats.sites.items()},
@@ -278,12 +284,12 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     bases = {site: f.bases for site, f in fitted.items()}
     frozen = {"bases": bases, "diagnostics": diagnostics, "layers": layers}
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
-    assert unit.step is not None
-    tokens = _suite(recipe).tokens_seen(unit.step) or 0
+    step = _step(unit)
+    tokens = _suite(recipe).tokens_seen(step) or 0
     rows = [
         row(
             recipe.suite.name,
-            unit.step,
+            step,
             tokens,
             FIT_PROBE,
             metric,
@@ -300,11 +306,11 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     store.write_part(unit.name, rows)
 
 
-def _capture_rows(step_data: StepData, store: RunStore) -> list[dict[str, Any]]:
+def _capture_rows(
+    step_data: StepData, stats: CaptureStatistics, store: RunStore
+) -> list[dict[str, Any]]:
     """The capture's own rows; a step whose weights are identical to another checkpoint's (the
     coordinator's check, in the manifest) names that step (``duplicate_weights_of``)."""
-    stats = step_data.statistics
-    assert stats is not None
     out = [
         make_row(step_data, "capture", "mean_loss", stats.mean_loss, n_tokens=stats.n_scored),
         make_row(step_data, "capture", "n_tokens", stats.n_tokens, n_tokens=stats.n_tokens),
@@ -372,8 +378,7 @@ def _embedding_rows(model: torch.nn.Module, data: AnalysisData) -> torch.Tensor:
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads."""
-    assert unit.step is not None
-    step, data, needs, suite = unit.step, _data(recipe, store), _needs(recipe), _suite(recipe)
+    step, data, needs, suite = _step(unit), _data(recipe, store), _needs(recipe), _suite(recipe)
     status("loading")
     model = suite.load(step, device=recipe.suite.resolved_device())
     sites = _sites(model, recipe)
@@ -429,14 +434,14 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
-    rows = _capture_rows(step_data, store)
+    rows = _capture_rows(step_data, stats, store)
     for name, module in _SIMPLE_PROBES.items():
         if name in recipe.probes:
             status(name)
             rows += module.rows(step_data, recipe.probes[name])
     saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": step_data.tokens_seen}
     if spec is not None:
-        rows += _tangent_rows(recipe, step_data, scored, fitted, frozen, saved, status)
+        rows += _tangent_rows(recipe, step_data, stats, scored, fitted, frozen, saved, status)
     if "update_alignment" in recipe.probes:
         config = recipe.probes["update_alignment"]
         saved["centroids"] = _tracked_centroids(stats, data, config.centroid_types)
@@ -450,26 +455,26 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
 def _tangent_rows(
     recipe: Recipe,
     step_data: StepData,
+    stats: CaptureStatistics,
     scored: CaptureStatistics,
     fitted: dict[str, FittedProxies] | None,
     frozen: Proxies | None,
     saved: dict[str, Any],
     status: Status,
 ) -> list[dict[str, Any]]:
-    """The tangent account of one step: fit diagnostics, energies, anisotropy share, stability
-    within the step; this step's own fit goes into ``saved["proxies"]`` (None when unfitted)."""
+    """The tangent account of one step (``stats``: the whole stream, ``scored``: what energies
+    are scored on): fit diagnostics, energies, anisotropy share, stability within the step. The
+    step's own fit — needed without frozen proxies, and by subspace stability — goes into
+    ``saved["proxies"]`` (None when unfitted)."""
     spec = recipe.probes["tangent_energy"]
-    stats = step_data.statistics
-    assert stats is not None
     if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
         fitted = _fit_own(stats, spec, status)
-    own = None if fitted is None else {n: f.bases for n, f in fitted.items()}
-    diagnostics = {} if fitted is None else {n: f.diagnostics for n, f in fitted.items()}
-    saved["proxies"] = own
-    proxies = own if frozen is None else frozen
-    assert proxies is not None
+    own = {n: f.bases for n, f in (fitted or {}).items()}
+    saved["proxies"] = own or None
+    proxies = frozen if frozen is not None else own
+    diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
-    rows = fit_rows(step_data, proxies, diagnostics if frozen is None else {})
+    rows = fit_rows(step_data, proxies, diagnostics)
     status(f"controls ({spec.draws} per measurement)")
     scored_data = dataclasses.replace(step_data, statistics=scored)  # held out: second half
     rows += tangent_energy.rows(scored_data, proxies, spec.energy_config())
@@ -478,7 +483,6 @@ def _tangent_rows(
         share = recipe.probes["anisotropy_share"]
         rows += anisotropy_share.rows(scored_data, proxies, share, spec.energy_config())
     if "subspace_stability" in recipe.probes:
-        assert own is not None
         stability = recipe.probes["subspace_stability"]
         reseeded = _reseeded_proxies(stats, spec, stability.seeds)
         rows += subspace_stability.rows(step_data, own, reseeded, stability, frozen)
