@@ -69,3 +69,30 @@ def test_detach_needs_slurm():
     recipe = load_recipe("quickstart", ["executor.kind='ray'"])
     with pytest.raises(ValueError, match=r"--detach .* needs executor.kind = 'slurm', got 'ray'"):
         execute(recipe, None, Path("."), print, detach=True)  # type: ignore[arg-type]
+
+
+def test_a_failed_submitit_job_reports_the_units_error_and_log(tmp_path):
+    """The error line is the last line of the unit's own traceback, not of submitit's message
+    (which ends with the paths of its logs)."""
+    submitit = pytest.importorskip("submitit")
+    from types import SimpleNamespace
+
+    from tangentlens.sweep.executors.submitit import SubmititBackend
+    from tangentlens.sweep.plan import Unit
+
+    class FailedJob:
+        paths = SimpleNamespace(result_pickle=tmp_path / "result.pkl", stderr=tmp_path / "err")
+
+        def result(self):
+            raise submitit.core.utils.FailedJobError(
+                "Job failed\nTraceback …\nRuntimeError: boom\n---\n  - /x/2642_0_log.out"
+            )
+
+    (tmp_path / "result.pkl").write_bytes(b"")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "step-00000010.log").write_text("Traceback …\nValueError: bad site\n")
+    backend = SimpleNamespace(root=tmp_path)
+    unit = Unit("step-00000010", "step", 10, (), "results/step-00000010.parquet")
+    done = SubmititBackend._finished(backend, unit, FailedJob(), 0.0, None)  # type: ignore[arg-type]
+    assert done.error == "ValueError: bad site"
+    assert done.log == str(tmp_path / "logs" / "step-00000010.log")

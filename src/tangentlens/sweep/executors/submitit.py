@@ -45,7 +45,7 @@ from tangentlens.sweep.executors.base import (
 )
 from tangentlens.sweep.plan import Plan, Unit
 from tangentlens.sweep.recipe import Recipe
-from tangentlens.sweep.units import UnitReport, run_unit
+from tangentlens.sweep.units import UnitReport, run_unit, unit_log
 
 __all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]
 
@@ -197,19 +197,22 @@ class SubmititBackend:
             return True
         return not _live(job.job_id, states) if self.slurm else job.done()
 
-    @staticmethod
-    def _finished(unit: Unit, job: Any, started: float, state: str | None) -> Finished:
+    def _finished(self, unit: Unit, job: Any, started: float, state: str | None) -> Finished:
         seconds = time.perf_counter() - started
-        stderr = str(job.paths.stderr)
         if not job.paths.result_pickle.exists():  # killed, cancelled, or its node failed
             why = state or "no longer in the queue"
-            return Finished(unit, f"the job ended without a result ({why})", stderr, seconds)
-        error = job.exception()
-        if error is None:
-            return Finished(unit, seconds=seconds, work=job.result().seconds)
-        # the job's stderr holds the traceback; its last line names the error
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        return Finished(unit, error_line(lines[-1] if lines else str(error)), stderr, seconds)
+            error = f"the job ended without a result ({why})"
+            return Finished(unit, error, str(job.paths.stderr), seconds)
+        try:  # one read of the result file: the unit's report, or its failure
+            report = job.result()
+        except submitit.core.utils.FailedJobError as error:
+            # the unit wrote its traceback (last line: the error) before the job failed
+            log = unit_log(self.root, unit.name)
+            if not log.exists():
+                return Finished(unit, error_line(error), str(job.paths.stderr), seconds)
+            lines = [line for line in log.read_text().splitlines() if line.strip()]
+            return Finished(unit, error_line(lines[-1]), str(log), seconds)
+        return Finished(unit, seconds=seconds, work=report.seconds)
 
 
 def _live_jobs(
