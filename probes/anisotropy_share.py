@@ -49,7 +49,7 @@ NAME = "anisotropy_share"
 
 
 def needs(config: AnisotropyShareConfig) -> Needs:
-    return Needs(gradients=True, bins=True)
+    return Needs(gradients=True, bins=True, bin_moments=True)
 
 
 def rows(

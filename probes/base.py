@@ -38,15 +38,25 @@ ROW_FIELDS: tuple[str, ...] = (
 class Needs:
     """What a probe needs from the capture of a step.
 
-    ``gradients``: per-token gradients; ``bins``: per-frequency-bin moments; ``type_sums``:
-    per-type centroid sums; ``reservoir``: sampled rows; ``attention``: queries, keys, patterns.
+    ``gradients``: per-token gradients; ``bins``: frequency bins (per-bin first moments and the
+    reservoir's bin column); ``bin_moments``: the d × d second moment of the gradients per bin
+    (needs ``bins``); ``type_sums``: per-type centroid sums (of the types the probe names, see
+    ``tracked_types`` of frequency_geometry and update_alignment); ``reservoir``: sampled rows;
+    ``attention``: per-head query, key and attention-entropy sums.
     """
 
     gradients: bool = False
     bins: bool = False
+    bin_moments: bool = False
     type_sums: bool = False
     reservoir: bool = False
     attention: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bin_moments and not (self.bins and self.gradients):
+            raise ValueError(
+                "bin_moments are per-bin gradient moments: they need bins=True and gradients=True"
+            )
 
     def union(self, other: Needs) -> Needs:
         return Needs(

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
+from jaxtyping import Int
 
 from tangentlens.capture import TypeSums
 from tangentlens.metrics import (
@@ -36,7 +38,7 @@ from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes.base import Needs, StepData, make_row
 from tangentlens.probes.configs import FrequencyGeometryConfig
 
-__all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows"]
+__all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows", "tracked_types"]
 
 NAME = "frequency_geometry"
 
@@ -46,6 +48,15 @@ _SAME_VECTOR_TOL = 1e-6
 
 def needs(config: FrequencyGeometryConfig) -> Needs:
     return Needs(bins=True, type_sums=True, reservoir=True)
+
+
+def tracked_types(
+    config: FrequencyGeometryConfig, counts: Int[np.ndarray, " vocab"]
+) -> Int[np.ndarray, " n_types"]:
+    """The type ids whose per-type sums the probe reads: those counted at least ``min_count``
+    times in the analysis data (``counts``, the frequency table; a type seen fewer times there
+    is seen fewer times in any capture of that data)."""
+    return np.flatnonzero(np.asarray(counts) >= config.min_count)
 
 
 def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
@@ -99,7 +110,8 @@ def _correlation_rows(
     log_frequency: torch.Tensor,
     min_count: int,
 ) -> list[dict[str, Any]]:
-    """The ``freq_distance_*`` rows of one site from its streamed per-type sums."""
+    """The ``freq_distance_*`` rows of one site from its streamed per-type sums (of the tracked
+    types only; ``log_frequency`` covers the vocabulary)."""
     counts = types.count.double().cpu()
     spread = centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms).cpu()
     kept = counts >= min_count
@@ -108,7 +120,7 @@ def _correlation_rows(
     relative = (spread[kept] / mean_sq_norm).sqrt().nan_to_num(0)
     if not relative.numel() or float(relative.max()) <= _SAME_VECTOR_TOL:
         return []
-    corr = frequency_distance_correlation(log_frequency, spread, counts, min_count)
+    corr = frequency_distance_correlation(log_frequency[types.ids], spread, counts, min_count)
     common = {"site": site, "n_tokens": corr.n}
     return [
         make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common),

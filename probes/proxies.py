@@ -15,6 +15,9 @@ drift is reported as such and not credited to whichever method happens to contai
 of m̂ a method's span held is its ``mean_direction_overlap`` ``‖Qᵀm̂‖²``. m̂ follows the fit
 policy: the pooled window mean under ``frozen_early``, the step's mean under ``per_checkpoint``.
 
+A proxy fixed beforehand rather than fitted on these activations — a published SAE's
+(:func:`add_fixed_proxy`) — is treated the same way: m̂ projected out, its overlap reported.
+
 Each proxy is an orthonormal basis (d × rank, float64); :class:`FittedProxies` also carries the
 fit diagnostics that tell whether a proxy is a good fit (:func:`fit_rows`).
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
@@ -39,6 +43,7 @@ __all__ = [
     "ActivationPool",
     "FittedProxies",
     "ProxyConfig",
+    "add_fixed_proxy",
     "fit_proxies",
     "fit_rows",
 ]
@@ -127,11 +132,31 @@ class ActivationPool:
                 raise ValueError("the mean activation is zero: the mean direction is undefined")
             m = mean / norm
             for method, basis in out.bases.items():
-                overlap = basis.T @ m
-                out.diagnostics[method]["mean_direction_overlap"] = float(overlap.pow(2).sum())
-                out.bases[method] = span_basis((basis - torch.outer(m, overlap)).T)
+                out.bases[method], overlap = _without_mean(basis, m)
+                out.diagnostics[method]["mean_direction_overlap"] = overlap
             out.bases[MEAN_DIRECTION] = m[:, None]
         return out
+
+
+def _without_mean(basis: Basis, m: Float[torch.Tensor, " d"]) -> tuple[Basis, float]:
+    """``orth((I − m̂m̂ᵀ) Q)`` and ``‖Qᵀm̂‖²`` (how much of the unit ``m`` the span held)."""
+    overlap = basis.T @ m
+    return span_basis((basis - torch.outer(m, overlap)).T), float(overlap.pow(2).sum())
+
+
+def add_fixed_proxy(fitted: FittedProxies, method: str, basis: Basis) -> FittedProxies:
+    """``fitted`` with a proxy fixed beforehand (``basis``, d × k orthonormal) added as
+    ``method``: where ``fitted`` has the mean direction m̂, it is projected out of ``basis`` as
+    out of every fitted proxy, and ``mean_direction_overlap`` recorded."""
+    if method in fitted.bases:
+        raise ValueError(f"the proxies already hold a method named {method!r}")
+    diagnostics = dict(fitted.diagnostics)
+    diagnostics[method] = {}
+    if MEAN_DIRECTION in fitted.bases:
+        m = fitted.bases[MEAN_DIRECTION][:, 0]
+        basis, overlap = _without_mean(basis.double().cpu(), m)
+        diagnostics[method]["mean_direction_overlap"] = overlap
+    return FittedProxies({**fitted.bases, method: basis.double().cpu()}, diagnostics)
 
 
 def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> FittedProxies:

@@ -74,7 +74,7 @@ _SUMS_RTOL = 1e-8
 
 
 def needs(config: TangentEnergyConfig) -> Needs:
-    return Needs(gradients=True, bins=True, reservoir=True)
+    return Needs(gradients=True, bins=True, bin_moments=True, reservoir=True)
 
 
 def seed_key(

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
+from jaxtyping import Int
 
 from tangentlens.metrics import complement_frames, update_alignment
 from tangentlens.probes.base import Needs, StepData, make_row
@@ -28,13 +30,24 @@ from tangentlens.probes.configs import UpdateAlignmentConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
-__all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows"]
+__all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows", "tracked_types"]
 
 NAME = "update_alignment"
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:
     return Needs(type_sums=True)
+
+
+def tracked_types(
+    config: UpdateAlignmentConfig, counts: Int[np.ndarray, " vocab"]
+) -> Int[np.ndarray, " n_types"]:
+    """The ids of the ``centroid_types`` most frequent types of the analysis data (``counts``,
+    the frequency table; ties by id; unseen types left out), most frequent first: the types
+    whose centroid updates are scored."""
+    counts = np.asarray(counts, dtype=np.int64)
+    ranked = np.argsort(-counts, kind="stable")[: config.centroid_types]
+    return ranked[counts[ranked] > 0]
 
 
 def _score(

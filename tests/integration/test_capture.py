@@ -116,9 +116,11 @@ def test_activations_match_run_with_cache_and_only_requested_sites_kept(tiny_dec
     assert set(batch.activations) == set(SITES) == set(batch.gradients)
     for site in SITES:
         torch.testing.assert_close(batch.activations[site], cache[site], rtol=0, atol=0)
+    # attention is reduced in its hooks: this batch's sums over the kept positions
     assert set(batch.attention) == {1}
-    torch.testing.assert_close(batch.attention[1].k, cache["blocks.1.attn.hook_k"])
-    torch.testing.assert_close(batch.attention[1].pattern, cache["blocks.1.attn.hook_pattern"])
+    keys = cache["blocks.1.attn.hook_k"][batch.keep].double().sum(0)
+    assert torch.equal(batch.attention[1].sum_k, keys)
+    assert batch.attention[1].count == int(batch.keep.sum())
     # hooks only observe: the logits are untouched and no parameter gradient was made
     params = list(tiny_decoder.parameters())
     assert all(p.requires_grad for p in params) and all(p.grad is None for p in params)

@@ -1,5 +1,7 @@
 """Streaming accumulators and the row reservoir against brute force on the whole stream."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -83,21 +85,45 @@ def test_moment_accumulator_rejects_bad_input():
         acc.merge(MomentAccumulator(4))
 
 
-def test_type_sums_match_brute_force():
+@pytest.mark.parametrize("tracked", [list(range(10)), [1, 4, 5, 9], []])
+def test_type_sums_match_brute_force(tracked):
+    """Sums of the tracked types only (the rest skipped), row ``i`` of type ``ids[i]``."""
     x = _stream(2, n=200, d=6)
     tokens = torch.randint(10, (200,), generator=torch.Generator().manual_seed(0))
-    sums = TypeSums(10, 6)
-    half = TypeSums(10, 6)
+    sums = TypeSums(tracked, 6, vocab_size=10)
+    half = TypeSums(torch.tensor(tracked, dtype=torch.int64), 6, vocab_size=10)
     sums.update(tokens[:120], x[:120])
     half.update(tokens[120:], x[120:])
     sums.merge(half)
-    for t in range(10):
+    assert sums.ids.tolist() == tracked and sums.sum.shape == (len(tracked), 6)
+    for row, t in enumerate(tracked):
         rows = x[tokens == t].double()
-        assert int(sums.count[t]) == rows.shape[0]
-        torch.testing.assert_close(sums.sum[t], rows.sum(0))
-        torch.testing.assert_close(sums.sum_sq_norms[t], (rows**2).sum())
+        assert int(sums.count[row]) == rows.shape[0]
+        torch.testing.assert_close(sums.sum[row], rows.sum(0))
+        torch.testing.assert_close(sums.sum_sq_norms[row], (rows**2).sum())
+    assert int(sums.count.sum()) == int(torch.isin(tokens, torch.tensor(tracked)).sum())
+    if tracked:
+        assert sums.rows_of(torch.tensor(tracked[::-1])).tolist() == list(range(len(tracked)))[::-1]
     with pytest.raises(ValueError, match=r"\[0, 10\)"):
         sums.update(torch.tensor([10]), x[:1])
+
+
+def test_type_sums_refuse_other_types_and_bad_ids():
+    sums = TypeSums([1, 4], 3, vocab_size=10)
+    with pytest.raises(ValueError, match="same tracked type ids"):
+        sums.merge(TypeSums([1, 5], 3, vocab_size=10))
+    with pytest.raises(ValueError, match="equal tracked types"):
+        sums.merge(TypeSums([1, 4, 5], 3, vocab_size=10))
+    with pytest.raises(ValueError, match="not tracked"):
+        sums.rows_of(torch.tensor([4, 2]))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        TypeSums([4, 1], 3, vocab_size=10)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        TypeSums([1, 10], 3, vocab_size=10)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        StatisticsConfig(type_sums=True, vocab_size=10, type_ids=(3, 3))
+    with pytest.raises(ValueError, match="type_sums=True"):
+        StatisticsConfig(vocab_size=10, type_ids=(3,))
 
 
 def test_priorities_are_uniform_and_seeded():
@@ -156,7 +182,9 @@ def test_site_statistics_per_bin_and_merge():
     bins = tokens % 3
     bins[:7] = -1  # unseen types belong to no bin, but to the overall moments
     ids = torch.arange(300)
-    config = StatisticsConfig(n_bins=3, type_sums=True, vocab_size=20, reservoir_size=50)
+    config = StatisticsConfig(
+        n_bins=3, type_sums=True, vocab_size=20, type_ids=(0, 2, 3, 19), reservoir_size=50
+    )
     whole, part = SiteStatistics(8, config), SiteStatistics(8, config)
     whole.update(h, g, tokens, ids, bins)
     rest = SiteStatistics(8, config)
@@ -168,12 +196,21 @@ def test_site_statistics_per_bin_and_merge():
         torch.testing.assert_close(whole.g_bins[b].second_moment, rows.T @ rows)
         torch.testing.assert_close(part.g_bins[b].second_moment, rows.T @ rows)
         assert whole.h_bins[b].count == int((bins == b).sum())
+        assert whole.h_bins[b].second_moment is None  # nothing reads H's per-bin d × d
+        torch.testing.assert_close(part.h_bins[b].sum, h[bins == b].double().sum(0))
     for stats in (whole, part):
         torch.testing.assert_close(stats.g.second_moment, g.double().T @ g.double())
         torch.testing.assert_close(stats.h.second_moment, h.double().T @ h.double())
         assert stats.h.count == 300
     assert torch.equal(part.reservoir.ids, whole.reservoir.ids)
     torch.testing.assert_close(part.types.sum, whole.types.sum)
+    assert whole.types.ids.tolist() == [0, 2, 3, 19]
+    torch.testing.assert_close(whole.types.sum[3], h[tokens == 19].double().sum(0))
+    unmoved = SiteStatistics(8, dataclasses.replace(config, gradient_bin_moments=False))
+    unmoved.update(h, g, tokens, ids, bins)
+    assert all(acc.second_moment is None for acc in unmoved.g_bins)
+    torch.testing.assert_close(unmoved.g.second_moment, whole.g.second_moment)
+    torch.testing.assert_close(unmoved.g_bins[1].sum, whole.g_bins[1].sum)
     assert sorted(whole.reservoir.columns()) == ["G", "H", "bin", "token"]
     with pytest.raises(ValueError, match="bins are required"):
         whole.update(h, g, tokens, ids)
@@ -311,3 +348,69 @@ def test_site_statistics_gather_sequence_energy_only_for_named_sites():
         StatisticsConfig(gradients=False, n_bins=2, sequence_energy=spec)
     with pytest.raises(ValueError, match="6-dimensional, the site is 5-dimensional"):
         SiteStatistics(5, config, site="site")
+
+
+# ------------------------------------------------------------ memory arithmetic
+
+
+def _tensor_bytes(stats: SiteStatistics) -> int:
+    """Bytes of every tensor a SiteStatistics holds (besides its reservoir)."""
+    accumulators = [stats.h, stats.g, *stats.h_bins, *stats.g_bins]
+    tensors = [
+        getattr(acc, name)
+        for acc in accumulators
+        if acc is not None
+        for name in ("_n_nonzero", "sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment")
+    ]
+    if stats.types is not None:
+        t = stats.types
+        tensors += [t.ids, t._row, t.count, t.sum, t.sum_sq_norms]
+    return sum(x.nbytes for x in tensors if x is not None)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        StatisticsConfig(reservoir_size=0),
+        StatisticsConfig(gradients=False, n_bins=4),
+        StatisticsConfig(n_bins=5, reservoir_size=10),
+        StatisticsConfig(n_bins=3, gradient_bin_moments=False),
+        StatisticsConfig(n_bins=2, type_sums=True, vocab_size=50),
+        StatisticsConfig(gradients=False, type_sums=True, vocab_size=50, type_ids=(1, 7, 49)),
+        StatisticsConfig(n_bins=1, type_sums=True, vocab_size=50, type_ids=()),
+    ],
+)
+def test_statistics_bytes_equal_the_allocated_buffers(config):
+    from tangentlens.capture.chunks import statistics_bytes
+
+    d = 7
+    stats = SiteStatistics(d, config)
+    n_types = 0
+    if config.type_sums:
+        n_types = config.vocab_size if config.type_ids is None else len(config.type_ids)
+    expected = statistics_bytes(
+        d,
+        gradients=config.gradients,
+        n_bins=config.n_bins,
+        bin_moments=config.gradient_bin_moments,
+        n_types=n_types,
+        vocab_size=config.vocab_size if config.type_sums else 0,
+    )
+    assert expected == _tensor_bytes(stats)
+    with pytest.raises(ValueError, match="n_types"):
+        statistics_bytes(d, gradients=True, n_bins=0, bin_moments=False, n_types=3)
+
+
+def test_loss_chunk_rows_fit_the_chunk_bytes_and_import_no_torch():
+    import subprocess
+    import sys
+
+    from tangentlens.capture.chunks import LOSS_CHUNK_BYTES, loss_chunk_rows
+
+    assert loss_chunk_rows(50_304) == LOSS_CHUNK_BYTES // (4 * 50_304) == 1334
+    assert loss_chunk_rows(2**40) == 1
+    with pytest.raises(ValueError, match="d_vocab"):
+        loss_chunk_rows(0)
+    script = "import sys, tangentlens.capture.chunks; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr

@@ -52,7 +52,7 @@ def _log_frequency(tokens, vocab):
 
 def _streamed(tokens, H, vocab, chunks=7):
     """Per-type sums accumulated batch by batch, as a capture does."""
-    sums = TypeSums(vocab, H.shape[1])
+    sums = TypeSums(range(vocab), H.shape[1], vocab_size=vocab)
     for tok, rows in zip(np.array_split(tokens, chunks), np.array_split(H, chunks), strict=True):
         sums.update(torch.from_numpy(tok), torch.from_numpy(rows))
     return sums
@@ -100,7 +100,7 @@ def test_spread_from_streamed_sums_matches_per_type_ddof1_variances():
     centroids = centroids_from_sums(sums.count, sums.sum)
     assert torch.isnan(centroids[17]).all() and not torch.isnan(centroids[3]).any()
     # every occurrence the same vector: spread exactly 0, never negative from rounding
-    same = TypeSums(1, 4)
+    same = TypeSums([0], 4, vocab_size=1)
     same.update(torch.zeros(5, dtype=torch.int64), torch.full((5, 4), 0.1))
     assert float(centroid_spread_from_sums(same.count, same.sum, same.sum_sq_norms)[0]) == 0.0
 

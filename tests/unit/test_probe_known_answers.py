@@ -8,9 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tangentlens.capture import SiteStatistics, StatisticsConfig
-from tangentlens.capture.engine import AttentionTensors
-from tangentlens.capture.stream import AttentionStatistics
+from tangentlens.capture import AttentionStatistics, SiteStatistics, StatisticsConfig
 from tangentlens.probes import qk_drift, shape_of_learning, tangent_energy
 from tangentlens.probes.base import StepData
 
@@ -107,7 +105,8 @@ def test_qk_drift_known_answers():
     keep = torch.ones(batch, n, dtype=torch.bool)
     keep[:, 0] = False  # position 0 is excluded
     stats = AttentionStatistics(n_heads, d_head)
-    stats.update(AttentionTensors(q=q, k=k, pattern=pattern), keep)
+    for kind, tensor in (("q", q), ("k", k), ("pattern", pattern)):
+        stats.update(kind, tensor, keep)
     rows = qk_drift.rows(_step({}, {0: stats}), qk_drift.QKDriftConfig())
     got = {(r["method"], r["metric"]): r["value"] for r in rows}
     entropy = sum(math.log(i + 1) for i in range(1, n)) / (n - 1)

@@ -7,11 +7,18 @@ from tangentlens._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".accumulators": ("MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"),
+        ".accumulators": (
+            "ATTENTION_KINDS",
+            "AttentionStatistics",
+            "MomentAccumulator",
+            "SiteStatistics",
+            "StatisticsConfig",
+            "TypeSums",
+        ),
+        ".chunks": ("LOSS_CHUNK_BYTES", "loss_chunk_rows", "statistics_bytes"),
         ".engine": (
             "LOSSES",
             "REDUCTIONS",
-            "AttentionTensors",
             "CaptureConfig",
             "CapturedBatch",
             "capture_batch",
@@ -19,6 +26,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         ".reservoir": ("RowReservoir", "row_priorities"),
         ".sequence_energy": ("EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"),
-        ".stream": ("AttentionStatistics", "CaptureStatistics", "capture_statistics"),
+        ".stream": ("CaptureStatistics", "capture_statistics"),
     },
 )

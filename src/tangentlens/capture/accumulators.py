@@ -4,10 +4,14 @@ CPU); the row reservoir always lives on the CPU.
 
 * :class:`MomentAccumulator` — moments of a stream of rows ``x`` (d,): count, ``Σx``, ``Σ‖x‖``,
   ``Σ‖x‖²``, ``Σ x/‖x‖`` (over nonzero rows) and optionally ``Σ x xᵀ`` (d × d).
-* :class:`TypeSums` — per token type: count, ``Σh`` and ``Σ‖h‖²`` (centroids and spreads).
+* :class:`TypeSums` — per tracked token type: count, ``Σh`` and ``Σ‖h‖²`` (centroids and
+  spreads).
 * :class:`SiteStatistics` — everything one hook site accumulates: moments of ``H`` and ``G``
   overall and per frequency bin, optional per-type sums, an optional row reservoir and optional
   per-sequence gradient energy sums (:class:`~tangentlens.capture.sequence_energy.SequenceEnergy`).
+  :func:`~tangentlens.capture.chunks.statistics_bytes` gives its size without allocating it.
+* :class:`AttentionStatistics` — per-head sums of one attention layer: queries, keys and the
+  attention entropy of the kept positions.
 
 Every accumulator merges: statistics of two disjoint halves of a stream merge to those of the
 whole (exactly, up to float64 summation order).
@@ -16,6 +20,7 @@ whole (exactly, up to float64 summation order).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +29,17 @@ from jaxtyping import Float, Int
 from tangentlens.capture.reservoir import RowReservoir
 from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
 from tangentlens.checks import check_count
+from tangentlens.metrics.attention import QKDrift, attention_entropy_sums, qk_drift_from_means
+from tangentlens.typing import TokenMask
 
-__all__ = ["MomentAccumulator", "SiteStatistics", "StatisticsConfig", "TypeSums"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "AttentionStatistics",
+    "MomentAccumulator",
+    "SiteStatistics",
+    "StatisticsConfig",
+    "TypeSums",
+]
 
 Rows = Float[torch.Tensor, "n d"]
 TokenIds = Int[torch.Tensor, " n"]
@@ -155,56 +169,113 @@ class MomentAccumulator:
 
 
 class TypeSums:
-    """Per token type (``vocab_size`` types): occurrence count, ``Σh`` (vocab, d) and ``Σ‖h‖²``,
-    in float64. ``vocab_size × d × 8`` bytes: keep it for the sites that need centroids."""
+    """Per tracked token type: occurrence count, ``Σh`` and ``Σ‖h‖²`` in float64.
 
-    def __init__(self, vocab_size: int, d: int, device: torch.device | str = "cpu") -> None:
-        self.count = torch.zeros(vocab_size, dtype=torch.int64, device=device)
-        self.sum = torch.zeros(vocab_size, d, dtype=torch.float64, device=device)
-        self.sum_sq_norms = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+    Args:
+        type_ids: the vocabulary ids to track (n_types,), strictly increasing; rows of other
+            types are skipped.
+        d: row width.
+        vocab_size: the vocabulary the token ids come from.
+
+    Attributes: ``ids`` (n_types,) int64 on the CPU; ``count`` (n_types,) int64, ``sum``
+    (n_types, d) and ``sum_sq_norms`` (n_types,), row ``i`` of type ``ids[i]``. Memory:
+    ``n_types × (d + 3) × 8`` bytes plus an int64 index over the vocabulary (on the CPU).
+    """
+
+    def __init__(
+        self,
+        type_ids: Int[torch.Tensor, " n_types"] | Sequence[int],
+        d: int,
+        *,
+        vocab_size: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        check_count(d, "d", minimum=1)
+        check_count(vocab_size, "vocab_size", minimum=1)
+        ids = torch.as_tensor(type_ids, dtype=torch.int64).cpu()
+        if ids.ndim != 1 or (ids.numel() and (int(ids[0]) < 0 or int(ids[-1]) >= vocab_size)):
+            raise ValueError(
+                f"type_ids must be a vector of ids in [0, {vocab_size}), got shape "
+                f"{tuple(ids.shape)}"
+            )
+        if bool((ids[1:] <= ids[:-1]).any()):
+            raise ValueError("type_ids must be strictly increasing (sorted, no repeats)")
+        self.ids = ids
+        self.vocab_size = vocab_size
+        self._row = torch.full((vocab_size,), -1, dtype=torch.int64)  # type id → row, or -1
+        self._row[ids] = torch.arange(len(ids))
+        n = len(ids)
+        self.count = torch.zeros(n, dtype=torch.int64, device=device)
+        self.sum = torch.zeros(n, d, dtype=torch.float64, device=device)
+        self.sum_sq_norms = torch.zeros(n, dtype=torch.float64, device=device)
+
+    def rows_of(self, type_ids: Int[torch.Tensor, " m"]) -> Int[torch.Tensor, " m"]:
+        """The rows (m,) of the tracked types ``type_ids`` (m,; CPU), in their order."""
+        type_ids = type_ids.cpu().long()
+        if type_ids.numel() and (int(type_ids.min()) < 0 or int(type_ids.max()) >= self.vocab_size):
+            raise ValueError(f"type ids must lie in [0, {self.vocab_size})")
+        rows = self._row[type_ids]
+        if bool((rows < 0).any()):
+            untracked = type_ids[rows < 0][:5].tolist()
+            raise ValueError(f"types {untracked} are not tracked by these type sums")
+        return rows
 
     def update(self, tokens: TokenIds, x: Rows) -> None:
-        """Add rows ``x`` (n, d) of token types ``tokens`` (n,; checked where they are, so pass
-        CPU ids to avoid a device sync)."""
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= len(self.count)):
-            raise ValueError(f"token ids must lie in [0, {len(self.count)})")
-        tokens = tokens.to(self.count.device)
-        x = x.detach().to(self.sum.device, torch.float64)
-        self.count.index_add_(0, tokens, torch.ones_like(tokens))
-        self.sum.index_add_(0, tokens, x)
-        self.sum_sq_norms.index_add_(0, tokens, (x * x).sum(dim=1))
+        """Add the rows of ``x`` (n, d) whose token type ``tokens`` (n,; checked on the CPU, so
+        pass CPU ids to avoid a device sync) is tracked."""
+        tokens = tokens.cpu()
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
+        rows = self._row[tokens]
+        tracked = torch.nonzero(rows >= 0).squeeze(1)
+        device = self.sum.device
+        x = x.detach()
+        if len(tracked) < len(tokens):
+            rows = rows[tracked]
+            x = x[tracked.to(x.device)]
+        rows = rows.to(device)
+        x = x.to(device, torch.float64)
+        self.count.index_add_(0, rows, torch.ones_like(rows))
+        self.sum.index_add_(0, rows, x)
+        self.sum_sq_norms.index_add_(0, rows, (x * x).sum(dim=1))
 
     def to(self, device: torch.device | str) -> TypeSums:
-        """Move the sums to ``device`` (in place); returns self."""
+        """Move the sums to ``device`` (in place; ids and the index stay on the CPU)."""
         self.count, self.sum = _moved(self.count, device), _moved(self.sum, device)
         self.sum_sq_norms = _moved(self.sum_sq_norms, device)
         return self
 
     def merge(self, other: TypeSums) -> None:
-        if other.sum.shape != self.sum.shape:
-            raise ValueError("type sums merge only with equal vocabulary size and d")
-        self.count += other.count
-        self.sum += other.sum
-        self.sum_sq_norms += other.sum_sq_norms
+        """Add the sums of a disjoint part of the stream (the same tracked types and d)."""
+        if other.sum.shape != self.sum.shape or other.vocab_size != self.vocab_size:
+            raise ValueError("type sums merge only with equal tracked types, vocabulary and d")
+        if not torch.equal(other.ids, self.ids):
+            raise ValueError("type sums merge only over the same tracked type ids")
+        self.count += other.count.to(self.count.device)
+        self.sum += other.sum.to(self.sum.device)
+        self.sum_sq_norms += other.sum_sq_norms.to(self.sum_sq_norms.device)
 
 
 @dataclass(frozen=True)
 class StatisticsConfig:
     """What a site accumulates besides the overall moments of ``H`` (and ``G``).
 
-    ``n_bins``: frequency bins (0 = none); ``bin_second_moments``: keep d × d moments per bin
-    (12 matrices per site at 5 bins: 56 MB at d 768); ``type_sums``: per-type centroid sums of
-    ``H`` (needs ``vocab_size``); ``reservoir_size``: rows sampled for point-based metrics
-    (0 = none); ``seed``: of the reservoir's priorities; ``sequence_energy``: projectors per site
-    for per-sequence energy sums of ``G`` (None = none; needs ``gradients`` and one slot per
-    frequency bin plus "all").
+    ``n_bins``: frequency bins (0 = none): first moments of ``H`` and ``G`` per bin;
+    ``gradient_bin_moments``: also keep the d × d second moment of ``G`` per bin (with
+    ``gradients``; 5 matrices per site at 5 bins: 24 MB at d 768); ``type_sums``: per-type
+    centroid sums of ``H`` over ``type_ids`` (strictly increasing ids; None = every type of
+    ``vocab_size``, which is then required); ``reservoir_size``: rows sampled for point-based
+    metrics (0 = none); ``seed``: of the reservoir's priorities; ``sequence_energy``: projectors
+    per site for per-sequence energy sums of ``G`` (None = none; needs ``gradients`` and one
+    slot per frequency bin plus "all").
     """
 
     gradients: bool = True
     n_bins: int = 0
-    bin_second_moments: bool = True
+    gradient_bin_moments: bool = True
     type_sums: bool = False
     vocab_size: int | None = None
+    type_ids: tuple[int, ...] | None = None
     reservoir_size: int = 16384
     seed: int = 0
     sequence_energy: SequenceEnergyConfig | None = None
@@ -225,6 +296,19 @@ class StatisticsConfig:
             raise ValueError(
                 f"type_sums needs vocab_size as an integer ≥ 1, got {self.vocab_size!r}"
             )
+        if self.type_ids is not None:
+            if not self.type_sums:
+                raise ValueError("type_ids name the types of type_sums: set type_sums=True")
+            ids = tuple(self.type_ids)
+            if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+                raise ValueError("type_ids must be integers")
+            if any(b <= a for a, b in itertools.pairwise(ids)) or (
+                ids and not 0 <= ids[0] <= ids[-1] < self.vocab_size  # type: ignore[operator]
+            ):
+                raise ValueError(
+                    f"type_ids must be strictly increasing ids in [0, {self.vocab_size})"
+                )
+            object.__setattr__(self, "type_ids", ids)
 
 
 def _update_binned(
@@ -252,10 +336,12 @@ def _update_binned(
 class SiteStatistics:
     """Statistics of one hook site of width ``d``.
 
-    ``h`` / ``g``: overall :class:`MomentAccumulator` of activations / gradients (``g`` is None
-    without gradients); ``h_bins`` / ``g_bins``: one per frequency bin; ``types``: per-type sums
-    of ``H`` or None; ``reservoir``: a :class:`RowReservoir` with columns ``H``, ``G`` (float32),
-    ``token`` and ``bin`` (int64), or None; ``sequence_energy``: per-sequence energy sums of
+    ``h`` / ``g``: overall :class:`MomentAccumulator` of activations / gradients with their
+    d × d second moments (``g`` is None without gradients); ``h_bins`` / ``g_bins``: one per
+    frequency bin, first moments only (``g_bins`` with d × d moments when
+    ``config.gradient_bin_moments``); ``types``: per-type sums of ``H`` (the tracked types) or
+    None; ``reservoir``: a :class:`RowReservoir` with columns ``H``, ``G`` (float32), ``token``
+    and ``bin`` (int64), or None; ``sequence_energy``: per-sequence energy sums of
     ``G``, kept when ``config.sequence_energy`` has projectors for ``site``, else None.
     """
 
@@ -270,16 +356,25 @@ class SiteStatistics:
         self.d = d
         self.config = config
         grads = config.gradients
-        moments = {"second_moment": config.bin_second_moments, "device": device}
+        g_moments = config.gradient_bin_moments
         self.h = MomentAccumulator(d, device=device)
         self.g = MomentAccumulator(d, device=device) if grads else None
-        self.h_bins = [MomentAccumulator(d, **moments) for _ in range(config.n_bins)]
+        self.h_bins = [
+            MomentAccumulator(d, second_moment=False, device=device) for _ in range(config.n_bins)
+        ]
         self.g_bins = (
-            [MomentAccumulator(d, **moments) for _ in range(config.n_bins)] if grads else []
+            [
+                MomentAccumulator(d, second_moment=g_moments, device=device)
+                for _ in range(config.n_bins)
+            ]
+            if grads
+            else []
         )
-        self.types = (
-            TypeSums(config.vocab_size, d, device) if config.type_sums else None  # type: ignore[arg-type]
-        )
+        self.types: TypeSums | None = None
+        if config.type_sums:
+            vocab = config.vocab_size
+            ids = range(vocab) if config.type_ids is None else config.type_ids  # type: ignore[arg-type]
+            self.types = TypeSums(ids, d, vocab_size=vocab, device=device)  # type: ignore[arg-type]
         self.reservoir = (
             RowReservoir(config.reservoir_size, config.seed) if config.reservoir_size else None
         )
@@ -368,3 +463,62 @@ class SiteStatistics:
             )
         if self.sequence_energy is not None and other.sequence_energy is not None:
             self.sequence_energy.merge(other.sequence_energy)
+
+
+#: The attention tensors :class:`AttentionStatistics` sums: queries, keys, the pattern.
+ATTENTION_KINDS: tuple[str, ...] = ("q", "k", "pattern")
+
+
+class AttentionStatistics:
+    """Per-head float64 sums of one attention layer (on ``device``): queries ``sum_q`` and keys
+    ``sum_k`` (head, d_head) at kept positions, and ``entropy_sum`` (head,) of the kept query
+    rows' attention entropy over ``count`` rows."""
+
+    def __init__(self, n_heads: int, d_head: int, device: torch.device | str = "cpu") -> None:
+        f64 = {"dtype": torch.float64, "device": device}
+        self.sum_q = torch.zeros(n_heads, d_head, **f64)
+        self.sum_k = torch.zeros(n_heads, d_head, **f64)
+        self.entropy_sum = torch.zeros(n_heads, **f64)
+        self.count = 0
+
+    def update(self, kind: str, tensor: torch.Tensor, keep: TokenMask) -> None:
+        """Add one batch's ``q`` or ``k`` (batch, pos, head, d_head) or attention ``pattern``
+        (batch, head, query, key) at the kept positions ``keep`` (batch, pos); ``count`` counts
+        the kept query rows of the patterns."""
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        keep = keep.to(tensor.device)
+        if kind == "pattern":
+            entropy, n = attention_entropy_sums(tensor, keep)
+            self.entropy_sum += entropy.to(self.entropy_sum.device)
+            self.count += n
+            return
+        total = self.sum_q if kind == "q" else self.sum_k
+        total += tensor[keep].to(torch.float64).sum(dim=0).to(total.device)
+
+    def to(self, device: torch.device | str) -> AttentionStatistics:
+        """Move the sums to ``device`` (in place); returns self."""
+        self.sum_q, self.sum_k = self.sum_q.to(device), self.sum_k.to(device)
+        self.entropy_sum = self.entropy_sum.to(device)
+        return self
+
+    def merge(self, other: AttentionStatistics) -> None:
+        """Add the sums of a disjoint part of the stream."""
+        if other.sum_q.shape != self.sum_q.shape or other.sum_k.shape != self.sum_k.shape:
+            raise ValueError("attention statistics merge only with equal heads and d_head")
+        self.sum_q += other.sum_q.to(self.sum_q.device)
+        self.sum_k += other.sum_k.to(self.sum_k.device)
+        self.entropy_sum += other.entropy_sum.to(self.entropy_sum.device)
+        self.count += other.count
+
+    def drift(self) -> QKDrift:
+        """Q/K drift per head from the mean query and key."""
+        if self.count == 0:
+            raise ValueError("no kept positions were accumulated for this layer")
+        return qk_drift_from_means(self.sum_q / self.count, self.sum_k / self.count)
+
+    def entropy(self) -> Float[torch.Tensor, " head"]:
+        """Mean attention entropy per head (nats), ``(head,)``."""
+        if self.count == 0:
+            raise ValueError("no kept positions were accumulated for this layer")
+        return self.entropy_sum / self.count

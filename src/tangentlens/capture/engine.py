@@ -2,10 +2,21 @@
 gradients ``G = ∂L/∂H`` at every requested hook site.
 
 How: parameters are frozen for the pass (no weight gradients are computed), forward hooks record
-the site tensors without changing them, and one ``torch.autograd.grad(L, site tensors)`` returns
-every site's gradient. The first site whose tensor does not yet require a gradient (nothing
-upstream of it does, parameters being frozen) is replaced by an identical leaf that does, so the
-backward pass stops there.
+the site tensors without changing them, and one ``torch.autograd.grad`` through the model's body
+returns every site's gradient. The first site whose tensor does not yet require a gradient
+(nothing upstream of it does, parameters being frozen) is replaced by an identical leaf that does,
+so the backward pass stops there.
+
+The loss head never exists for the whole batch at once: the body runs to the unembedding's input
+``U`` (decoders: the final residual stream after ``ln_final``; encoders: after the MLM head's
+transform), and the unembedding and cross-entropy run on the **scored** positions only, at most
+:func:`~tangentlens.capture.chunks.loss_chunk_rows` of them at a time, each chunk in its own small
+graph on a detached copy of its rows of ``U``; the chunks' gradients ``∂L/∂U`` are scattered into
+one buffer that the backward pass through the body starts from. Peak memory of the loss is that of
+one chunk's logits (:data:`~tangentlens.capture.chunks.LOSS_CHUNK_BYTES`), not batch × pos × vocab.
+Logits enter the cross-entropy in float32 at least. The unembedding is computed from its
+weights (``U W_U + b_U``), so its hooks (``unembed.*``) never fire and cannot be captured;
+``ln_final.*`` and ``mlm_head.*`` run on the whole batch and can.
 
 The loss (recorded with every result):
 
@@ -14,7 +25,9 @@ The loss (recorded with every result):
   from the statistics as ``no_target``; targets equal to the pad id are not scored;
 * ``mlm`` (encoders): BERT's corruption (15 % of non-special positions; 80 % [MASK], 10 % random,
   10 % kept), each sequence's drawn from a generator seeded by ``(seed, sequence index)`` so the
-  masks do not depend on the batch size; cross-entropy at the chosen (scored) positions.
+  masks do not depend on the batch size; cross-entropy at the chosen (scored) positions;
+* ``none``: activations only, for checkpoints without a language-modelling head (no head runs,
+  no gradients; the loss is NaN and nothing is scored; encoder-style masks, no ``position0``).
 
 Which positions the statistics keep (one set for activation moments, gradient moments, the row
 reservoir and attention, so proxies and energies describe the same tokens):
@@ -28,6 +41,10 @@ other kept row: about 12 % of kept rows at 15 % × 80 %. Gradient statistics are
 to scored positions: ``G = ∂L/∂H`` is the true gradient at every kept row; unscored rows are
 exactly zero at the last block (~85 % of rows there) but not below it, where attention carries
 the loss to every position; zero rows add nothing to the pooled energy sums.
+
+Attention layers are reduced inside their forward hooks (queries, keys and the pattern's entropy
+summed over the kept positions into an :class:`~tangentlens.capture.AttentionStatistics`): the
+capture keeps no reference to a layer's queries, keys or pattern.
 
 ``reduction="sum"`` (the only one) differentiates the summed token loss, so a token's gradient
 does not depend on the batch size or on the other rows of its batch. A per-batch mean is not
@@ -44,28 +61,30 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 
+from tangentlens.capture.accumulators import AttentionStatistics
+from tangentlens.capture.chunks import loss_chunk_rows
 from tangentlens.data.masks import MaskPolicy, analysis_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.seeding import seeded_generator
-from tangentlens.typing import Tokens
+from tangentlens.typing import TokenMask, Tokens
 
 __all__ = [
     "LOSSES",
     "REDUCTIONS",
-    "AttentionTensors",
     "CaptureConfig",
     "CapturedBatch",
     "capture_batch",
     "frozen_parameters",
 ]
 
-LOSSES: tuple[str, ...] = ("next_token", "mlm")
+LOSSES: tuple[str, ...] = ("next_token", "mlm", "none")
 REDUCTIONS: tuple[str, ...] = ("sum",)
 
 SiteTensor = Float[torch.Tensor, "batch pos d"]
+HeadInput = Float[torch.Tensor, "batch pos d_model"]
 
 
 @dataclass(frozen=True)
@@ -74,12 +93,13 @@ class CaptureConfig:
 
     Args:
         sites: full TransformerLens hook names whose activations (and gradients) are kept.
-        loss: ``"next_token"`` (decoders) or ``"mlm"`` (encoders).
+        loss: ``"next_token"`` (decoders), ``"mlm"`` (encoders) or ``"none"`` (activations only,
+            for a checkpoint without a language-modelling head; needs ``gradients=False``).
         gradients: also compute ``G = ∂L/∂H`` at every site (one backward pass).
         reduction: ``"sum"`` of the token losses that ``G`` differentiates (the only one).
         mlm_probability: share of non-special positions the masked-LM loss scores.
         seed: seeds the masked-LM corruption, with each sequence's index.
-        attention_layers: layers whose queries, keys and attention pattern are kept.
+        attention_layers: layers whose queries, keys and attention entropy are summed.
         mask_policy: which positions the statistics exclude (BOS, position 0, padding, special).
     """
 
@@ -102,6 +122,12 @@ class CaptureConfig:
             raise ValueError(f"sites must be distinct, got {list(self.sites)}")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.loss == "none" and self.gradients:
+            raise ValueError(
+                "loss 'none' computes no loss, so there is no gradient to capture: set "
+                "gradients=False, or use loss 'next_token' / 'mlm' with a model that has its "
+                "language-modelling head"
+            )
         if self.reduction not in REDUCTIONS:
             raise ValueError(
                 f"reduction must be one of {REDUCTIONS}, got {self.reduction!r} (a per-batch "
@@ -120,16 +146,6 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
-class AttentionTensors:
-    """One layer's queries and keys (batch, pos, head, d_head; before rotary embeddings) and
-    attention pattern (batch, head, query, key)."""
-
-    q: Float[torch.Tensor, "batch pos head d_head"]
-    k: Float[torch.Tensor, "batch pos head d_head"]
-    pattern: Float[torch.Tensor, "batch head query key"]
-
-
-@dataclass(frozen=True)
 class CapturedBatch:
     """The result of :func:`capture_batch` for one token batch.
 
@@ -138,19 +154,20 @@ class CapturedBatch:
     read (after masked-LM corruption; equal to ``tokens`` for decoders); ``keep`` the positions
     the statistics use (see the module docstring); ``scored`` the positions the loss scores;
     ``excluded`` counts excluded positions per reason (``bos``, ``position0``, ``padding``,
-    ``special``, ``no_target``; ``total`` = excluded by any); ``loss`` is the reduced loss and
-    ``n_scored`` the number of tokens it scores. ``gradients`` is empty when the config asks
-    for none.
+    ``special``, ``no_target``; ``total`` = excluded by any); ``attention`` this batch's
+    attention statistics per layer (on the model's device); ``loss`` is the reduced loss (NaN
+    for loss ``none``) and ``n_scored`` the number of tokens it scores. ``gradients`` is empty
+    when the config asks for none.
     """
 
     tokens: Tokens
     inputs: Tokens
     scored: Bool[torch.Tensor, "batch pos"]
-    keep: Bool[torch.Tensor, "batch pos"]
+    keep: TokenMask
     excluded: dict[str, int]
     activations: dict[str, SiteTensor]
     gradients: dict[str, SiteTensor]
-    attention: dict[int, AttentionTensors]
+    attention: dict[int, AttentionStatistics]
     loss: float
     n_scored: int
 
@@ -199,6 +216,23 @@ def _check_sites(model: torch.nn.Module, sites: tuple[str, ...]) -> None:
             f"unknown hook site(s) {unknown}; this model offers e.g. {blocks[:8]} for every block "
             "(see tangentlens.models.hook_name)"
         )
+    in_unembed = [s for s in sites if s.startswith("unembed.")]
+    if in_unembed:
+        raise ValueError(
+            f"site(s) {in_unembed} lie in the unembedding, which the capture runs on the scored "
+            "positions only, a chunk at a time; capture its input instead "
+            "('ln_final.hook_normalized' in decoders, 'mlm_head.ln.hook_normalized' in encoders)"
+        )
+
+
+def _check_reached(activations: dict[str, torch.Tensor], config: CaptureConfig) -> None:
+    missing = [s for s in config.sites if s not in activations]
+    if missing:
+        head = " (loss 'none' runs no head)" if config.loss == "none" else ""
+        raise ValueError(
+            f"site(s) {missing} were not reached by the capture's forward pass{head}; capture "
+            "sites of the embedding, the blocks or the final norm"
+        )
 
 
 def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None) -> None:
@@ -214,15 +248,56 @@ def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None)
         )
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    n_scored = int((labels != IGNORE_INDEX).sum())
-    total = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        labels.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
-    return total, n_scored
+def _head_input(model: torch.nn.Module, inputs: Tokens, loss: str) -> HeadInput:
+    """The unembedding's input: the body, then ``ln_final`` (decoders) or the MLM head's
+    transform (encoders); for loss ``none`` the final residual stream (no head runs)."""
+    from tangentlens.models.sites import model_family
+
+    encoder = model_family(model) == "encoder"
+    if encoder:
+        resid = model.encoder_output(inputs, None, None)
+    else:
+        resid = model(inputs, stop_at_layer=model.cfg.n_layers)
+    if loss == "none":
+        return resid
+    if encoder:
+        return model.mlm_head(resid)
+    return model.ln_final(resid) if model.cfg.normalization_type is not None else resid
+
+
+def _logits(model: torch.nn.Module, x: Float[torch.Tensor, "n d_model"]) -> torch.Tensor:
+    """Logits ``(n, d_vocab)`` of unembedding inputs ``x``: ``x W_U + b_U`` (what the model's
+    unembedding computes, without its copy of ``W_U``ᵀ per call), soft-capped as the model does,
+    in float32 at least."""
+    unembed = model.unembed
+    logits = torch.addmm(unembed.b_U, x, unembed.W_U)
+    cap = getattr(model.cfg, "output_logits_soft_cap", None)
+    if cap is not None and cap > 0:
+        logits = cap * torch.tanh(logits / cap)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def _chunked_loss(
+    model: torch.nn.Module, head_in: HeadInput, labels: Int[torch.Tensor, "batch pos"]
+) -> tuple[float, int, HeadInput | None]:
+    """Summed cross-entropy of the scored positions (labels ≠ IGNORE_INDEX), a chunk of at
+    most ``loss_chunk_rows(d_vocab)`` positions at a time; returns ``(loss, n_scored,
+    ∂loss/∂head_in)``, the gradient None unless ``head_in`` requires one."""
+    flat = head_in.detach().reshape(-1, head_in.shape[-1])
+    targets = labels.reshape(-1)
+    scored = torch.nonzero(targets != IGNORE_INDEX).squeeze(1)
+    rows = loss_chunk_rows(model.unembed.W_U.shape[1])
+    grad = torch.zeros_like(flat) if head_in.requires_grad else None
+    total = torch.zeros((), dtype=torch.float64, device=flat.device)
+    for index in scored.split(rows):
+        x = flat[index]  # a leaf: each chunk's graph ends here
+        if grad is not None:
+            x.requires_grad_(True)
+        loss = torch.nn.functional.cross_entropy(_logits(model, x), targets[index], reduction="sum")
+        if grad is not None:
+            grad.index_copy_(0, index, torch.autograd.grad(loss, x)[0])
+        total += loss.detach().double()
+    return float(total), scored.numel(), None if grad is None else grad.view_as(head_in)
 
 
 def _inputs_and_labels(
@@ -231,12 +306,13 @@ def _inputs_and_labels(
     special: SpecialTokens,
     vocab_size: int,
     first_sequence: int,
-) -> tuple[Tokens, torch.Tensor]:
-    if config.causal:
+) -> tuple[Tokens, Int[torch.Tensor, "batch pos"]]:
+    if config.loss != "mlm":  # next_token; "none" scores nothing
         labels = torch.full_like(tokens, IGNORE_INDEX)
-        labels[:, :-1] = tokens[:, 1:]
-        if special.pad_id is not None:
-            labels[labels == special.pad_id] = IGNORE_INDEX
+        if config.loss == "next_token":
+            labels[:, :-1] = tokens[:, 1:]
+            if special.pad_id is not None:
+                labels[labels == special.pad_id] = IGNORE_INDEX
         return tokens, labels
     if special.mask_id is None:
         raise ValueError("the mlm loss needs special.mask_id (the tokenizer's [MASK] id)")
@@ -286,16 +362,22 @@ def capture_batch(
         )
     tokens = tokens.to(model.cfg.device)
     inputs, labels = _inputs_and_labels(tokens, config, special, vocab_size, first_sequence)
+    # kept positions come from the original tokens: an MLM [MASK] or random input is kept
+    masks = analysis_mask(tokens, special, causal=config.causal, policy=config.mask_policy)
+    keep = masks.keep
     attention_names = _attention_names(model, config.attention_layers)
     site_set = set(config.sites)
     activations: dict[str, torch.Tensor] = {}
-    raw_attention: dict[int, dict[str, torch.Tensor]] = {}
+    attention = {  # made here, not in the hooks: they must not be inference tensors
+        layer: AttentionStatistics(model.cfg.n_heads, model.cfg.d_head, tokens.device)
+        for layer in sorted(config.attention_layers)
+    }
 
     def record(tensor: torch.Tensor, hook: object) -> torch.Tensor:
         name = hook.name  # type: ignore[attr-defined]
-        if name in attention_names:
+        if name in attention_names:  # reduced here: nothing of the layer is kept
             layer, kind = attention_names[name]
-            raw_attention.setdefault(layer, {})[kind] = tensor.detach()
+            attention[layer].update(kind, tensor.detach(), keep)
         if name in site_set:
             if config.gradients and not tensor.requires_grad:
                 tensor = tensor.detach().requires_grad_(True)
@@ -303,18 +385,29 @@ def capture_batch(
         return tensor
 
     names = sorted(site_set | set(attention_names))
+    loss, n_scored = math.nan, 0
     with frozen_parameters(model), model.hooks(fwd_hooks=[(n, record) for n in names]):
         if config.gradients:
             with torch.enable_grad():
-                logits = model(inputs, return_type="logits")
-                loss, n_scored = _loss(logits, labels)
-                grads = torch.autograd.grad(
-                    loss, [activations[s] for s in config.sites], allow_unused=True
+                head_in = _head_input(model, inputs, config.loss)
+                _check_reached(activations, config)
+                loss, n_scored, grad_head = _chunked_loss(model, head_in, labels)
+                site_tensors = [activations[s] for s in config.sites]
+                grads = (
+                    torch.autograd.grad(
+                        head_in, site_tensors, grad_outputs=grad_head, allow_unused=True
+                    )
+                    if grad_head is not None and site_tensors
+                    else [None] * len(site_tensors)
                 )
+                del head_in, grad_head
         else:
             with torch.inference_mode():
-                logits = model(inputs, return_type="logits")
-                loss, n_scored = _loss(logits, labels)
+                head_in = _head_input(model, inputs, config.loss)
+                _check_reached(activations, config)
+                if config.loss != "none":
+                    loss, n_scored, _ = _chunked_loss(model, head_in, labels)
+                del head_in
             grads = ()
     gradients = {
         s: torch.zeros_like(activations[s]) if g is None else g
@@ -323,25 +416,18 @@ def capture_batch(
     activations = {s: activations[s].detach() for s in config.sites}
     _check_finite(activations, "activations", step)
     _check_finite(gradients, "gradients", step)
-    # kept positions come from the original tokens: an MLM [MASK] or random input is kept
-    masks = analysis_mask(tokens, special, causal=config.causal, policy=config.mask_policy)
-    keep, excluded = masks.keep, dict(masks.excluded)
-    loss_value = float(loss.detach())
-    if not math.isfinite(loss_value):
+    if config.loss != "none" and not math.isfinite(loss):
         at = "" if step is None else f" at step {step}"
-        raise ValueError(f"the loss is not finite{at} ({loss_value}): the checkpoint is broken")
+        raise ValueError(f"the loss is not finite{at} ({loss}): the checkpoint is broken")
     return CapturedBatch(
         tokens=tokens,
         inputs=inputs,
         scored=labels != IGNORE_INDEX,
         keep=keep,
-        excluded=excluded,
+        excluded=dict(masks.excluded),
         activations=activations,
         gradients=gradients,
-        attention={
-            layer: AttentionTensors(q=t["q"], k=t["k"], pattern=t["pattern"])
-            for layer, t in sorted(raw_attention.items())
-        },
-        loss=loss_value,
+        attention=attention,
+        loss=loss,
         n_scored=n_scored,
     )

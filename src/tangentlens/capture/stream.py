@@ -8,57 +8,20 @@ stream), which makes the row reservoir independent of the batch size.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
-from tangentlens.capture.accumulators import SiteStatistics, StatisticsConfig
-from tangentlens.capture.engine import AttentionTensors, CaptureConfig, capture_batch
+from tangentlens.capture.accumulators import AttentionStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.engine import CaptureConfig, capture_batch
 from tangentlens.data.frequency import FrequencyBins
 from tangentlens.data.packing import SpecialTokens
-from tangentlens.metrics.attention import QKDrift, attention_entropy_sums, qk_drift_from_means
-from tangentlens.typing import TokenMask, Tokens
+from tangentlens.typing import Tokens
 
-__all__ = ["AttentionStatistics", "CaptureStatistics", "capture_statistics"]
-
-
-class AttentionStatistics:
-    """Per-head sums of one layer: queries and keys at kept positions, and attention entropy of
-    the kept query rows, all float64."""
-
-    def __init__(self, n_heads: int, d_head: int) -> None:
-        self.sum_q = torch.zeros(n_heads, d_head, dtype=torch.float64)
-        self.sum_k = torch.zeros(n_heads, d_head, dtype=torch.float64)
-        self.entropy_sum = torch.zeros(n_heads, dtype=torch.float64)
-        self.count = 0
-
-    def update(self, tensors: AttentionTensors, keep: TokenMask) -> None:
-        keep = keep.to(tensors.q.device)
-        self.sum_q += tensors.q[keep].to(torch.float64).sum(dim=0).cpu()
-        self.sum_k += tensors.k[keep].to(torch.float64).sum(dim=0).cpu()
-        entropy, n = attention_entropy_sums(tensors.pattern, keep)
-        self.entropy_sum += entropy.cpu()
-        self.count += n
-
-    def merge(self, other: AttentionStatistics) -> None:
-        self.sum_q += other.sum_q
-        self.sum_k += other.sum_k
-        self.entropy_sum += other.entropy_sum
-        self.count += other.count
-
-    def drift(self) -> QKDrift:
-        """Q/K drift per head from the mean query and key."""
-        if self.count == 0:
-            raise ValueError("no kept positions were accumulated for this layer")
-        return qk_drift_from_means(self.sum_q / self.count, self.sum_k / self.count)
-
-    def entropy(self) -> torch.Tensor:
-        """Mean attention entropy per head (nats), ``(head,)``."""
-        if self.count == 0:
-            raise ValueError("no kept positions were accumulated for this layer")
-        return self.entropy_sum / self.count
+__all__ = ["CaptureStatistics", "capture_statistics"]
 
 
 @dataclass
@@ -67,7 +30,8 @@ class CaptureStatistics:
 
     ``sites``: :class:`SiteStatistics` per hook name; ``attention``: per layer; ``excluded``:
     positions excluded per reason (see :class:`CapturedBatch`); ``n_positions`` and
-    ``n_sequences`` read; ``loss_sum`` the summed token loss over ``n_scored`` scored tokens.
+    ``n_sequences`` read; ``loss_sum`` the summed token loss over ``n_scored`` scored tokens
+    (NaN and 0 for loss ``none``).
     """
 
     config: CaptureConfig
@@ -87,6 +51,9 @@ class CaptureStatistics:
 
     @property
     def mean_loss(self) -> float:
+        """Loss per scored token; NaN for loss ``none`` (nothing is scored)."""
+        if self.config.loss == "none":
+            return math.nan
         if self.n_scored == 0:
             raise ValueError("no token was scored: the mean loss is undefined")
         return self.loss_sum / self.n_scored
@@ -161,10 +128,11 @@ def capture_statistics(
             out.sites[site].update(
                 h, g if statistics.gradients else None, kept_tokens, row_ids, kept_bins
             )
-        for layer, tensors in batch.attention.items():
-            if layer not in out.attention:
-                out.attention[layer] = AttentionStatistics(tensors.q.shape[2], tensors.q.shape[3])
-            out.attention[layer].update(tensors, batch.keep)
+        for layer, attention in batch.attention.items():
+            if layer in out.attention:
+                out.attention[layer].merge(attention)
+            else:
+                out.attention[layer] = attention
         out.excluded.update(batch.excluded)
         out.n_positions += n_rows * n_pos
         out.n_sequences += n_rows
@@ -173,6 +141,6 @@ def capture_statistics(
         sequence += n_rows
     if out.n_sequences == 0:
         raise ValueError("no token batch was given: the capture stream is empty")
-    for stats in out.sites.values():
+    for stats in [*out.sites.values(), *out.attention.values()]:
         stats.to("cpu")  # the metrics and probes read CPU float64 sums
     return out

@@ -3,12 +3,18 @@
 ``SAE(rank, ...)`` trains a TopK (default) or standard (L1) SAE with SAELens' own ``SAETrainer``
 on a sample of activations ``H`` (any iterator of batches is SAELens' data provider; ours cycles
 through seeded shuffles of ``H``; no wandb, nothing saved unless asked). ``SAE.from_disk(path)``
-loads an SAE saved in SAELens' format instead.
+loads an SAE saved in SAELens' format instead, ``SAE.from_pretrained(release, sae_id)`` a
+published one from SAELens' pretrained registry (``sae_lens.SAE.from_pretrained``);
+:meth:`SAE.check_target` checks a loaded SAE's model, hook and width against the activations it
+is meant for.
 
 The tangent proxy is spanned by decoder rows (``W_dec``, d_sae × d_in, normalised to unit norm):
-by default the ``rank`` latents that fire most often on the sample (ties broken by mean
-activation), or all latents with ``rank=None``. ``explained_variance_`` (``1 − ‖H − Ĥ‖² / ‖H −
-mean‖²``) and ``l0_`` (mean number of active latents per row) are measured on the sample.
+by default the ``rank`` latents that fire most often on the sample (code > 0; ties broken by the
+larger mean activation, then the lower index), or all latents with ``rank=None``. Frequency, not
+mean activation, ranks them: it does not depend on how a latent's scale is split between encoder
+and decoder (published SAEs differ there), and it favours directions many tokens use over rare
+large activations. ``explained_variance_`` (``1 − ‖H − Ĥ‖² / ‖H − mean‖²``) and ``l0_`` (mean
+number of active latents per row) are measured on the sample.
 
 SAELens initialises weights from torch's global generator; training runs inside
 ``torch.random.fork_rng`` seeded with ``seed``, so results are reproducible and the caller's
@@ -17,7 +23,8 @@ global random state is left untouched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +36,38 @@ from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
-__all__ = ["SAE", "SAE_ARCHITECTURES"]
+__all__ = ["SAE", "SAE_ARCHITECTURES", "check_pretrained"]
 
 SAE_ARCHITECTURES: tuple[str, ...] = ("topk", "standard")
+
+
+def _bare(model_name: str) -> str:
+    """A model name without its organisation prefix, lower-cased."""
+    return model_name.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def check_pretrained(release: str, sae_ids: Sequence[str]) -> None:
+    """Check that ``release`` is in SAELens' pretrained registry and holds every id of
+    ``sae_ids`` (nothing is downloaded)."""
+    from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+
+    directory = get_pretrained_saes_directory()
+    if release not in directory:
+        close = difflib.get_close_matches(release, list(directory), n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"{release!r} is not a release of SAELens' pretrained registry{hint}; see "
+            "sae_lens.loading.pretrained_saes_directory.get_pretrained_saes_directory()"
+        )
+    known = list(directory[release].saes_map)
+    for sae_id in sae_ids:
+        if sae_id not in known:
+            close = difflib.get_close_matches(sae_id, known, n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            listed = ", ".join(known[:8]) + (f", … ({len(known)} in all)" if len(known) > 8 else "")
+            raise ValueError(
+                f"release {release!r} has no SAE id {sae_id!r}{hint}; its ids: {listed}"
+            )
 
 
 def _shuffled_batches(H: torch.Tensor, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
@@ -113,10 +149,7 @@ class SAE:
                 f"SAE training needs at least batch_size = {self.batch_size} rows, got {n}"
             )
         d_sae = self.d_sae or 8 * d
-        if self.rank is not None and not self.rank < min(d, d_sae + 1):
-            raise ValueError(
-                f"rank must be an integer in [1, {min(d - 1, d_sae)}], got {self.rank}"
-            )
+        self._check_rank(d, d_sae)
         trainer_cfg = SAETrainerConfig(
             total_training_samples=self.training_samples,
             train_batch_size_samples=self.batch_size,
@@ -130,6 +163,7 @@ class SAE:
             data = _shuffled_batches(X, self.batch_size, self.seed)
             trainer = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=data)
             self.sae_ = _quiet_fit(trainer)
+        self.source_ = "the SAE trained on H"
         return self._measure(X)
 
     @classmethod
@@ -143,12 +177,63 @@ class SAE:
             raise ValueError(f"{folder} is not an SAELens SAE folder (no cfg.json)")
         dictionary = cls(rank)
         dictionary.sae_ = sae_lens.SAE.load_from_disk(str(folder), device="cpu")
+        dictionary.source_ = f"the SAE at {folder}"
+        return dictionary
+
+    @classmethod
+    def from_pretrained(cls, release: str, sae_id: str, rank: int | None = None) -> SAE:
+        """Load the SAE ``sae_id`` of ``release`` from SAELens' pretrained registry through
+        ``sae_lens.SAE.from_pretrained`` (the Hugging Face cache, the hub when online; on the
+        CPU in float32); then :meth:`check_target` it and :meth:`measure` it on the site's
+        activations."""
+        import sae_lens
+
+        check_pretrained(release, [sae_id])
+        dictionary = cls(rank)
+        dictionary.sae_ = sae_lens.SAE.from_pretrained(release, sae_id, device="cpu")
+        dictionary.source_ = f"SAE {sae_id!r} of release {release!r}"
         return dictionary
 
     @property
     def d_in(self) -> int:
         self._check_fitted()
         return int(self.sae_.cfg.d_in)
+
+    @property
+    def hook_name(self) -> str | None:
+        """The TransformerLens hook the SAE was trained on (SAELens' ``cfg.metadata``)."""
+        self._check_fitted()
+        return self.sae_.cfg.metadata.hook_name
+
+    @property
+    def model_name(self) -> str | None:
+        """The model the SAE was trained on (SAELens' ``cfg.metadata``)."""
+        self._check_fitted()
+        return self.sae_.cfg.metadata.model_name
+
+    def check_target(self, sites: Mapping[str, int], model_name: str) -> str:
+        """The site a loaded SAE reads, after checking it against the model: its model name
+        must be ``model_name`` (compared without organisation prefix, ignoring case), its hook
+        one of ``sites`` (hook name → width of every captured site), read whole (no head
+        index), and its ``d_in`` that site's width."""
+        trained_on = self.model_name
+        if trained_on is None or _bare(trained_on) != _bare(model_name):
+            raise ValueError(
+                f"{self.source_} was trained on model {trained_on!r}, but the suite's model is "
+                f"{model_name!r}"
+            )
+        hook = self.hook_name
+        if hook not in sites or self.sae_.cfg.metadata.hook_head_index is not None:
+            raise ValueError(
+                f"{self.source_} reads hook {hook!r}, which is not a captured site; captured: "
+                f"{sorted(sites)} (see capture.sites and capture.layers)"
+            )
+        if self.d_in != sites[hook]:
+            raise ValueError(
+                f"{self.source_} reads d_in = {self.d_in}, but site {hook!r} has width "
+                f"{sites[hook]}"
+            )
+        return hook
 
     def measure(self, H: ArrayLike) -> SAE:
         """For a loaded SAE: check ``H``'s width against ``d_in``, pick the proxy latents and
@@ -162,7 +247,14 @@ class SAE:
             )
         return self._measure(X)
 
+    def _check_rank(self, d: int, d_sae: int) -> None:
+        if self.rank is not None and not self.rank < min(d, d_sae + 1):
+            raise ValueError(
+                f"rank must be an integer in [1, {min(d - 1, d_sae)}], got {self.rank}"
+            )
+
     def _measure(self, X: torch.Tensor) -> SAE:
+        self._check_rank(X.shape[1], int(self.sae_.cfg.d_sae))
         with torch.no_grad():
             codes = self.sae_.encode(X)
             recon = self.sae_.decode(codes)
@@ -182,14 +274,16 @@ class SAE:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "sae_"):
-            raise ValueError("this SAE is not fitted yet: call fit(H) or SAE.from_disk(path)")
+            raise ValueError(
+                "this SAE is not fitted yet: call fit(H), SAE.from_disk or SAE.from_pretrained"
+            )
 
     @property
     def directions(self) -> torch.Tensor:
         """Unit-norm decoder rows of the proxy latents (r × d), float64."""
         self._check_fitted()
         if not hasattr(self, "latents_"):
-            raise ValueError("no latents selected yet: call fit(H), or measure(H) after from_disk")
+            raise ValueError("no latents selected yet: call fit(H), or measure(H) after loading")
         rows = self.sae_.W_dec.detach()[self.latents_].double()
         return rows / rows.norm(dim=1, keepdim=True).clamp(min=1e-30)
 

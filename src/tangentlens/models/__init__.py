@@ -12,11 +12,12 @@ from tangentlens._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".catalog": ("SUITE_KINDS",),
+        ".catalog": ("HEADLESS_ARCHITECTURES", "SUITE_KINDS"),
         ".configs": ("MINI_SUITE_CONFIGS", "MiniSuiteConfig"),
         ".loading": (
             "DECODER_ARCHITECTURES",
             "ENCODER_ARCHITECTURES",
+            "has_lm_head",
             "load_local_checkpoint",
             "load_pythia_checkpoint",
         ),

@@ -6,6 +6,7 @@ sweep (a recipe's step selection, the frozen-early fit window) stays light.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -15,11 +16,14 @@ from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.schedule import PYTHIA_STEPS
 
 __all__ = [
+    "HEADLESS_ARCHITECTURES",
     "PYTHIA_MODELS",
     "PYTHIA_SIZES",
     "SUITE_KINDS",
     "check_pythia_model",
     "checkpoint_folders",
+    "checkpoint_headless",
+    "headless_architectures",
     "parse_suite_spec",
     "suite_steps",
 ]
@@ -33,6 +37,10 @@ PYTHIA_SIZES: tuple[str, ...] = (
 PYTHIA_MODELS: tuple[str, ...] = tuple(
     f"EleutherAI/pythia-{size}{suffix}" for size in PYTHIA_SIZES for suffix in ("", "-deduped")
 )
+#: Hugging Face architectures holding a model without its language-modelling head (``BertModel``:
+#: the encoder alone, as sentence-embedding checkpoints ship). They load for activation-only
+#: probes; with no head there is no loss to differentiate (the capture loss ``"none"``).
+HEADLESS_ARCHITECTURES: tuple[str, ...] = ("BertModel",)
 _STEP_DIR = re.compile(r"^(?:step|checkpoint-)(\d+)$")
 
 
@@ -105,3 +113,30 @@ def suite_steps(spec: str) -> tuple[int, ...]:
     if kind == "local":
         return tuple(checkpoint_folders(target))
     return MINI_SUITE_CONFIGS[target].schedule()
+
+
+def checkpoint_headless(folder: str | Path) -> list[str] | None:
+    """The architectures the ``config.json`` of checkpoint ``folder`` names when all of them are
+    :data:`HEADLESS_ARCHITECTURES` (no language-modelling head), else None. An unreadable
+    ``config.json`` is a ``ValueError``."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if architectures and all(name in HEADLESS_ARCHITECTURES for name in architectures):
+        return list(architectures)
+    return None
+
+
+def headless_architectures(spec: str) -> list[str] | None:
+    """The architectures of the suite ``open_suite(spec)`` opens when its checkpoints have no
+    language-modelling head (see :func:`checkpoint_headless`; read from a local suite's last
+    checkpoint without opening it), None for a suite with one (Pythia, the mini suites, local
+    decoders and MLM encoders)."""
+    kind, target = parse_suite_spec(spec)
+    if kind != "local":
+        return None
+    folders = checkpoint_folders(target)
+    return checkpoint_headless(folders[max(folders)])

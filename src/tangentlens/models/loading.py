@@ -7,7 +7,9 @@ reproduces the Hugging Face model's hidden states and logits (tested to ≤ 1e-4
 * :func:`load_local_checkpoint` reads a Hugging Face-format folder (config, safetensors or bin
   weights, tokenizer files) and makes no hub call of any kind. Decoders: the architectures in
   :data:`DECODER_ARCHITECTURES`; BERT-style MLM encoders become ``HookedEncoder`` with their MLM
-  head.
+  head; a plain ``BertModel`` (:data:`HEADLESS_ARCHITECTURES`: no language-modelling head)
+  becomes a ``HookedEncoder`` whose head is NaN, marked headless (:func:`has_lm_head`): its
+  activations are the model's, it has no loss and so no gradients.
 * :func:`load_pythia_checkpoint` loads ``EleutherAI/pythia-*`` at a training step through
   TransformerLens, from the local cache only when offline (see :mod:`tangentlens.models.hub`).
 """
@@ -18,7 +20,7 @@ import contextlib
 import io
 import json
 import logging
-import shutil
+import math
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,11 +38,13 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     BertForMaskedLM,
+    BertModel,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 from transformers.utils import logging as hf_logging
 
+from tangentlens.models.catalog import HEADLESS_ARCHITECTURES
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
 from tangentlens.models.weights import verify_weight_files
 
@@ -103,45 +107,88 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
 
 
 def checkpoint_architecture(folder: Path) -> str:
-    """The folder's Hugging Face architecture, refused unless this module can load it."""
+    """The folder's Hugging Face architecture, refused unless this module can load it (one
+    with a language-modelling head first, when ``config.json`` names several)."""
     architectures = read_hf_config(folder).get("architectures") or []
-    supported = (*DECODER_ARCHITECTURES, *ENCODER_ARCHITECTURES)
-    for name in architectures:
-        if name in supported:
+    supported = (*DECODER_ARCHITECTURES, *ENCODER_ARCHITECTURES, *HEADLESS_ARCHITECTURES)
+    for name in supported:
+        if name in architectures:
             return name
     raise ValueError(
         f"checkpoint {str(folder)!r} has architectures {architectures}; allowed: {list(supported)}"
     )
 
 
-def _tl_config(folder: Path, device: str, dtype: torch.dtype) -> HookedTransformerConfig:
+def _tl_config(
+    folder: Path, architecture: str, device: str, dtype: torch.dtype
+) -> HookedTransformerConfig:
     # TransformerLens picks some architectures from substrings of the name ("llama", "gemma"),
-    # without reading the config: convert from a copy of config.json in a neutral folder.
+    # without reading the config: convert from a copy of config.json in a neutral folder, naming
+    # the architecture loaded. It reads every BERT config as BertForMaskedLM's: a headless
+    # BertModel is converted as one and keeps its own name (see has_lm_head).
+    config = read_hf_config(folder)
+    config["architectures"] = [
+        "BertForMaskedLM" if architecture in HEADLESS_ARCHITECTURES else architecture
+    ]
     with tempfile.TemporaryDirectory(prefix="tangentlens-config-") as neutral:
-        shutil.copy(Path(folder) / "config.json", Path(neutral) / "config.json")
+        (Path(neutral) / "config.json").write_text(json.dumps(config))
         cfg_dict = convert_hf_model_config(neutral)
     cfg_dict.update(
-        model_name=Path(folder).name, device=device, dtype=dtype, init_weights=False, n_devices=1
+        model_name=Path(folder).name,
+        original_architecture=architecture,
+        device=device,
+        dtype=dtype,
+        init_weights=False,
+        n_devices=1,
     )
     return HookedTransformerConfig(**cfg_dict)
 
 
-def _bert_state_dict(hf_model: BertForMaskedLM, cfg: HookedTransformerConfig) -> dict:
+def _nan_linear(n_out: int, n_in: int | None) -> SimpleNamespace:
+    """A stand-in ``nn.Linear`` (``n_in`` None: a LayerNorm) whose weights are all NaN."""
+    shape = (n_out,) if n_in is None else (n_out, n_in)
+    return SimpleNamespace(weight=torch.full(shape, math.nan), bias=torch.full((n_out,), math.nan))
+
+
+def _bert_state_dict(
+    encoder: BertModel, predictions: Any | None, cfg: HookedTransformerConfig
+) -> dict:
     """TransformerLens' BERT converter expects BertForPreTraining; an MLM checkpoint has no
     pooler and no next-sentence head, which HookedEncoder holds but never uses for MLM: they get
-    zero weights."""
-    d_model = cfg.d_model
+    zero weights. A headless checkpoint (``predictions`` None: no MLM head) gets a NaN MLM head:
+    HookedEncoder computes its logits on every forward pass, and NaN logits cannot pass for
+    predictions."""
+    d_model, n_types = cfg.d_model, encoder.embeddings.token_type_embeddings.weight.shape[0]
+    if n_types != 2:  # HookedEncoder's TokenTypeEmbed holds types 0 and 1 (only 0 is used)
+        raise ValueError(
+            f"checkpoint has {n_types} token-type embeddings (type_vocab_size); HookedEncoder "
+            "loads exactly 2"
+        )
+    if predictions is None:
+        predictions = SimpleNamespace(
+            transform=SimpleNamespace(
+                dense=_nan_linear(d_model, d_model), LayerNorm=_nan_linear(d_model, None)
+            ),
+            decoder=_nan_linear(cfg.d_vocab, d_model),
+        )
     zeros = SimpleNamespace(weight=torch.zeros(d_model, d_model), bias=torch.zeros(d_model))
     nsp = SimpleNamespace(weight=torch.zeros(2, d_model), bias=torch.zeros(2))
     view = SimpleNamespace(
         bert=SimpleNamespace(
-            embeddings=hf_model.bert.embeddings,
-            encoder=hf_model.bert.encoder,
+            embeddings=encoder.embeddings,
+            encoder=encoder.encoder,
             pooler=SimpleNamespace(dense=zeros),
         ),
-        cls=SimpleNamespace(predictions=hf_model.cls.predictions, seq_relationship=nsp),
+        cls=SimpleNamespace(predictions=predictions, seq_relationship=nsp),
     )
     return {k: v.detach() for k, v in convert_bert_weights(view, cfg).items()}
+
+
+def has_lm_head(model: HookedModel) -> bool:
+    """Whether ``model`` has a language-modelling head, hence a loss and gradients. A headless
+    checkpoint (:data:`HEADLESS_ARCHITECTURES`) loads with its architecture in
+    ``model.cfg.original_architecture`` and a NaN head: only its activations are meaningful."""
+    return model.cfg.original_architecture not in HEADLESS_ARCHITECTURES
 
 
 def _load_encoder_weights(model: HookedEncoder, state_dict: dict) -> None:
@@ -183,9 +230,15 @@ def check_vocabulary(tokenizer: PreTrainedTokenizerBase, d_vocab: int, where: st
 
 
 def _load_hf_model(folder: Path, architecture: str, dtype: torch.dtype) -> PreTrainedModel:
-    cls = BertForMaskedLM if architecture in ENCODER_ARCHITECTURES else AutoModelForCausalLM
+    options: dict[str, Any] = {"local_files_only": True, "dtype": dtype}
+    if architecture in HEADLESS_ARCHITECTURES:
+        cls, options["add_pooling_layer"] = BertModel, False  # HookedEncoder's pooler is unused
+    elif architecture in ENCODER_ARCHITECTURES:
+        cls = BertForMaskedLM
+    else:
+        cls = AutoModelForCausalLM
     try:
-        return cls.from_pretrained(folder, local_files_only=True, dtype=dtype).eval()
+        return cls.from_pretrained(folder, **options).eval()
     except (OSError, ValueError, RuntimeError) as error:
         raise ValueError(f"cannot load the weights of {str(folder)!r}: {error}") from error
 
@@ -195,7 +248,8 @@ def load_local_checkpoint(
 ) -> HookedModel:
     """A Hugging Face-format checkpoint folder as a TransformerLens model, tokenizer attached.
 
-    Reads only ``folder`` (the hub is switched off while loading).
+    Reads only ``folder`` (the hub is switched off while loading). A headless checkpoint loads
+    without a usable head: see :func:`has_lm_head`.
     """
     folder = Path(folder).expanduser()
     if not folder.is_dir():
@@ -205,11 +259,15 @@ def load_local_checkpoint(
     with hf_offline_mode(), _quiet():
         tokenizer = _local_tokenizer(folder)
         hf_model = _load_hf_model(folder, architecture, dtype)
-        cfg = _tl_config(folder, device, dtype)
+        cfg = _tl_config(folder, architecture, device, dtype)
         check_vocabulary(tokenizer, cfg.d_vocab, repr(str(folder)))
-        if architecture in ENCODER_ARCHITECTURES:
+        if architecture in HEADLESS_ARCHITECTURES or architecture in ENCODER_ARCHITECTURES:
             model: HookedModel = HookedEncoder(cfg, tokenizer=tokenizer, move_to_device=False)
-            _load_encoder_weights(model, _bert_state_dict(hf_model, cfg))
+            if architecture in HEADLESS_ARCHITECTURES:  # BertModel: the encoder alone
+                weights = _bert_state_dict(hf_model, None, cfg)
+            else:
+                weights = _bert_state_dict(hf_model.bert, hf_model.cls.predictions, cfg)
+            _load_encoder_weights(model, weights)
         else:
             state_dict = get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=dtype)
             model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)

@@ -27,7 +27,12 @@ from transformer_lens import HookedEncoder, HookedTransformer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from tangentlens.data import Corpus
-from tangentlens.models.catalog import check_pythia_model, checkpoint_folders, parse_suite_spec
+from tangentlens.models.catalog import (
+    check_pythia_model,
+    checkpoint_folders,
+    checkpoint_headless,
+    parse_suite_spec,
+)
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
@@ -62,8 +67,10 @@ class DuplicateCheckpoints:
     weights_hash: str
 
 
-#: ``config.json`` fields that must agree across a suite's checkpoints.
+#: ``config.json`` fields that must agree across a suite's checkpoints (``architectures``: a head
+#: that comes and goes would change the loss between steps).
 CONFIG_FIELDS: tuple[str, ...] = (
+    "architectures",
     "model_type",
     "vocab_size",
     "hidden_size",
@@ -114,11 +121,13 @@ class SuiteIntegrity:
 
 
 class CheckpointSuite(ABC):
-    """A model's checkpoints across training."""
+    """A model's checkpoints across training. ``has_lm_head`` is False for checkpoints without
+    a language-modelling head (e.g. ``BertModel``): no loss, activation-only probes."""
 
     kind: str
     name: str
     family: Family
+    has_lm_head: bool = True
 
     @property
     @abstractmethod
@@ -142,6 +151,12 @@ class CheckpointSuite(ABC):
     @abstractmethod
     def weights_hash(self, step: int) -> str | None:
         """Hash of the weights at ``step`` (None when they are not on disk)."""
+
+    @property
+    def model_name(self) -> str:
+        """The model the suite's checkpoints are of, as SAELens and TransformerLens name it
+        (no organisation prefix): ``pythia-70m-deduped`` for ``EleutherAI/pythia-70m-deduped``."""
+        return self.name.rstrip("/").rsplit("/", 1)[-1]
 
     def select(self, selection: str | int | Sequence[int] = "all") -> list[int]:
         """Resolve a step selection ("all", "log:N", "A..B", lists …) to steps of this suite."""
@@ -294,6 +309,7 @@ class LocalSuite(CheckpointSuite):
             raise ValueError(f"tokens_per_step must be a positive integer, got {per_step}")
         self.tokens_per_step: int | None = int(per_step) if per_step is not None else None
         self.family = self._family()
+        self.has_lm_head = checkpoint_headless(self._folders[self.steps[-1]]) is None
         self._hashes: dict[int, str] = {}
 
     @staticmethod
@@ -337,6 +353,11 @@ class LocalSuite(CheckpointSuite):
     def cached_folder(self, step: int) -> Path:
         return self.folder(step)
 
+    @property
+    def model_name(self) -> str:
+        """``suite.json``'s ``model_name`` when given, else the folder's name."""
+        return str(self.metadata.get("model_name") or self.root.absolute().name)
+
     def weights_hash(self, step: int) -> str:
         if step not in self._hashes:
             folder = self.folder(step)
@@ -357,6 +378,10 @@ class MiniSuite(LocalSuite):
         self.kind = name if name in MINI_SUITE_CONFIGS else "mini"
         self.name = name
         self.config = config
+
+    @property
+    def model_name(self) -> str:
+        return self.name
 
     def analysis_corpus(self) -> Corpus:
         """The held-out split of the training corpus: never trained on; analysis default."""

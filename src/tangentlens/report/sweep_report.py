@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tangentlens.report.reproduction import reproduction_summary
@@ -76,7 +77,7 @@ def _layer_label(layer: Any) -> str:
 
 def _header_lines(run_dir: Path) -> list[str]:
     """From the run's manifest: the frozen-early fit window, and checkpoints whose weights are
-    identical (a suite serving the same weights at two steps)."""
+    identical (a suite serving the same weights at two steps), the memory plan."""
     manifest_path = Path(run_dir) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     lines = []
@@ -96,6 +97,16 @@ def _header_lines(run_dir: Path) -> list[str]:
     if integrity.get("not_checked"):
         steps = ", ".join(map(str, integrity["not_checked"]))
         lines.append(f"[dim]weights not on this machine, not checked for duplicates: {steps}[/]")
+    memory = manifest.get("memory_plan")
+    if memory:
+        budgets = memory.get("budgets", {})
+        checked = [
+            f"{where} {budgets[where] / 1024**3:.1f} GiB"
+            for where in ("accelerator", "host")
+            if budgets.get(where)
+        ]
+        against = f"; checked against {', '.join(checked)}" if checked else "; not checked"
+        lines.append(f"[dim]{escape(memory['summary'])}{against}[/]")
     return lines
 
 

@@ -46,7 +46,8 @@ DATA_FILE = "state/data.npz"
 @dataclass(frozen=True)
 class AnalysisData:
     """``rows`` (n_rows × seq_len token ids), the frequency table counted over the kept
-    positions, its ``n_bins`` bins, the special tokens and the loss ("next_token" or "mlm")."""
+    positions, its ``n_bins`` bins, the special tokens and the loss ("next_token", "mlm", or
+    "none" for a suite without a language-modelling head)."""
 
     rows: np.ndarray
     frequencies: FrequencyTable
@@ -88,8 +89,16 @@ def prepare_analysis_data(suite: Any, recipe: Recipe) -> AnalysisData:
         frequencies=frequencies,
         bins=frequencies.bins(spec.n_bins),
         special=special,
-        loss="mlm" if suite.family == "encoder" else "next_token",
+        loss=_loss(suite),
     )
+
+
+def _loss(suite: Any) -> str:
+    """The capture loss of ``suite``: none without a language-modelling head (activations
+    only), else the training loss of its family."""
+    if not suite.has_lm_head:
+        return "none"
+    return "mlm" if suite.family == "encoder" else "next_token"
 
 
 def save_analysis_data(data: AnalysisData, path: str | Path) -> None:

@@ -33,6 +33,10 @@ ESTIMATORS: dict[str, str] = {
     "centred before pooling), with the mean direction m̂ projected out; mean_direction = m̂ as a "
     "rank-1 proxy, following the fit policy (pooled window mean or the step's mean); held_out: "
     "fitted on the first half of a step's sequences, energies scored on the second",
+    "pretrained_sae": "published SAEs (SAELens registry): the rank latents most often active "
+    "(code > 0; ties: larger mean activation) on the raw sampled rows of one step (select_step, "
+    "default the first selected; held_out: its fitting half), chosen once; the proxy is the "
+    "orthonormalised span of their decoder rows, m̂ projected out as for every method",
     "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
     "on the covariance; controls = tangent_energy's frames",
     "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
@@ -97,7 +101,8 @@ def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
         "git_hash": _git_hash(),
         "python": platform.python_version(),
         "device": device,
-        "dtype": "float32",
+        "dtype": recipe.suite.dtype,
+        "statistics_dtype": "float64",
         "threads": recipe.capture.threads,
         "loss_reduction": recipe.capture.reduction,
         "seeds": {"capture": recipe.capture.seed},

@@ -4,10 +4,14 @@ Planning needs only the recipe and the suite's checkpoint steps; it imports no m
 so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by kind:
 
 * ``data`` — token rows, frequency table and bins, written once (``state/data.npz``);
+* ``pretrained-sae`` (with ``[probes.tangent_energy.pretrained_sae]``) — a forward-only capture
+  of the selection step (:func:`pretrained_step`), the published SAEs loaded through SAELens and
+  checked against the suite, their proxy latents chosen and the proxy bases saved
+  (``state/pretrained-sae.pt``) with the SAEs' fit diagnostics as rows;
 * ``window-<N>`` (``fit_policy = "frozen_early"``) — a forward-only capture of fit-window
   checkpoint N: its activation moments and sampled rows (``state/window-<N>.pt``);
-* ``fit-proxies`` — the frozen proxies fitted on the pooled window (``state/proxies.pt``), and
-  their fit diagnostics as rows;
+* ``fit-proxies`` — the frozen proxies fitted on the pooled window (``state/proxies.pt``, with the
+  published SAEs' proxies added), and their fit diagnostics as rows;
 * ``step-<N>`` — one capture of step N and every per-step probe's rows; saves what cross-step
   units need (``state/step-<N>.pt``: the step's own fit, tracked centroids, embedding rows);
 * ``across-steps`` — what compares steps, from the saved step state and rows: every update from
@@ -28,13 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.dictionaries.policy import early_window
-from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 
-__all__ = ["UNIT_KINDS", "Plan", "Unit", "fit_window", "make_plan"]
+__all__ = [
+    "PRETRAINED_UNIT",
+    "UNIT_KINDS",
+    "Plan",
+    "Unit",
+    "fit_window",
+    "gathers_sequence_sums",
+    "make_plan",
+    "pretrained_step",
+]
 
 #: Unit kinds in the order a plan lists them.
 UNIT_KINDS: tuple[str, ...] = (
     "data",
+    "pretrained",
     "window",
     "fit",
     "step",
@@ -132,6 +146,13 @@ def _name(kind: str, step: int) -> str:
     return f"{kind}-{step:08d}"
 
 
+def gathers_sequence_sums(recipe: Recipe) -> bool:
+    """Whether step captures gather per-sequence energy sums: the proxies are known before the
+    capture (``frozen_early``) and the energies carry intervals."""
+    spec = recipe.probes.get("tangent_energy")
+    return spec is not None and spec.fit_policy == "frozen_early" and spec.bootstrap > 0
+
+
 def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
     """The frozen-early fit window over the suite's checkpoints ``steps`` (``()`` without one)."""
     spec = recipe.probes.get("tangent_energy")
@@ -140,12 +161,58 @@ def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
     return early_window(steps, spec.early_fraction, spec.window_checkpoints)
 
 
+#: The unit that loads the published SAEs and chooses their proxy latents.
+PRETRAINED_UNIT = "pretrained-sae"
+
+
+def pretrained_step(
+    recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int]
+) -> int | None:
+    """The checkpoint whose activations choose the published SAEs' latents (None without
+    ``pretrained_sae``): ``select_step``, else the first selected step. It must be one of the
+    suite's checkpoints and not after the first selected step (a proxy comes from data of the
+    scored step or earlier)."""
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None or spec.pretrained_sae is None:
+        return None
+    first = min(selected)
+    step = spec.pretrained_sae.select_step
+    if step is None:
+        return first
+    key = f"probes.tangent_energy.{PRETRAINED_SAE}.select_step"
+    if step not in suite_steps:
+        raise ValueError(
+            f"{key} = {step} is not a checkpoint of the suite; its steps: "
+            f"{_steps_text(sorted(suite_steps))}"
+        )
+    if step > first:
+        raise ValueError(
+            f"{key} = {step} is after the first selected step {first}: the latents must be "
+            "chosen on data of the scored steps or earlier"
+        )
+    return step
+
+
 def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int]) -> Plan:
     """The units of ``recipe`` over the ``selected`` steps of a suite whose checkpoints are
     ``suite_steps`` (the fit window is drawn from all of them, whatever the selection)."""
     window = fit_window(recipe, suite_steps)
     data = Unit("data", "data", None, (), "state/data.npz")
     units = [data]
+    select = pretrained_step(recipe, suite_steps, selected)
+    pretrained: tuple[str, ...] = ()
+    if select is not None:
+        units.append(
+            Unit(
+                PRETRAINED_UNIT,
+                "pretrained",
+                select,
+                (data.name,),
+                f"results/{PRETRAINED_UNIT}.parquet",
+                True,
+            )
+        )
+        pretrained = (PRETRAINED_UNIT,)
     if window:
         windows = [
             Unit(
@@ -164,11 +231,11 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
                 "fit-proxies",
                 "fit",
                 window[-1],
-                tuple(u.name for u in windows),
+                tuple(u.name for u in windows) + pretrained,
                 "results/fit-proxies.parquet",
             )
         )
-    upstream = ("data", "fit-proxies") if window else ("data",)
+    upstream = ("data", *(("fit-proxies",) if window else ()), *pretrained)
     steps = [
         Unit(_name("step", s), "step", s, upstream, f"results/{_name('step', s)}.parquet", True)
         for s in selected

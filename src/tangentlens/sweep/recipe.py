@@ -42,10 +42,13 @@ __all__ = [
     "CAPTURE_SITE_KINDS",
     "EXECUTOR_KINDS",
     "LAYER_FORMS",
+    "PRETRAINED_SAE",
     "PROBE_CONFIGS",
+    "WEIGHT_DTYPES",
     "CaptureSpec",
     "DataSpec",
     "ExecutorSpec",
+    "PretrainedSAESpec",
     "Recipe",
     "SuiteSpec",
     "TangentSpec",
@@ -56,20 +59,29 @@ __all__ = [
 
 
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+#: Weight dtypes a suite can be loaded in (``suite.dtype``); statistics accumulate in float64.
+WEIGHT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
 class SuiteSpec:
-    """The checkpoint suite: a spec for ``open_suite``, a step selection, and where the model
-    runs (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available; statistics are
-    always accumulated on the CPU in float64)."""
+    """The checkpoint suite: a spec for ``open_suite``, a step selection, where the model runs
+    (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available) and the dtype its
+    weights are loaded in (``dtype``: one of :data:`WEIGHT_DTYPES`; activations and gradients
+    come in that dtype, every statistic accumulates in float64)."""
 
     name: str = "mini-pythia"
     steps: str = "log:8"
     offline: bool = False
     device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.dtype not in WEIGHT_DTYPES:
+            raise ValueError(
+                f"suite.dtype must be one of {WEIGHT_DTYPES}, got {self.dtype!r}"
+                f"{_suggest(self.dtype, WEIGHT_DTYPES)}"
+            )
         base = self.device.split(":", 1)[0]
         if base not in DEVICES or (":" in self.device and base != "cuda"):
             raise ValueError(
@@ -86,6 +98,12 @@ class SuiteSpec:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"suite.device = {self.device!r} but torch sees no CUDA device")
         return self.device
+
+    def torch_dtype(self) -> Any:
+        """``dtype`` as a ``torch.dtype``."""
+        import torch
+
+        return getattr(torch, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -190,9 +208,55 @@ class CaptureSpec:
         _layer_form(self.layers)  # the form here; the range once a model is known
 
 
+#: The method name of the proxies spanned by published SAEs (:class:`PretrainedSAESpec`).
+PRETRAINED_SAE = "pretrained_sae"
+
+
+@dataclass(frozen=True)
+class PretrainedSAESpec:
+    """Published SAEs as tangent proxies (``[probes.tangent_energy.pretrained_sae]``, method
+    ``pretrained_sae``): the SAEs ``ids`` of the SAELens pretrained-registry ``release``, loaded
+    through ``sae_lens.SAE.from_pretrained``, one per captured site (the site is the SAE's hook
+    name, e.g. ``blocks.3.hook_resid_post``).
+
+    Each proxy is the orthonormalised span of the decoder rows of the ``rank`` latents that fire
+    most often (ties: larger mean activation) on the sampled activation rows of ``select_step``
+    (default: the sweep's first selected step; it may not be later), raw as the SAE reads them;
+    chosen once and held fixed for every step. The release and ids are checked against the
+    registry when the sweep starts, each SAE's model, hook and width against the suite when it
+    is loaded.
+    """
+
+    release: str = ""
+    ids: tuple[str, ...] = ()
+    select_step: int | None = None
+
+    def __post_init__(self) -> None:
+        path = f"probes.tangent_energy.{PRETRAINED_SAE}"
+        if not isinstance(self.release, str) or not self.release.strip():
+            raise ValueError(
+                f"{path}.release must name a release of SAELens' pretrained registry (e.g. "
+                f"'pythia-70m-deduped-res-sm'), got {self.release!r}"
+            )
+        ids = tuple(self.ids)
+        if (
+            not ids
+            or not all(isinstance(i, str) and i.strip() for i in ids)
+            or len(set(ids)) != len(ids)
+        ):
+            raise ValueError(
+                f"{path}.ids must list distinct SAE ids of release {self.release!r} (e.g. "
+                f"['blocks.3.hook_resid_post']), got {self.ids!r}"
+            )
+        object.__setattr__(self, "ids", ids)
+        if self.select_step is not None:
+            check_count(self.select_step, f"{path}.select_step", minimum=0)
+
+
 @dataclass(frozen=True)
 class TangentSpec:
-    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``)."""
+    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``);
+    ``pretrained_sae`` adds published SAEs as proxies (:class:`PretrainedSAESpec`)."""
 
     methods: tuple[str, ...] = ("seminmf", "pca")
     rank: int = 16
@@ -210,6 +274,7 @@ class TangentSpec:
     mean_direction: bool = True
     held_out: bool = False
     seed: int = 0
+    pretrained_sae: PretrainedSAESpec | None = None
 
     def __post_init__(self) -> None:
         if self.fit_policy not in FIT_POLICIES:
@@ -218,6 +283,11 @@ class TangentSpec:
                 f"{self.fit_policy!r}{_suggest(self.fit_policy, FIT_POLICIES)}"
             )
         for method in self.methods:
+            if method == PRETRAINED_SAE:
+                raise ValueError(
+                    f"probes.tangent_energy.methods: {PRETRAINED_SAE!r} is not fitted; enable it "
+                    f"with a [probes.tangent_energy.{PRETRAINED_SAE}] table (release, ids)"
+                )
             if method not in METHODS:
                 raise ValueError(
                     f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
@@ -353,6 +423,12 @@ class Recipe:
             )
         if not self.probes:
             raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")
+        spec = self.probes.get("tangent_energy")
+        if spec is not None and spec.pretrained_sae is not None and self.capture.reservoir < 1:
+            raise ValueError(
+                f"probes.tangent_energy.{PRETRAINED_SAE} chooses its latents on the sampled "
+                "activation rows: set capture.reservoir ≥ 1"
+            )
 
     def identity(self) -> dict[str, Any]:
         """:meth:`to_dict` as a manifest reads it back (a JSON round trip): what ``--resume``
@@ -416,6 +492,8 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
         if not isinstance(value, str):
             raise ValueError(f"{path} must be a string, got {value!r}")
         return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path)
     return value
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tangentlens.models.catalog import suite_steps
 from tangentlens.models.schedule import select_steps
@@ -60,6 +61,20 @@ def plan_sweep(recipe: Recipe) -> Plan:
     return make_plan(recipe, available, select_steps(available, recipe.suite.steps))
 
 
+def _checked_memory_plan(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's memory plan, refused in one line when it exceeds the host budget or, for a
+    model on a GPU of this machine, that GPU's memory (units on other machines check their
+    GPU when they start); as recorded in the manifest, with the budgets it was checked against."""
+    from tangentlens.sweep.memory import host_budget, plan_recipe
+    from tangentlens.sweep.units import accelerator_budget, needs_of
+
+    host = host_budget(recipe)
+    local = recipe.executor.kind == "local"
+    accelerator = accelerator_budget(recipe.suite.resolved_device()) if local else None
+    memory = plan_recipe(recipe, needs_of(recipe), accelerator=accelerator, host=host)
+    return {**memory.to_dict(), "budgets": {"accelerator": accelerator, "host": host}}
+
+
 def run_sweep(
     recipe: Recipe,
     out: str | Path,
@@ -73,14 +88,21 @@ def run_sweep(
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
+    from tangentlens.dictionaries import check_pretrained
     from tangentlens.models import PythiaSuite, open_suite
     from tangentlens.sweep.data import DATA_FILE, data_sha256
     from tangentlens.sweep.executors import execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
+    from tangentlens.sweep.units import check_lm_head
 
     emit = on_event or (lambda event: None)
     plan = plan_sweep(recipe)
+    check_lm_head(recipe)  # gradient probes on a suite without a head: refused before any unit
+    pretrained = getattr(recipe.probes.get("tangent_energy"), "pretrained_sae", None)
+    if pretrained is not None:  # a release or SAE id the registry lacks: before any unit
+        check_pretrained(pretrained.release, pretrained.ids)
+    memory = _checked_memory_plan(recipe)  # a sweep that cannot fit stops before anything runs
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit
@@ -98,6 +120,7 @@ def run_sweep(
     ) as store:
         manifest = initial_manifest(recipe, plan, recipe.suite.resolved_device())
         manifest["integrity"] = integrity.to_dict()
+        manifest["memory_plan"] = memory
         if resume:
             previous = store.read_manifest()
             if previous.get("recipe") != recipe.identity():

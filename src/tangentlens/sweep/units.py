@@ -9,6 +9,8 @@ failure leaves the traceback in ``logs/<unit>.log``.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import functools
 import json
@@ -33,8 +35,10 @@ from tangentlens.capture import (
     capture_statistics,
 )
 from tangentlens.data import iter_batches
-from tangentlens.dictionaries import in_window
+from tangentlens.dictionaries import SAE, in_window
 from tangentlens.models import hook_name, open_suite
+from tangentlens.models.catalog import headless_architectures
+from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import (
     anisotropy_share,
@@ -52,6 +56,7 @@ from tangentlens.probes.proxies import (
     FIT_PROBE,
     ActivationPool,
     FittedProxies,
+    add_fixed_proxy,
     fit_proxies,
     fit_rows,
 )
@@ -62,11 +67,19 @@ from tangentlens.sweep.data import (
     prepare_analysis_data,
     save_analysis_data,
 )
-from tangentlens.sweep.plan import Unit
-from tangentlens.sweep.recipe import Recipe, select_layers
+from tangentlens.sweep.memory import plan_recipe
+from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
+from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe, select_layers
 from tangentlens.sweep.store import RunStore, read_parts
 
-__all__ = ["UnitReport", "gathers_sequence_sums", "run_unit", "unit_log"]
+__all__ = [
+    "UnitReport",
+    "accelerator_budget",
+    "check_lm_head",
+    "needs_of",
+    "run_unit",
+    "unit_log",
+]
 
 _SIMPLE_PROBES = {
     "cosine_drift": cosine_drift,
@@ -181,7 +194,16 @@ def _capture(
     part: slice = slice(None),
 ) -> CaptureStatistics:
     """One capture of ``step`` over the sequences ``data.rows[part]``; ``sequence_energy``:
-    per-sequence energy sums of proxies known in advance (the frozen-early intervals)."""
+    per-sequence energy sums of proxies known in advance (the frozen-early intervals). Per-type
+    sums track only the types the probes read (each probe's ``tracked_types``)."""
+    type_ids = None
+    if needs.type_sums:
+        counts = data.frequencies.counts
+        wanted = np.zeros(counts.shape, dtype=bool)
+        for probe in (frequency_geometry, update_alignment):
+            if probe.NAME in recipe.probes:
+                wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
+        type_ids = tuple(np.flatnonzero(wanted).tolist())
     config = CaptureConfig(
         sites=tuple(sites),
         loss=data.loss,
@@ -195,8 +217,10 @@ def _capture(
     statistics = StatisticsConfig(
         gradients=gradients,
         n_bins=recipe.data.n_bins if needs.bins else 0,
+        gradient_bin_moments=needs.bin_moments,
         type_sums=needs.type_sums,
         vocab_size=model.cfg.d_vocab if needs.type_sums else None,
+        type_ids=type_ids,
         reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
         seed=recipe.capture.seed,
         sequence_energy=sequence_energy,
@@ -225,11 +249,47 @@ def _load_frozen(store: RunStore) -> dict[str, Any]:
     return saved
 
 
-def gathers_sequence_sums(recipe: Recipe) -> bool:
-    """Whether step captures gather per-sequence energy sums: the proxies are known before the
-    capture (``frozen_early``) and the energies carry intervals."""
-    spec = recipe.probes.get("tangent_energy")
-    return spec is not None and spec.fit_policy == "frozen_early" and spec.bootstrap > 0
+def needs_of(recipe: Recipe) -> Needs:
+    """What the recipe's probes need from a step's capture."""
+    return _needs(recipe)
+
+
+def accelerator_budget(device: str) -> int | None:
+    """Memory of the GPU ``device`` names (None on the CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+
+def _check_accelerator(recipe: Recipe) -> None:
+    """Refuse to start a model unit whose memory plan exceeds this machine's GPU (the
+    coordinator checks only GPUs of its own machine)."""
+    budget = accelerator_budget(recipe.suite.resolved_device())
+    if budget is not None:
+        plan_recipe(recipe, _needs(recipe), accelerator=budget)
+
+
+def check_lm_head(recipe: Recipe) -> None:
+    """Refuse, before any unit runs, probes that need gradients on a suite without a
+    language-modelling head (no loss to differentiate): one line naming the suite, its
+    architectures, those probes and the activation-only probes that can run."""
+    architectures = headless_architectures(recipe.suite.name)
+    if architectures is None:
+        return
+    needing = []
+    for name, config in recipe.probes.items():
+        # each probe asked alone: a copy of the recipe with only it (it need not validate: the
+        # probes sharing tangent_energy's proxies are no recipe of their own)
+        alone = copy.copy(recipe)
+        object.__setattr__(alone, "probes", {name: config})
+        if _needs(alone).gradients:
+            needing.append(name)
+    if needing:
+        raise ValueError(
+            f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
+            f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
+            f"run; activation-only probes can: {', '.join(_SIMPLE_PROBES)}"
+        )
 
 
 # ---------------------------------------------------------------------------- the units
@@ -252,7 +312,9 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     """Forward-only capture of one fit-window checkpoint: moments and sampled rows per site."""
     step, data = _step(unit), _data(recipe, store)
     status(f"window step {step}: capture (activations)")
-    model = _suite(recipe).load(step, device=recipe.suite.resolved_device())
+    model = _suite(recipe).load(
+        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
+    )
     sites = _sites(model, recipe)
     stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
     saved = {
@@ -273,13 +335,16 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     status(f"fitting the frozen proxies ({', '.join(spec.methods)})")
     pools: dict[str, ActivationPool] = {}
     layers: dict[str, int | None] = {}
-    for name in unit.deps:  # the window units, in window order
+    for name in (d for d in unit.deps if d != PRETRAINED_UNIT):  # the window, in order
         saved = torch.load(store.root / f"state/{name}.pt", weights_only=True)
         layers = saved["layers"]
         for site, state in saved["moments"].items():
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
-    fitted = {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()}
+    fitted = _with_pretrained(
+        {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()},
+        _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
+    )
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
     bases = {site: f.bases for site, f in fitted.items()}
     frozen = {"bases": bases, "diagnostics": diagnostics, "layers": layers}
@@ -304,6 +369,94 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
         for metric, value in metrics.items()
     ]
     store.write_part(unit.name, rows)
+
+
+def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """The published SAEs as proxies: each loaded through SAELens and checked against the suite
+    (model name, hook = a captured site, d_in = its width); its ``rank`` most frequently active
+    latents on the selection step's sampled rows (raw activations, as the SAE reads them; the
+    fitting half under ``held_out``) span its proxy, saved once for every step."""
+    spec = recipe.probes["tangent_energy"]
+    chosen = spec.pretrained_sae
+    step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
+    status(f"loading {len(chosen.ids)} SAE(s) of {chosen.release} through SAELens")
+    offline = offline_requested(recipe.suite.offline or None)
+    with hf_offline_mode() if offline else contextlib.nullcontext():
+        saes = {
+            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.rank) for sae_id in chosen.ids
+        }
+    model = suite.load(
+        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
+    )
+    sites = _sites(model, recipe)
+    widths = {site: model.cfg.d_model for site in sites}  # every capture site is d_model wide
+    by_site: dict[str, str] = {}
+    for sae_id, sae in saes.items():
+        site = sae.check_target(widths, suite.model_name)
+        if site in by_site:
+            raise ValueError(
+                f"SAEs {by_site[site]!r} and {sae_id!r} of release {chosen.release!r} both read "
+                f"{site!r}: list one SAE per site in probes.tangent_energy.{PRETRAINED_SAE}.ids"
+            )
+        by_site[site] = sae_id
+    status(f"step {step}: capture (activations) to choose the SAEs' latents")
+    part = slice(0, len(data.rows) // 2) if spec.held_out else slice(None)
+    stats = _capture(
+        model,
+        {site: sites[site] for site in by_site},
+        data,
+        recipe,
+        Needs(reservoir=True),
+        step,
+        gradients=False,
+        part=part,
+    )
+    saved: dict[str, Any] = {"step": step, "release": chosen.release, "ids": by_site}
+    for key in ("bases", "latents", "frequency", "diagnostics"):
+        saved[key] = {}
+    for site, sae_id in by_site.items():
+        sae = saes[sae_id].measure(stats.sites[site].reservoir.columns()["H"])
+        saved["bases"][site] = sae.basis()
+        saved["latents"][site] = sae.latents_
+        saved["frequency"][site] = sae.latent_frequency_[sae.latents_]
+        saved["diagnostics"][site] = {
+            "sae_explained_variance": sae.explained_variance_,
+            "sae_l0": sae.l0_,
+        }
+    store.write_state(f"{PRETRAINED_UNIT}.pt", lambda tmp: torch.save(saved, tmp))
+    tokens = suite.tokens_seen(step) or 0
+    rows = [
+        row(
+            recipe.suite.name,
+            step,
+            tokens,
+            FIT_PROBE,
+            metric,
+            value,
+            site=site,
+            layer=sites[site],
+            method=PRETRAINED_SAE,
+            rank=spec.rank,
+        )
+        for site, metrics in saved["diagnostics"].items()
+        for metric, value in metrics.items()
+    ]
+    store.write_part(unit.name, rows)
+
+
+def _load_pretrained(store: RunStore) -> dict[str, torch.Tensor]:
+    """The published SAEs' proxy bases by site (``pretrained-sae`` unit)."""
+    return torch.load(store.state / f"{PRETRAINED_UNIT}.pt", weights_only=True)["bases"]
+
+
+def _with_pretrained(
+    fitted: dict[str, FittedProxies], pretrained: dict[str, torch.Tensor]
+) -> dict[str, FittedProxies]:
+    """Each site's fitted proxies with its published SAE's proxy added (m̂ projected out)."""
+    return {
+        site: add_fixed_proxy(f, PRETRAINED_SAE, pretrained[site]) if site in pretrained else f
+        for site, f in fitted.items()
+    }
 
 
 def _capture_rows(
@@ -345,9 +498,12 @@ def _reseeded_proxies(
     return out
 
 
-def _fit_own(stats: CaptureStatistics, spec: Any, status: Status) -> dict[str, FittedProxies]:
+def _fit_own(
+    stats: CaptureStatistics, spec: Any, status: Status, pretrained: dict[str, torch.Tensor]
+) -> dict[str, FittedProxies]:
     status(f"fitting proxies ({', '.join(spec.methods)})")
-    return {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    return _with_pretrained(fitted, pretrained)
 
 
 def _tracked_centroids(
@@ -355,15 +511,16 @@ def _tracked_centroids(
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per site: (ids of the ``centroid_types`` most frequent types seen at this step, their
     centroids in float64 — the update is a difference of nearby centroids)."""
-    counts = torch.from_numpy(data.frequencies.counts)
-    tracked = torch.argsort(counts, descending=True, stable=True)[:centroid_types]
-    tracked = tracked[counts[tracked] > 0]
+    config = update_alignment.UpdateAlignmentConfig(centroid_types=centroid_types)
+    tracked = torch.from_numpy(update_alignment.tracked_types(config, data.frequencies.counts))
     out = {}
     for site, s in stats.sites.items():
         if s.types is None:
             continue
-        seen = tracked[s.types.count[tracked] > 0]
-        out[site] = (seen, s.types.sum[seen].double() / s.types.count[seen, None])
+        at = s.types.rows_of(tracked)
+        seen = s.types.count[at] > 0
+        at = at[seen]
+        out[site] = (tracked[seen], s.types.sum[at].double() / s.types.count[at, None])
     return out
 
 
@@ -379,14 +536,18 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads."""
     step, data, needs, suite = _step(unit), _data(recipe, store), _needs(recipe), _suite(recipe)
+    _check_accelerator(recipe)
     status("loading")
-    model = suite.load(step, device=recipe.suite.resolved_device())
+    model = suite.load(
+        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
+    )
     sites = _sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
     spec = recipe.probes.get("tangent_energy")
     frozen_fit = _load_frozen(store) if "fit-proxies" in unit.deps else None
     frozen = frozen_fit["bases"] if frozen_fit is not None else None
+    pretrained = _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {}
     energy_sums = None
     if frozen is not None and gathers_sequence_sums(recipe):
         # the proxies are known before the capture: gather per-sequence energy sums so the
@@ -411,7 +572,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         scored = _capture(
             model, sites, data, recipe, needs, step, gradients=gradients, part=slice(half, None)
         )
-        fitted = _fit_own(stats, spec, status)
+        fitted = _fit_own(stats, spec, status, pretrained)
         stats.merge(scored)
     else:
         stats = _capture(
@@ -441,7 +602,9 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
             rows += module.rows(step_data, recipe.probes[name])
     saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": step_data.tokens_seen}
     if spec is not None:
-        rows += _tangent_rows(recipe, step_data, stats, scored, fitted, frozen, saved, status)
+        rows += _tangent_rows(
+            recipe, step_data, stats, scored, fitted, frozen, pretrained, saved, status
+        )
     if "update_alignment" in recipe.probes:
         config = recipe.probes["update_alignment"]
         saved["centroids"] = _tracked_centroids(stats, data, config.centroid_types)
@@ -459,16 +622,17 @@ def _tangent_rows(
     scored: CaptureStatistics,
     fitted: dict[str, FittedProxies] | None,
     frozen: Proxies | None,
+    pretrained: dict[str, torch.Tensor],
     saved: dict[str, Any],
     status: Status,
 ) -> list[dict[str, Any]]:
     """The tangent account of one step (``stats``: the whole stream, ``scored``: what energies
     are scored on): fit diagnostics, energies, anisotropy share, stability within the step. The
-    step's own fit — needed without frozen proxies, and by subspace stability — goes into
-    ``saved["proxies"]`` (None when unfitted)."""
+    step's own fit (with the ``pretrained`` SAEs' proxies) — needed without frozen proxies, and
+    by subspace stability — goes into ``saved["proxies"]`` (None when unfitted)."""
     spec = recipe.probes["tangent_energy"]
     if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
-        fitted = _fit_own(stats, spec, status)
+        fitted = _fit_own(stats, spec, status, pretrained)
     own = {n: f.bases for n, f in (fitted or {}).items()}
     saved["proxies"] = own or None
     proxies = frozen if frozen is not None else own
@@ -556,6 +720,7 @@ def _untrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status)
 
 _RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
     "data": _data_unit,
+    "pretrained": _pretrained_unit,
     "window": _window_unit,
     "fit": _fit_unit,
     "step": _step_unit,

@@ -1,0 +1,359 @@
+"""The sweep's memory plan: peak accelerator and host memory of a recipe's units, from the recipe
+and the suite's ``config.json`` alone — plain arithmetic, no torch, no weights loaded.
+
+What a model unit holds at its peak (``n`` = batch × seq_len tokens, ``s`` = bytes per weight
+element at ``suite.dtype``):
+
+* **weights** — the TransformerLens model's parameters and buffers at ``s`` bytes
+  (:meth:`~tangentlens.models.shapes.ModelShape.n_parameters`; exact);
+* **saved for the backward** — what autograd keeps per block above the first captured site
+  (parameters are frozen, so nothing below it is kept): per block
+  ``a·n·d + b·n·d_mlp + (2s + 1)·batch·heads·T² + c·n + e·d² + f·d·d_mlp + T²`` bytes, the
+  coefficients of each family and dtype measured with ``torch.autograd.graph.saved_tensors_hooks``
+  on TransformerLens (:data:`SAVED_PER_BLOCK`; the test re-measures them exactly). The attention
+  pattern is the ``batch·heads·T²`` term;
+* **site tensors** — each captured site's activations and, with gradients, its gradient
+  (``n·d·s`` each, alive from the forward or backward until accumulated);
+* **loss** — one chunk of logits (:func:`~tangentlens.capture.chunks.loss_chunk_rows` positions ×
+  vocabulary), their float32 log-probabilities and gradient, and the residual stream's gradient;
+* **statistics** — per site the float64 moments overall and per frequency bin, per-type sums of
+  the types the probes use, per-sequence energy sums (exact byte counts);
+* **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
+  a batch is folded in;
+* host: the **row reservoir** (per site: capacity + one batch of candidate rows, float32 H and
+  G, token, bin, id and priority) and, loading, **the Hugging Face model and its TransformerLens
+  copy** (2 × weights).
+
+Peaks take the largest phase (loss; backward; accumulation) on top of what lives throughout.
+Allocator slack and kernel workspaces are not modelled: the plan is checked against measured
+peaks (``tests/integration/test_memory_plan.py``). Multi-device placement is not planned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
+from tangentlens.models.shapes import ModelShape, suite_shape
+from tangentlens.sweep.plan import gathers_sequence_sums
+from tangentlens.sweep.recipe import Recipe, select_layers
+
+__all__ = [
+    "DTYPE_BYTES",
+    "SAVED_PER_BLOCK",
+    "MemoryPart",
+    "MemoryPlan",
+    "PlanInputs",
+    "check_fits",
+    "host_budget",
+    "memory_plan",
+    "plan_recipe",
+    "recipe_inputs",
+    "saved_per_block",
+]
+
+GIB = 1024**3
+
+#: Bytes per element of each ``suite.dtype``.
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+#: Bytes autograd saves per block, as coefficients of
+#: ``(n·d, n·d_mlp, batch·heads·T², n, d², d·d_kv, d·d_mlp, T²)`` (``d_kv`` = key/value
+#: heads × d_head), by family and bytes per element. Measured on TransformerLens 3.9 (float32 = 4,
+#: bfloat16/float16 = 2): LayerNorm statistics and normalised inputs stay float32 whatever the
+#: weights' dtype; the ``d²`` terms are the contiguous copies of the attention (and, Llama, MLP)
+#: weights TransformerLens' einsums save; ``T²`` is the causal mask's slice.
+SAVED_PER_BLOCK: dict[str, dict[int, tuple[int, ...]]] = {
+    "gpt_neox": {4: (28, 4, 9, 16, 16, 0, 0, 1), 2: (22, 2, 5, 16, 8, 0, 0, 1)},
+    "bert": {4: (20, 4, 9, 8, 16, 0, 0, 0), 2: (14, 2, 5, 8, 8, 0, 0, 0)},
+    "llama": {4: (20, 12, 9, 16, 8, 8, 12, 1), 2: (22, 6, 5, 16, 4, 4, 6, 1)},
+}
+
+
+def saved_per_block(shape: ModelShape, itemsize: int, batch: int, seq_len: int) -> int:
+    """Bytes autograd keeps for one block's backward (see :data:`SAVED_PER_BLOCK`)."""
+    coefficients = SAVED_PER_BLOCK[shape.family][itemsize]
+    n, d, m = batch * seq_len, shape.d_model, shape.d_mlp
+    kv = shape.n_kv_heads * shape.d_head
+    terms = (
+        n * d,
+        n * m,
+        batch * shape.n_heads * seq_len**2,
+        n,
+        d * d,
+        d * kv,
+        d * m,
+        seq_len**2,
+    )
+    return sum(c * t for c, t in zip(coefficients, terms, strict=True))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What of a recipe the plan reads (no probe or model library needed to build it).
+
+    ``sites``: ``(kind, block)`` of every captured site (block None for the embedding);
+    ``gradients``: the step units run a backward; ``bins``: frequency bins kept (0 = none);
+    ``bin_moments``: per-bin d × d moments of G; ``n_types``: types with per-type sums (0 =
+    none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
+    per-sequence energy sums the capture gathers (0 = none; frozen-early intervals);
+    ``n_sequences``: analysed sequences.
+    """
+
+    shape: ModelShape
+    dtype: str
+    device: str
+    batch: int
+    seq_len: int
+    sites: tuple[tuple[str, int | None], ...]
+    gradients: bool
+    bins: int
+    bin_moments: bool
+    n_types: int
+    reservoir: int
+    energy_methods: int
+    n_sequences: int
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """One term of the plan: ``where`` ("accelerator" or "host"), its bytes, whether they are
+    ``exact`` (deterministic buffers) or modelled, and the recipe key that shrinks it."""
+
+    name: str
+    where: str
+    bytes: int
+    exact: bool
+    reduce: str
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Peak bytes on the accelerator (0 when the model runs on the CPU) and on the host, and
+    the parts they are made of."""
+
+    device: str
+    dtype: str
+    accelerator_peak: int
+    host_peak: int
+    parts: tuple[MemoryPart, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary(),
+            "device": self.device,
+            "dtype": self.dtype,
+            "accelerator_peak_bytes": self.accelerator_peak,
+            "host_peak_bytes": self.host_peak,
+            "parts": [
+                {"name": p.name, "where": p.where, "bytes": p.bytes, "exact": p.exact}
+                for p in self.parts
+            ],
+        }
+
+    def summary(self) -> str:
+        """One line: both peaks and the three largest parts."""
+        largest = sorted(self.parts, key=lambda p: -p.bytes)[:3]
+        parts = ", ".join(f"{p.name} {_gib(p.bytes)}" for p in largest)
+        accelerator = (
+            f"accelerator {_gib(self.accelerator_peak)}, " if self.accelerator_peak else ""
+        )
+        return f"memory plan ({self.dtype}): {accelerator}host {_gib(self.host_peak)} — {parts}"
+
+    def problem(self, *, accelerator: int | None, host: int | None) -> str | None:
+        """One line naming the peak that exceeds its budget (bytes; None = unknown, not
+        checked) and the three largest parts with the recipe keys that shrink them; None when
+        the plan fits."""
+        for where, peak, budget in (
+            ("accelerator", self.accelerator_peak, accelerator),
+            ("host", self.host_peak, host),
+        ):
+            if budget is None or peak <= budget:
+                continue
+            mine = [p for p in self.parts if p.where == where or self.device == "cpu"]
+            largest = sorted(mine, key=lambda p: -p.bytes)[:3]
+            hints = "; ".join(f"{p.name} {_gib(p.bytes)}: reduce {p.reduce}" for p in largest)
+            return (
+                f"the sweep will not fit: it needs {_gib(peak)} of {where} memory at its peak, "
+                f"{_gib(budget)} is available — {hints}"
+            )
+        return None
+
+
+def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None) -> MemoryPlan:
+    """The plan of ``inputs``, or a ``ValueError`` in one line when it exceeds a budget (bytes;
+    None = not checked) — naming the largest parts, what reduces them and, when one does, the
+    largest ``data.batch_size`` that fits."""
+    plan = memory_plan(inputs)
+    problem = plan.problem(accelerator=accelerator, host=host)
+    if problem is None:
+        return plan
+    fitting = next(
+        (
+            batch
+            for batch in range(inputs.batch - 1, 0, -1)
+            if memory_plan(dataclasses.replace(inputs, batch=batch)).problem(
+                accelerator=accelerator, host=host
+            )
+            is None
+        ),
+        None,
+    )
+    tail = (
+        f" (data.batch_size = {fitting} fits)"
+        if fitting
+        else " (no data.batch_size fits without fewer sites, bins or type sums)"
+    )
+    raise ValueError(problem + tail)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _statistics_bytes(inputs: PlanInputs) -> int:
+    """One site's float64 statistics: moments, type sums and, with per-sequence energy sums,
+    their projectors (``M × (1 + slots)`` d × d matrices) and sums (``S × slots × (1 + 2M)``)."""
+    d, methods, slots = inputs.shape.d_model, inputs.energy_methods, inputs.bins + 1
+    moments = statistics_bytes(
+        d,
+        gradients=inputs.gradients,
+        n_bins=inputs.bins,
+        bin_moments=inputs.bin_moments,
+        n_types=inputs.n_types,
+        vocab_size=inputs.shape.d_vocab if inputs.n_types else 0,
+    )
+    projectors = methods * (1 + slots) * d * d * 8
+    sums = inputs.n_sequences * slots * (1 + 2 * methods) * 8 if methods else 0
+    return moments + projectors + sums
+
+
+def _saving_blocks(inputs: PlanInputs) -> int:
+    """Blocks whose backward reaches a captured site's gradient: every block above the lowest
+    site (a site at the output of block b needs none of block b)."""
+    firsts = [
+        -1 if block is None else block + (kind == "resid_post") for kind, block in inputs.sites
+    ]
+    return inputs.shape.n_layers - max(0, min(firsts, default=inputs.shape.n_layers))
+
+
+def memory_plan(inputs: PlanInputs) -> MemoryPlan:
+    """The peak memory of the heaviest unit (a step unit's capture) of ``inputs``."""
+    shape, s = inputs.shape, DTYPE_BYTES[inputs.dtype]
+    d, n, n_sites = shape.d_model, inputs.batch * inputs.seq_len, len(inputs.sites)
+    accelerator = "host" if inputs.device == "cpu" else "accelerator"
+
+    def part(name: str, where: str, n_bytes: int, exact: bool, reduce: str) -> MemoryPart:
+        return MemoryPart(name, where, n_bytes, exact, reduce)
+
+    weights = shape.n_parameters() * s + shape.n_buffer_bytes(s)
+    chunk = min(loss_chunk_rows(shape.d_vocab), n)
+    logit_bytes = chunk * shape.d_vocab * (s + (12 if inputs.gradients else 4))
+    saved = (
+        _saving_blocks(inputs) * saved_per_block(shape, s, inputs.batch, inputs.seq_len)
+        if inputs.gradients
+        else saved_per_block(shape, s, inputs.batch, inputs.seq_len)  # one block's forward
+    )
+    site_tensors = n_sites * n * d * s * (2 if inputs.gradients else 1)
+    statistics = n_sites * _statistics_bytes(inputs)
+    # float64 rows (converted, reordered by bin), the per-bin Gram matrices and, with energy
+    # sums, one Gram matrix per (sequence, slot) group of the batch
+    groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
+    accumulation = 3 * n * d * 8 + (inputs.bins + 1 + groups) * d * d * 8
+    row_bytes = d * 4 * (2 if inputs.gradients else 1) + 4 * 8
+    # the reservoir holds at most its capacity (or every analysed token), plus one batch offered
+    held = min(inputs.reservoir, inputs.n_sequences * inputs.seq_len)
+    reservoir = n_sites * (held + n) * row_bytes if inputs.reservoir else 0
+    grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
+    loss = (logit_bytes if shape.has_head else 0) + grad_resid
+    by = "data.batch_size"
+    parts = [
+        part("weights", accelerator, weights, True, "suite.dtype"),
+        part("saved for the backward", accelerator, saved, False, f"{by} or data.seq_len"),
+        part("site tensors", accelerator, site_tensors, True, f"capture.layers/sites or {by}"),
+        part("loss chunk", accelerator, loss, False, by),
+        part(
+            "statistics",
+            accelerator,
+            statistics,
+            True,
+            "capture.layers/sites, data.n_bins, tangent_energy.methods (frozen-early energy "
+            "sums) or the probes that keep type sums",
+        ),
+        part(
+            "accumulation",
+            accelerator,
+            accumulation,
+            False,
+            f"{by} or data.n_bins",
+        ),
+        part("reservoir", "host", reservoir, True, "capture.reservoir"),
+        part("loading", "host", 2 * weights, False, "suite.dtype"),
+    ]
+    # the loss's chunk lives before the backward, the site gradients after it, the float64
+    # copies while a batch is accumulated: one at a time on top of what lives throughout
+    phases = max(loss + saved, saved + site_tensors, site_tensors + accumulation)
+    on_model = weights + statistics + phases
+    if inputs.device == "cpu":
+        host = max(2 * weights, on_model + reservoir)
+        return MemoryPlan(inputs.device, inputs.dtype, 0, host, tuple(parts))
+    host = max(2 * weights, statistics + reservoir)  # statistics come to the host once a step
+    return MemoryPlan(inputs.device, inputs.dtype, on_model, host, tuple(parts))
+
+
+def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
+    """The plan's inputs for ``recipe`` on models of ``shape``; ``needs`` says what the probes
+    keep (``gradients``, ``bins``, ``bin_moments``, ``type_sums``, ``reservoir``). Type sums are
+    planned for at most ``data.max_tokens // min_count`` types (frequency geometry) plus the
+    tracked centroids (update alignment): the analysis data is not read before the plan."""
+    sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
+    layers = select_layers(recipe.capture.layers, shape.n_layers)
+    sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
+    n_types = 0
+    if needs.type_sums:
+        if "frequency_geometry" in recipe.probes:  # types seen ≥ min_count times
+            n_types += recipe.data.max_tokens // recipe.probes["frequency_geometry"].min_count
+        if "update_alignment" in recipe.probes:
+            n_types += recipe.probes["update_alignment"].centroid_types
+        n_types = min(shape.d_vocab, n_types)
+    spec = recipe.probes.get("tangent_energy")
+    return PlanInputs(
+        shape=shape,
+        dtype=recipe.suite.dtype,
+        device="cpu" if recipe.suite.device == "cpu" else "cuda",
+        batch=recipe.data.batch_size,
+        seq_len=recipe.data.seq_len,
+        sites=tuple(sites),
+        gradients=needs.gradients and shape.has_head,
+        bins=recipe.data.n_bins if needs.bins else 0,
+        bin_moments=needs.bins and getattr(needs, "bin_moments", True),
+        n_types=n_types,
+        reservoir=recipe.capture.reservoir if needs.reservoir else 0,
+        energy_methods=len(spec.methods) if gathers_sequence_sums(recipe) else 0,
+        n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
+    )
+
+
+def plan_recipe(
+    recipe: Recipe, needs: Any, *, accelerator: int | None = None, host: int | None = None
+) -> MemoryPlan:
+    """The memory plan of ``recipe`` on its suite's models (shape from ``config.json``),
+    checked against the budgets given (see :func:`check_fits`)."""
+    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name), needs)
+    return check_fits(inputs, accelerator=accelerator, host=host)
+
+
+def host_budget(recipe: Recipe) -> int | None:
+    """Host memory a unit may use: ``executor.memory_gb`` when set, else this machine's
+    physical memory where the units run on it (``local``, ``submitit-local``, a Ray cluster
+    started here); None (not checked) for units on other machines."""
+    executor = recipe.executor
+    if executor.memory_gb:
+        return int(executor.memory_gb * GIB)
+    here = executor.kind in ("local", "submitit-local") or (
+        executor.kind == "ray" and not os.environ.get("RAY_ADDRESS")
+    )
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if here else None

@@ -1,0 +1,65 @@
+"""The memory plan against measured peaks: one subprocess per shape (so one shape's allocations
+do not hide another's), shapes of about 2–3.5 GB that stress different parts of the plan.
+
+Measured on this machine (2 cores, torch 2.13 CPU, glibc with ``MALLOC_MMAP_THRESHOLD_`` at
+128 KiB so freed blocks leave the resident set): attention-heavy 2.37 GB measured / 2.61 GB
+planned (+10 %); statistics-heavy 3.439 / 3.440 GB (+0.02 %); bfloat16 1.69 / 1.83 GB (+8 %).
+The plan models no allocator slack: it may lie a little under a peak, hence the 3 % margin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+CHILD = Path(__file__).with_name("memory_peak_child.py")
+
+SHAPES = {
+    # long sequences, many heads: the attention patterns saved for the backward, the loss chunk
+    "attention": {"layers": 4, "d": 256, "heads": 16, "vocab": 50304, "batch": 2,
+                  "seq_len": 1024, "dtype": "float32", "batches": 2, "bins": 5, "types": 2048,
+                  "reservoir": 4096},
+    # wide rows, few tokens: weights, d × d moments per bin, type sums, reservoir
+    "statistics": {"layers": 3, "d": 2048, "heads": 16, "vocab": 50304, "batch": 2,
+                   "seq_len": 128, "dtype": "float32", "batches": 2, "bins": 5, "types": 8000,
+                   "reservoir": 16384},
+    # half-precision weights and activations (LayerNorm internals stay float32)
+    "bfloat16": {"layers": 4, "d": 512, "heads": 16, "vocab": 50304, "batch": 4,
+                 "seq_len": 512, "dtype": "bfloat16", "batches": 2, "bins": 5, "types": 4000,
+                 "reservoir": 4096},
+}  # fmt: skip
+
+
+def _peak(spec: dict) -> dict:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run(
+        [sys.executable, str(CHILD), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode:
+        raise AssertionError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_plan_bounds_the_measured_host_peak(name) -> None:
+    result = _peak({**SHAPES[name], "device": "cpu"})
+    assert result["measured"] > 1.5e9  # a shape big enough that the plan's terms dominate
+    assert 0.97 * result["measured"] <= result["planned"] <= 1.2 * result["measured"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_plan_bounds_the_measured_gpu_peak(name) -> None:
+    result = _peak({**SHAPES[name], "device": "cuda"})
+    assert 0.97 * result["measured"] <= result["planned"] <= 1.3 * result["measured"]

@@ -1,0 +1,170 @@
+"""The memory plan's modelled terms against what TransformerLens really allocates: parameters and
+buffers of models built (on the meta device) from real configs, and the bytes autograd saves per
+block, counted with ``saved_tensors_hooks`` — both exactly."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
+from transformer_lens.loading_from_pretrained import convert_hf_model_config
+
+from tangentlens.models.shapes import PYTHIA_CONFIGS, ModelShape
+from tangentlens.sweep.memory import DTYPE_BYTES, saved_per_block
+
+BERT = {
+    "architectures": ["BertForMaskedLM"],
+    "model_type": "bert",
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-12,
+}
+LLAMA_GQA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 688,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "rope_theta": 10000.0,
+}
+
+
+def _tl_config(config: dict, tmp_path, dtype: torch.dtype, **overrides) -> HookedTransformerConfig:
+    folder = tmp_path / "config"
+    folder.mkdir(exist_ok=True)
+    if config["architectures"] == ["BertModel"]:  # loaded as HookedEncoder, head and all
+        config = {**config, "architectures": ["BertForMaskedLM"]}
+    (folder / "config.json").write_text(json.dumps(config))
+    fields = convert_hf_model_config(str(folder))
+    fields.update(tokenizer_name=None, device="cpu", init_weights=False, n_devices=1, dtype=dtype)
+    fields.update(overrides)
+    return HookedTransformerConfig(**fields)
+
+
+def _build(config: dict, cfg: HookedTransformerConfig) -> torch.nn.Module:
+    encoder = config["architectures"][0].startswith("Bert")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if encoder:
+            return HookedEncoder(cfg, move_to_device=False)
+        return HookedTransformer(cfg, move_to_device=False)
+
+
+@pytest.mark.parametrize(
+    ("config", "dtype"),
+    [
+        (PYTHIA_CONFIGS["EleutherAI/pythia-70m"], torch.float32),
+        (PYTHIA_CONFIGS["EleutherAI/pythia-1b"], torch.bfloat16),
+        (PYTHIA_CONFIGS["EleutherAI/pythia-6.9b"], torch.float16),
+        (PYTHIA_CONFIGS["EleutherAI/pythia-12b"], torch.bfloat16),
+        (BERT, torch.float32),
+        ({**BERT, "architectures": ["BertModel"]}, torch.float32),
+        (LLAMA_GQA, torch.bfloat16),
+    ],
+    ids=["pythia-70m", "pythia-1b", "pythia-6.9b", "pythia-12b", "bert", "bertmodel", "llama"],
+)
+def test_weights_bytes_are_those_of_the_transformerlens_model(config, dtype, tmp_path) -> None:
+    cfg = _tl_config(config, tmp_path, dtype, device="meta")
+    with torch.device("meta"):
+        model = _build(config, cfg)
+    real = sum(p.nbytes for p in model.parameters()) + sum(b.nbytes for b in model.buffers())
+    shape = ModelShape.from_hf_config(config)
+    itemsize = torch.finfo(dtype).bits // 8
+    assert shape.n_parameters() * itemsize + shape.n_buffer_bytes(itemsize) == real
+
+
+def _saved_bytes(model: torch.nn.Module, tokens: torch.Tensor, encoder: bool) -> int:
+    """Bytes of the distinct storages autograd saves in a capture-style forward (frozen
+    parameters; every block's output a site whose gradient is asked for), the model's own
+    parameters and buffers excluded."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in own:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    def leaf(t: torch.Tensor, hook: object) -> torch.Tensor:
+        return t if t.requires_grad else t.detach().requires_grad_(True)
+
+    n_layers = model.cfg.n_layers
+    sites = [(f"blocks.{b}.hook_resid_post", leaf) for b in range(n_layers)]
+    with model.hooks(fwd_hooks=sites), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = (
+            model.encoder_output(tokens, None, None)
+            if encoder
+            else model(tokens, stop_at_layer=n_layers)
+        )
+    del out
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(
+    ("config", "width", "heads", "mlp", "batch", "seq_len"),
+    [
+        (PYTHIA_CONFIGS["EleutherAI/pythia-70m"], 96, 6, 320, 3, 24),
+        (PYTHIA_CONFIGS["EleutherAI/pythia-70m"], 64, 2, 128, 1, 40),
+        (BERT, 96, 4, 256, 2, 20),
+        (LLAMA_GQA, 128, 4, 200, 2, 16),
+    ],
+    ids=["pythia-a", "pythia-b", "bert", "llama-gqa"],
+)
+def test_saved_per_block_is_what_autograd_saves(
+    config, width, heads, mlp, batch, seq_len, dtype, tmp_path
+) -> None:
+    """Blocks above the first site save; the difference of 3 and 2 blocks is one block."""
+    torch_dtype = getattr(torch, dtype)
+    small = {
+        **config,
+        "hidden_size": width,
+        "num_attention_heads": heads,
+        "intermediate_size": mlp,
+        "vocab_size": 300,
+        "max_position_embeddings": 64,
+    }
+    if "num_key_value_heads" in small:
+        small["num_key_value_heads"] = heads // 2
+    encoder = config["architectures"][0].startswith("Bert")
+    measured = []
+    for n_layers in (2, 3):
+        cfg = _tl_config({**small, "num_hidden_layers": n_layers}, tmp_path, torch_dtype)
+        torch.manual_seed(0)
+        model = _build(small, cfg)
+        tokens = torch.randint(0, 300, (batch, seq_len))
+        measured.append(_saved_bytes(model, tokens, encoder))
+    shape = ModelShape.from_hf_config(small)
+    assert measured[1] - measured[0] == saved_per_block(shape, DTYPE_BYTES[dtype], batch, seq_len)
+
+
+@pytest.mark.parametrize("name", ["pythia_1b", "pythia_6_9b"])
+def test_large_recipes_state_their_memory_plan(name) -> None:
+    """The header comment of the large-model recipes is the plan the sweep prints, and the
+    plan fits one 80 GB GPU."""
+    from tangentlens.sweep.memory import plan_recipe
+    from tangentlens.sweep.recipe import builtin_recipes, load_recipe
+    from tangentlens.sweep.units import needs_of
+
+    recipe = load_recipe(name)
+    plan = plan_recipe(recipe, needs_of(recipe), accelerator=80 * 10**9)
+    assert f"# {plan.summary()}\n" in builtin_recipes()[name].read_text()
