@@ -39,7 +39,7 @@ from tangentlens.metrics import (
     complement_frames,
 )
 from tangentlens.probes.base import Needs, StepData, make_row, measurement
-from tangentlens.probes.configs import AnisotropyShareConfig
+from tangentlens.probes.configs import PROBE_NEEDS, AnisotropyShareConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
@@ -49,7 +49,7 @@ NAME = "anisotropy_share"
 
 
 def needs(config: AnisotropyShareConfig) -> Needs:
-    return Needs(gradients=True, bins=True, bin_moments=True)
+    return PROBE_NEEDS[NAME]
 
 
 def rows(

@@ -9,6 +9,7 @@ CosineDriftConfig``). The untrained-block probe's config is
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tangentlens.checks import check_choice, check_count
@@ -16,15 +17,18 @@ from tangentlens.metrics.options import BOOTSTRAP_METHODS, TWONN_FITS
 
 __all__ = [
     "METHODS",
+    "PROBE_NEEDS",
     "AnisotropyShareConfig",
     "CosineDriftConfig",
     "FrequencyGeometryConfig",
+    "Needs",
     "ProxyConfig",
     "QKDriftConfig",
     "ShapeOfLearningConfig",
     "SubspaceStabilityConfig",
     "TangentEnergyConfig",
     "UpdateAlignmentConfig",
+    "needs_of",
 ]
 
 
@@ -166,3 +170,60 @@ class UpdateAlignmentConfig:
     def __post_init__(self) -> None:
         for name in ("draws", "centroid_types"):
             check_count(getattr(self, name), name, minimum=1)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a probe needs from the capture of a step.
+
+    ``gradients``: per-token gradients; ``bins``: frequency bins (per-bin first moments and the
+    reservoir's bin column); ``bin_moments``: the d × d second moment of the gradients per bin
+    (needs ``bins``); ``type_sums``: per-type centroid sums (of the types the probe names, see
+    ``tracked_types`` of frequency_geometry and update_alignment); ``reservoir``: sampled rows;
+    ``attention``: per-head query, key and attention-entropy sums.
+    """
+
+    gradients: bool = False
+    bins: bool = False
+    bin_moments: bool = False
+    type_sums: bool = False
+    reservoir: bool = False
+    attention: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bin_moments and not (self.bins and self.gradients):
+            raise ValueError(
+                "bin_moments are per-bin gradient moments: they need bins=True and gradients=True"
+            )
+
+    def union(self, other: Needs) -> Needs:
+        return Needs(
+            **{
+                name: getattr(self, name) or getattr(other, name)
+                for name in self.__dataclass_fields__
+            }
+        )
+
+
+#: What each probe needs from a step's capture (the same whatever its config).
+PROBE_NEEDS: dict[str, Needs] = {
+    "cosine_drift": Needs(),
+    "shape_of_learning": Needs(reservoir=True),
+    "qk_drift": Needs(attention=True),
+    "frequency_geometry": Needs(bins=True, type_sums=True, reservoir=True),
+    "tangent_energy": Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
+    "anisotropy_share": Needs(gradients=True, bins=True, bin_moments=True),
+    "subspace_stability": Needs(),
+    "update_alignment": Needs(type_sums=True),
+    "untrained_block": Needs(),
+}
+
+
+def needs_of(probes: Iterable[str]) -> Needs:
+    """What the capture must keep for the named probes together (no torch imported)."""
+    needs = Needs()
+    for name in probes:
+        if name not in PROBE_NEEDS:
+            raise ValueError(f"unknown probe {name!r}; allowed: {list(PROBE_NEEDS)}")
+        needs = needs.union(PROBE_NEEDS[name])
+    return needs

@@ -29,7 +29,7 @@ from tangentlens.metrics import (
     relative_drift_from_sums,
 )
 from tangentlens.probes.base import Needs, StepData, make_row, row
-from tangentlens.probes.configs import CosineDriftConfig
+from tangentlens.probes.configs import PROBE_NEEDS, CosineDriftConfig
 
 __all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
 
@@ -40,7 +40,7 @@ MIN_POINTS = 3
 
 
 def needs(config: CosineDriftConfig) -> Needs:
-    return Needs()
+    return PROBE_NEEDS[NAME]
 
 
 def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, float]]:

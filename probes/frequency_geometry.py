@@ -36,7 +36,7 @@ from tangentlens.metrics import (
 )
 from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.configs import FrequencyGeometryConfig
+from tangentlens.probes.configs import PROBE_NEEDS, FrequencyGeometryConfig
 
 __all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows", "tracked_types"]
 
@@ -47,7 +47,7 @@ _SAME_VECTOR_TOL = 1e-6
 
 
 def needs(config: FrequencyGeometryConfig) -> Needs:
-    return Needs(bins=True, type_sums=True, reservoir=True)
+    return PROBE_NEEDS[NAME]
 
 
 def tracked_types(

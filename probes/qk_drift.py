@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.configs import QKDriftConfig
+from tangentlens.probes.configs import PROBE_NEEDS, QKDriftConfig
 
 __all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
 
@@ -18,7 +18,7 @@ NAME = "qk_drift"
 
 
 def needs(config: QKDriftConfig) -> Needs:
-    return Needs(attention=True)
+    return PROBE_NEEDS[NAME]
 
 
 def rows(data: StepData, config: QKDriftConfig) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from tangentlens.metrics import (
     twonn_dimension,
 )
 from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.configs import ShapeOfLearningConfig
+from tangentlens.probes.configs import PROBE_NEEDS, ShapeOfLearningConfig
 
 __all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
 
@@ -29,7 +29,7 @@ NAME = "shape_of_learning"
 
 
 def needs(config: ShapeOfLearningConfig) -> Needs:
-    return Needs(reservoir=True)
+    return PROBE_NEEDS[NAME]
 
 
 def rows(data: StepData, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tangentlens.metrics import principal_angles
 from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.configs import SubspaceStabilityConfig
+from tangentlens.probes.configs import PROBE_NEEDS, SubspaceStabilityConfig
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows", "transition_rows"]
@@ -27,7 +27,7 @@ NAME = "subspace_stability"
 
 
 def needs(config: SubspaceStabilityConfig) -> Needs:
-    return Needs()
+    return PROBE_NEEDS[NAME]
 
 
 def _angle_rows(data: StepData, site: str, method: str, a: Basis, b: Basis) -> list[dict[str, Any]]:

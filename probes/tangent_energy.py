@@ -48,7 +48,7 @@ from tangentlens.metrics import (
     group_sums,
 )
 from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
-from tangentlens.probes.configs import TangentEnergyConfig
+from tangentlens.probes.configs import PROBE_NEEDS, TangentEnergyConfig
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -74,7 +74,7 @@ _SUMS_RTOL = 1e-8
 
 
 def needs(config: TangentEnergyConfig) -> Needs:
-    return Needs(gradients=True, bins=True, bin_moments=True, reservoir=True)
+    return PROBE_NEEDS[NAME]
 
 
 def seed_key(

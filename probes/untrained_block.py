@@ -9,6 +9,7 @@ from typing import Any
 
 from tangentlens.models.untrained_block import UntrainedBlockConfig, run_untrained_block
 from tangentlens.probes.base import Needs, row
+from tangentlens.probes.configs import PROBE_NEEDS
 
 __all__ = ["NAME", "UntrainedBlockConfig", "needs", "rows"]
 
@@ -16,7 +17,7 @@ NAME = "untrained_block"
 
 
 def needs(config: UntrainedBlockConfig) -> Needs:
-    return Needs()
+    return PROBE_NEEDS[NAME]
 
 
 def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:

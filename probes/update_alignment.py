@@ -26,7 +26,7 @@ from jaxtyping import Int
 
 from tangentlens.metrics import complement_frames, update_alignment
 from tangentlens.probes.base import Needs, StepData, make_row
-from tangentlens.probes.configs import UpdateAlignmentConfig
+from tangentlens.probes.configs import PROBE_NEEDS, UpdateAlignmentConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
 
@@ -36,7 +36,7 @@ NAME = "update_alignment"
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:
-    return Needs(type_sums=True)
+    return PROBE_NEEDS[NAME]
 
 
 def tracked_types(

@@ -36,6 +36,21 @@ def _train_suite(args: argparse.Namespace) -> None:
     _suite(args)
 
 
+def _memory_lines(recipe: Recipe) -> str:
+    """The memory plan, and whether it fits this machine's memory (a GPU is checked when the
+    sweep starts: asking torch about it here would make planning heavy)."""
+    from tangentlens.probes.configs import needs_of
+    from tangentlens.sweep.memory import host_budget, plan_recipe
+
+    memory = plan_recipe(recipe, needs_of(recipe.probes))
+    host = host_budget(recipe)
+    problem = memory.problem(accelerator=None, host=host)
+    verdict = problem or (
+        "fits this machine's memory" if host else "host memory not checked (units run elsewhere)"
+    )
+    return f"{memory.render()}\n{verdict}"
+
+
 def _sweep(args: argparse.Namespace) -> None:
     # validation and planning import no model library: a typo is reported at once
     from tangentlens.report.console import console
@@ -48,6 +63,7 @@ def _sweep(args: argparse.Namespace) -> None:
     plan = plan_sweep(recipe)
     if args.plan_only:
         console.print(plan.render(_same_run(out, recipe)), soft_wrap=True, markup=False)
+        console.print(_memory_lines(recipe), soft_wrap=True, markup=False)
         return
 
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite

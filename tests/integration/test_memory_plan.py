@@ -161,10 +161,10 @@ def test_saved_per_block_is_what_autograd_saves(
 def test_large_recipes_state_their_memory_plan(name) -> None:
     """The header comment of the large-model recipes is the plan the sweep prints, and the
     plan fits one 80 GB GPU."""
+    from tangentlens.probes.configs import needs_of
     from tangentlens.sweep.memory import plan_recipe
     from tangentlens.sweep.recipe import builtin_recipes, load_recipe
-    from tangentlens.sweep.units import needs_of
 
     recipe = load_recipe(name)
-    plan = plan_recipe(recipe, needs_of(recipe), accelerator=80 * 10**9)
+    plan = plan_recipe(recipe, needs_of(recipe.probes), accelerator=80 * 10**9)
     assert f"# {plan.summary()}\n" in builtin_recipes()[name].read_text()

@@ -155,13 +155,22 @@ class MemoryPlan:
         }
 
     def summary(self) -> str:
-        """One line: both peaks and the three largest parts."""
-        largest = sorted(self.parts, key=lambda p: -p.bytes)[:3]
+        """One line: both peaks and the three largest parts of the first (the model's device)."""
+        side = "host" if self.device == "cpu" else "accelerator"
+        largest = sorted((p for p in self.parts if p.where == side), key=lambda p: -p.bytes)[:3]
         parts = ", ".join(f"{p.name} {_gib(p.bytes)}" for p in largest)
         accelerator = (
             f"accelerator {_gib(self.accelerator_peak)}, " if self.accelerator_peak else ""
         )
         return f"memory plan ({self.dtype}): {accelerator}host {_gib(self.host_peak)} — {parts}"
+
+    def render(self) -> str:
+        """The summary line, then one line per part: where, size, exact or modelled."""
+        lines = [self.summary()]
+        for p in self.parts:
+            kind = "exact" if p.exact else "modelled"
+            lines.append(f"  {p.name:<24}{p.where:<13}{_gib(p.bytes):>12}  {kind}")
+        return "\n".join(lines)
 
     def problem(self, *, accelerator: int | None, host: int | None) -> str | None:
         """One line naming the peak that exceeds its budget (bytes; None = unknown, not
@@ -270,19 +279,16 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
     loss = (logit_bytes if shape.has_head else 0) + grad_resid
     by = "data.batch_size"
+    statistics_hint = (
+        "capture.layers/sites, data.n_bins, tangent_energy.methods (frozen-early energy sums) "
+        "or the probes that keep type sums"
+    )
     parts = [
         part("weights", accelerator, weights, True, "suite.dtype"),
         part("saved for the backward", accelerator, saved, False, f"{by} or data.seq_len"),
         part("site tensors", accelerator, site_tensors, True, f"capture.layers/sites or {by}"),
         part("loss chunk", accelerator, loss, False, by),
-        part(
-            "statistics",
-            accelerator,
-            statistics,
-            True,
-            "capture.layers/sites, data.n_bins, tangent_energy.methods (frozen-early energy "
-            "sums) or the probes that keep type sums",
-        ),
+        part("statistics", accelerator, statistics, True, statistics_hint),
         part(
             "accumulation",
             accelerator,
@@ -291,6 +297,11 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
             f"{by} or data.n_bins",
         ),
         part("reservoir", "host", reservoir, True, "capture.reservoir"),
+        *(
+            [part("statistics (host copy)", "host", statistics, True, statistics_hint)]
+            if inputs.device != "cpu"
+            else []
+        ),
         part("loading", "host", 2 * weights, False, "suite.dtype"),
     ]
     # the loss's chunk lives before the backward, the site gradients after it, the float64

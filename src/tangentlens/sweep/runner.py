@@ -18,13 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tangentlens.models.catalog import suite_steps
+from tangentlens.models.catalog import headless_architectures, suite_steps
 from tangentlens.models.schedule import select_steps
+from tangentlens.probes.configs import PROBE_NEEDS, needs_of
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
 from tangentlens.sweep.recipe import Recipe
 
-__all__ = ["SweepFailedError", "plan_sweep", "run_sweep"]
+__all__ = ["SweepFailedError", "check_lm_head", "plan_sweep", "run_sweep"]
 
 
 class SweepFailedError(ValueError):
@@ -55,8 +56,27 @@ def _names(group: list[UnitFailure]) -> str:
     return ", ".join(names) if len(names) <= 3 else f"{names[0]}, …, {names[-1]}"
 
 
+def check_lm_head(recipe: Recipe) -> None:
+    """Refuse probes that need gradients on a suite without a language-modelling head (no loss
+    to differentiate): one line naming the suite, its architectures, those probes and the
+    activation-only probes that can run."""
+    architectures = headless_architectures(recipe.suite.name)
+    if architectures is None:
+        return
+    needing = [name for name in recipe.probes if PROBE_NEEDS[name].gradients]
+    if needing:
+        activation_only = [name for name, needs in PROBE_NEEDS.items() if not needs.gradients]
+        raise ValueError(
+            f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
+            f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
+            f"run; activation-only probes can: {', '.join(activation_only)}"
+        )
+
+
 def plan_sweep(recipe: Recipe) -> Plan:
-    """The units of ``recipe`` over its suite's selected steps (no model library imported)."""
+    """The units of ``recipe`` over its suite's selected steps (no model library imported);
+    gradient probes on a suite without a head are refused here."""
+    check_lm_head(recipe)
     available = suite_steps(recipe.suite.name)
     return make_plan(recipe, available, select_steps(available, recipe.suite.steps))
 
@@ -66,12 +86,12 @@ def _checked_memory_plan(recipe: Recipe) -> dict[str, Any]:
     model on a GPU of this machine, that GPU's memory (units on other machines check their
     GPU when they start); as recorded in the manifest, with the budgets it was checked against."""
     from tangentlens.sweep.memory import host_budget, plan_recipe
-    from tangentlens.sweep.units import accelerator_budget, needs_of
+    from tangentlens.sweep.units import accelerator_budget
 
     host = host_budget(recipe)
     local = recipe.executor.kind == "local"
     accelerator = accelerator_budget(recipe.suite.resolved_device()) if local else None
-    memory = plan_recipe(recipe, needs_of(recipe), accelerator=accelerator, host=host)
+    memory = plan_recipe(recipe, needs_of(recipe.probes), accelerator=accelerator, host=host)
     return {**memory.to_dict(), "budgets": {"accelerator": accelerator, "host": host}}
 
 
@@ -94,11 +114,9 @@ def run_sweep(
     from tangentlens.sweep.executors import execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
-    from tangentlens.sweep.units import check_lm_head
 
     emit = on_event or (lambda event: None)
     plan = plan_sweep(recipe)
-    check_lm_head(recipe)  # gradient probes on a suite without a head: refused before any unit
     pretrained = getattr(recipe.probes.get("tangent_energy"), "pretrained_sae", None)
     if pretrained is not None:  # a release or SAE id the registry lacks: before any unit
         check_pretrained(pretrained.release, pretrained.ids)

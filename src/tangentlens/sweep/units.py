@@ -10,7 +10,6 @@ failure leaves the traceback in ``logs/<unit>.log``.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import json
@@ -37,7 +36,6 @@ from tangentlens.capture import (
 from tangentlens.data import iter_batches
 from tangentlens.dictionaries import SAE, in_window
 from tangentlens.models import hook_name, open_suite
-from tangentlens.models.catalog import headless_architectures
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import (
@@ -52,6 +50,7 @@ from tangentlens.probes import (
     update_alignment,
 )
 from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.configs import needs_of
 from tangentlens.probes.proxies import (
     FIT_PROBE,
     ActivationPool,
@@ -75,8 +74,6 @@ from tangentlens.sweep.store import RunStore, read_parts
 __all__ = [
     "UnitReport",
     "accelerator_budget",
-    "check_lm_head",
-    "needs_of",
     "run_unit",
     "unit_log",
 ]
@@ -154,20 +151,6 @@ def _data(recipe: Recipe, store: RunStore) -> AnalysisData:
         raise ValueError(f"{path} is missing: the data unit has not run in this run directory")
     info = path.stat()
     return _load_data(path, recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
-
-
-def _needs(recipe: Recipe) -> Needs:
-    needs = Needs()
-    for name, config in recipe.probes.items():
-        if name in _SIMPLE_PROBES:
-            needs = needs.union(_SIMPLE_PROBES[name].needs(config))
-        elif name == "tangent_energy":
-            needs = needs.union(tangent_energy.needs(config.energy_config()))
-        elif name == "anisotropy_share":
-            needs = needs.union(anisotropy_share.needs(config))
-        elif name == "update_alignment":
-            needs = needs.union(update_alignment.needs(config))
-    return needs
 
 
 def _sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
@@ -249,11 +232,6 @@ def _load_frozen(store: RunStore) -> dict[str, Any]:
     return saved
 
 
-def needs_of(recipe: Recipe) -> Needs:
-    """What the recipe's probes need from a step's capture."""
-    return _needs(recipe)
-
-
 def accelerator_budget(device: str) -> int | None:
     """Memory of the GPU ``device`` names (None on the CPU)."""
     if not device.startswith("cuda"):
@@ -266,30 +244,7 @@ def _check_accelerator(recipe: Recipe) -> None:
     coordinator checks only GPUs of its own machine)."""
     budget = accelerator_budget(recipe.suite.resolved_device())
     if budget is not None:
-        plan_recipe(recipe, _needs(recipe), accelerator=budget)
-
-
-def check_lm_head(recipe: Recipe) -> None:
-    """Refuse, before any unit runs, probes that need gradients on a suite without a
-    language-modelling head (no loss to differentiate): one line naming the suite, its
-    architectures, those probes and the activation-only probes that can run."""
-    architectures = headless_architectures(recipe.suite.name)
-    if architectures is None:
-        return
-    needing = []
-    for name, config in recipe.probes.items():
-        # each probe asked alone: a copy of the recipe with only it (it need not validate: the
-        # probes sharing tangent_energy's proxies are no recipe of their own)
-        alone = copy.copy(recipe)
-        object.__setattr__(alone, "probes", {name: config})
-        if _needs(alone).gradients:
-            needing.append(name)
-    if needing:
-        raise ValueError(
-            f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
-            f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
-            f"run; activation-only probes can: {', '.join(_SIMPLE_PROBES)}"
-        )
+        plan_recipe(recipe, needs_of(recipe.probes), accelerator=budget)
 
 
 # ---------------------------------------------------------------------------- the units
@@ -535,7 +490,8 @@ def _embedding_rows(model: torch.nn.Module, data: AnalysisData) -> torch.Tensor:
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads."""
-    step, data, needs, suite = _step(unit), _data(recipe, store), _needs(recipe), _suite(recipe)
+    step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
+    needs = needs_of(recipe.probes)
     _check_accelerator(recipe)
     status("loading")
     model = suite.load(
