@@ -26,6 +26,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         ".reservoir": ("RowReservoir", "row_priorities"),
         ".sequence_energy": ("EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"),
-        ".stream": ("CaptureStatistics", "capture_statistics"),
+        ".stream": ("CaptureStatistics", "capture_statistics", "combine_site_passes"),
     },
 )

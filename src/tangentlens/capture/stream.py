@@ -8,9 +8,10 @@ stream), which makes the row reservoir independent of the batch size.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +22,7 @@ from tangentlens.data.frequency import FrequencyBins
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.typing import Tokens
 
-__all__ = ["CaptureStatistics", "capture_statistics"]
+__all__ = ["CaptureStatistics", "capture_statistics", "combine_site_passes"]
 
 
 @dataclass
@@ -77,6 +78,52 @@ class CaptureStatistics:
         self.n_sequences += other.n_sequences
         self.loss_sum += other.loss_sum
         self.n_scored += other.n_scored
+
+
+def combine_site_passes(passes: Sequence[CaptureStatistics]) -> CaptureStatistics:
+    """One capture's statistics from several passes over the same token stream, each over a
+    disjoint group of sites (the memory plan splits sites into passes when one pass would not
+    fit): the sites and attention layers of every pass, the stream's counts once. Passes that
+    read different streams (counts or loss differ) are refused."""
+    if not passes:
+        raise ValueError("no capture pass to combine")
+    first = passes[0]
+    combined = CaptureStatistics(
+        config=first.config,
+        statistics=first.statistics,
+        excluded=Counter(first.excluded),
+        n_positions=first.n_positions,
+        n_sequences=first.n_sequences,
+        loss_sum=first.loss_sum,
+        n_scored=first.n_scored,
+    )
+    for part in passes:
+        same_stream = (part.n_positions, part.n_sequences, part.n_scored, part.excluded) == (
+            first.n_positions,
+            first.n_sequences,
+            first.n_scored,
+            first.excluded,
+        )
+        same_loss = math.isclose(part.loss_sum, first.loss_sum, rel_tol=1e-6) or (
+            math.isnan(part.loss_sum) and math.isnan(first.loss_sum)
+        )
+        if not (same_stream and same_loss) or part.statistics != first.statistics:
+            raise ValueError(
+                "capture passes combine only over the same token stream and statistics config"
+            )
+        overlap = (set(part.sites) & set(combined.sites)) | (
+            set(part.attention) & set(combined.attention)
+        )
+        if overlap:
+            raise ValueError(f"capture passes must cover disjoint sites; both hold {overlap}")
+        combined.sites.update(part.sites)
+        combined.attention.update(part.attention)
+    combined.config = dataclasses.replace(
+        first.config,
+        sites=tuple(combined.sites),
+        attention_layers=tuple(sorted(combined.attention)),
+    )
+    return combined
 
 
 def capture_statistics(

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
 from tangentlens.models.shapes import ModelShape, suite_shape
@@ -53,9 +54,11 @@ __all__ = [
     "plan_recipe",
     "recipe_inputs",
     "saved_per_block",
+    "site_groups",
 ]
 
 GIB = 1024**3
+T = TypeVar("T")
 
 #: Bytes per element of each ``suite.dtype``.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -100,7 +103,8 @@ class PlanInputs:
     ``bin_moments``: per-bin d × d moments of G; ``n_types``: types with per-type sums (0 =
     none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
     per-sequence energy sums the capture gathers (0 = none; frozen-early intervals);
-    ``n_sequences``: analysed sequences.
+    ``n_sequences``: analysed sequences; ``passes``: capture passes over groups of the sites
+    (0 = the fewest that fit, chosen by :func:`check_fits`).
     """
 
     shape: ModelShape
@@ -116,6 +120,7 @@ class PlanInputs:
     reservoir: int
     energy_methods: int
     n_sequences: int
+    passes: int = 1
 
 
 @dataclass(frozen=True)
@@ -133,10 +138,11 @@ class MemoryPart:
 @dataclass(frozen=True)
 class MemoryPlan:
     """Peak bytes on the accelerator (0 when the model runs on the CPU) and on the host, and
-    the parts they are made of."""
+    the parts they are made of, with the sites captured in ``passes`` passes."""
 
     device: str
     dtype: str
+    passes: int
     accelerator_peak: int
     host_peak: int
     parts: tuple[MemoryPart, ...]
@@ -146,6 +152,7 @@ class MemoryPlan:
             "summary": self.summary(),
             "device": self.device,
             "dtype": self.dtype,
+            "passes": self.passes,
             "accelerator_peak_bytes": self.accelerator_peak,
             "host_peak_bytes": self.host_peak,
             "parts": [
@@ -162,7 +169,11 @@ class MemoryPlan:
         accelerator = (
             f"accelerator {_gib(self.accelerator_peak)}, " if self.accelerator_peak else ""
         )
-        return f"memory plan ({self.dtype}): {accelerator}host {_gib(self.host_peak)} — {parts}"
+        passes = f", {self.passes} capture passes" if self.passes > 1 else ""
+        return (
+            f"memory plan ({self.dtype}{passes}): {accelerator}host {_gib(self.host_peak)} — "
+            f"{parts}"
+        )
 
     def render(self) -> str:
         """The summary line, then one line per part: where, size, exact or modelled."""
@@ -193,28 +204,31 @@ class MemoryPlan:
 
 
 def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None) -> MemoryPlan:
-    """The plan of ``inputs``, or a ``ValueError`` in one line when it exceeds a budget (bytes;
-    None = not checked) — naming the largest parts, what reduces them and, when one does, the
-    largest ``data.batch_size`` that fits."""
+    """The plan of ``inputs`` — with ``passes`` 0, the fewest capture passes that fit — or a
+    ``ValueError`` in one line when it exceeds a budget (bytes; None = not checked), naming the
+    largest parts, what reduces them and, when one does, the largest ``data.batch_size`` or the
+    fewest ``capture.passes`` that fit."""
+
+    def fits(**change: int) -> bool:
+        plan = memory_plan(dataclasses.replace(inputs, **change))
+        return plan.problem(accelerator=accelerator, host=host) is None
+
+    n_sites = len(inputs.sites)
+    if inputs.passes == 0:
+        chosen = next((p for p in range(1, n_sites + 1) if fits(passes=p)), n_sites)
+        inputs = dataclasses.replace(inputs, passes=chosen)
     plan = memory_plan(inputs)
     problem = plan.problem(accelerator=accelerator, host=host)
     if problem is None:
         return plan
-    fitting = next(
-        (
-            batch
-            for batch in range(inputs.batch - 1, 0, -1)
-            if memory_plan(dataclasses.replace(inputs, batch=batch)).problem(
-                accelerator=accelerator, host=host
-            )
-            is None
-        ),
-        None,
-    )
+    batch = next((b for b in range(inputs.batch - 1, 0, -1) if fits(batch=b)), None)
+    passes = next((p for p in range(inputs.passes + 1, n_sites + 1) if fits(passes=p)), None)
+    remedies = [f"data.batch_size = {batch}" for _ in [batch] if batch]
+    remedies += [f"capture.passes = {passes}" for _ in [passes] if passes]
     tail = (
-        f" (data.batch_size = {fitting} fits)"
-        if fitting
-        else " (no data.batch_size fits without fewer sites, bins or type sums)"
+        f" ({' or '.join(remedies)} fits)"
+        if remedies
+        else " (no data.batch_size or capture.passes fits without fewer sites, bins or type sums)"
     )
     raise ValueError(problem + tail)
 
@@ -240,34 +254,40 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
     return moments + projectors + sums
 
 
-def _saving_blocks(inputs: PlanInputs) -> int:
+def _saving_blocks(shape: ModelShape, sites: Sequence[tuple[str, int | None]]) -> int:
     """Blocks whose backward reaches a captured site's gradient: every block above the lowest
     site (a site at the output of block b needs none of block b)."""
-    firsts = [
-        -1 if block is None else block + (kind == "resid_post") for kind, block in inputs.sites
-    ]
-    return inputs.shape.n_layers - max(0, min(firsts, default=inputs.shape.n_layers))
+    firsts = [-1 if block is None else block + (kind == "resid_post") for kind, block in sites]
+    return shape.n_layers - max(0, min(firsts, default=shape.n_layers))
+
+
+def site_groups(sites: Sequence[T], passes: int) -> list[list[T]]:
+    """``sites`` in ``passes`` contiguous groups whose sizes differ by at most one (at most
+    one group per site; ``passes`` 0, "auto" unresolved, counts as 1)."""
+    k = max(1, min(passes, len(sites)))
+    size, extra = divmod(len(sites), k)
+    groups, start = [], 0
+    for g in range(k):
+        stop = start + size + (g < extra)
+        groups.append(list(sites[start:stop]))
+        start = stop
+    return groups
 
 
 def memory_plan(inputs: PlanInputs) -> MemoryPlan:
-    """The peak memory of the heaviest unit (a step unit's capture) of ``inputs``."""
+    """The peak memory of the heaviest unit (a step unit's capture) of ``inputs``: with
+    several capture passes, of the heaviest pass (the device holds one pass's statistics; the
+    host collects every pass's)."""
     shape, s = inputs.shape, DTYPE_BYTES[inputs.dtype]
-    d, n, n_sites = shape.d_model, inputs.batch * inputs.seq_len, len(inputs.sites)
+    d, n = shape.d_model, inputs.batch * inputs.seq_len
     accelerator = "host" if inputs.device == "cpu" else "accelerator"
-
-    def part(name: str, where: str, n_bytes: int, exact: bool, reduce: str) -> MemoryPart:
-        return MemoryPart(name, where, n_bytes, exact, reduce)
-
+    per_block = saved_per_block(shape, s, inputs.batch, inputs.seq_len)
+    per_site = _statistics_bytes(inputs)
     weights = shape.n_parameters() * s + shape.n_buffer_bytes(s)
     chunk = min(loss_chunk_rows(shape.d_vocab), n)
     logit_bytes = chunk * shape.d_vocab * (s + (12 if inputs.gradients else 4))
-    saved = (
-        _saving_blocks(inputs) * saved_per_block(shape, s, inputs.batch, inputs.seq_len)
-        if inputs.gradients
-        else saved_per_block(shape, s, inputs.batch, inputs.seq_len)  # one block's forward
-    )
-    site_tensors = n_sites * n * d * s * (2 if inputs.gradients else 1)
-    statistics = n_sites * _statistics_bytes(inputs)
+    grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
+    loss = (logit_bytes if shape.has_head else 0) + grad_resid
     # float64 rows (converted, reordered by bin), the per-bin Gram matrices and, with energy
     # sums, one Gram matrix per (sequence, slot) group of the batch
     groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
@@ -275,44 +295,44 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     row_bytes = d * 4 * (2 if inputs.gradients else 1) + 4 * 8
     # the reservoir holds at most its capacity (or every analysed token), plus one batch offered
     held = min(inputs.reservoir, inputs.n_sequences * inputs.seq_len)
-    reservoir = n_sites * (held + n) * row_bytes if inputs.reservoir else 0
-    grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
-    loss = (logit_bytes if shape.has_head else 0) + grad_resid
+    reservoir = len(inputs.sites) * (held + n) * row_bytes if inputs.reservoir else 0
+    statistics_total = len(inputs.sites) * per_site
+
+    def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, int, int, int]:
+        """(peak, saved, site tensors, statistics) of one pass on the model's device: the
+        loss's chunk lives before the backward, the site gradients after it, the float64 copies
+        while a batch is accumulated — one at a time on top of what lives throughout."""
+        saved = _saving_blocks(shape, group) * per_block if inputs.gradients else per_block
+        tensors = len(group) * n * d * s * (2 if inputs.gradients else 1)
+        held_statistics = statistics_total if inputs.device == "cpu" else len(group) * per_site
+        phases = max(loss + saved, saved + tensors, tensors + accumulation)
+        return weights + held_statistics + phases, saved, tensors, held_statistics
+
+    peak, saved, tensors, statistics = max(
+        heaviest_pass(group) for group in site_groups(inputs.sites, inputs.passes)
+    )
     by = "data.batch_size"
     statistics_hint = (
-        "capture.layers/sites, data.n_bins, tangent_energy.methods (frozen-early energy sums) "
-        "or the probes that keep type sums"
+        "capture.layers/sites (or more capture.passes), data.n_bins, tangent_energy.methods "
+        "(frozen-early energy sums) or the probes that keep type sums"
     )
     parts = [
-        part("weights", accelerator, weights, True, "suite.dtype"),
-        part("saved for the backward", accelerator, saved, False, f"{by} or data.seq_len"),
-        part("site tensors", accelerator, site_tensors, True, f"capture.layers/sites or {by}"),
-        part("loss chunk", accelerator, loss, False, by),
-        part("statistics", accelerator, statistics, True, statistics_hint),
-        part(
-            "accumulation",
-            accelerator,
-            accumulation,
-            False,
-            f"{by} or data.n_bins",
-        ),
-        part("reservoir", "host", reservoir, True, "capture.reservoir"),
-        *(
-            [part("statistics (host copy)", "host", statistics, True, statistics_hint)]
-            if inputs.device != "cpu"
-            else []
-        ),
-        part("loading", "host", 2 * weights, False, "suite.dtype"),
+        MemoryPart("weights", accelerator, weights, True, "suite.dtype"),
+        MemoryPart("saved for the backward", accelerator, saved, False, f"{by} or data.seq_len"),
+        MemoryPart("site tensors", accelerator, tensors, True, f"capture.layers/sites or {by}"),
+        MemoryPart("loss chunk", accelerator, loss, False, by),
+        MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
+        MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
+        MemoryPart("reservoir", "host", reservoir, True, "capture.reservoir"),
+        MemoryPart("loading", "host", 2 * weights, False, "suite.dtype"),
     ]
-    # the loss's chunk lives before the backward, the site gradients after it, the float64
-    # copies while a batch is accumulated: one at a time on top of what lives throughout
-    phases = max(loss + saved, saved + site_tensors, site_tensors + accumulation)
-    on_model = weights + statistics + phases
+    passes = inputs.passes or 1
     if inputs.device == "cpu":
-        host = max(2 * weights, on_model + reservoir)
-        return MemoryPlan(inputs.device, inputs.dtype, 0, host, tuple(parts))
-    host = max(2 * weights, statistics + reservoir)  # statistics come to the host once a step
-    return MemoryPlan(inputs.device, inputs.dtype, on_model, host, tuple(parts))
+        host = max(2 * weights, peak + reservoir)
+        return MemoryPlan(inputs.device, inputs.dtype, passes, 0, host, tuple(parts))
+    copy = MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint)
+    host = max(2 * weights, statistics_total + reservoir)  # statistics come to the host
+    return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, copy))
 
 
 def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
@@ -343,8 +363,13 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
         bin_moments=needs.bins and getattr(needs, "bin_moments", True),
         n_types=n_types,
         reservoir=recipe.capture.reservoir if needs.reservoir else 0,
-        energy_methods=len(spec.methods) if gathers_sequence_sums(recipe) else 0,
+        energy_methods=(
+            len(spec.methods) + (spec.pretrained_sae is not None)
+            if gathers_sequence_sums(recipe)
+            else 0
+        ),
         n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
+        passes=recipe.capture.passes,
     )
 
 

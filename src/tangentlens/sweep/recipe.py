@@ -179,9 +179,12 @@ class CaptureSpec:
     """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at the blocks ``layers`` selects —
     ``"all"``, ``"every:K"`` or a list ``"0,6,11"`` —, plus the embedding if ``embed``), the
     reservoir size, the loss reduction (``"sum"``, the only one: gradients of
-    the summed token loss), the seed, and ``threads``: the torch intra-op threads every unit
+    the summed token loss), the seed, ``threads``: the torch intra-op threads every unit
     pins, so that reductions run in the same order wherever a unit runs (part of the recipe:
-    another thread count can change the last bits of a sum)."""
+    another thread count can change the last bits of a sum), and ``passes``: capture passes per
+    step, each over a contiguous group of the sites (the model runs once per pass; a site's
+    statistics do not depend on its group; 0 = the fewest that fit the device's memory, chosen
+    by the memory plan where the unit runs)."""
 
     sites: tuple[str, ...] = ("resid_post",)
     layers: str = "all"
@@ -190,6 +193,7 @@ class CaptureSpec:
     reduction: str = "sum"
     seed: int = 0
     threads: int = 2
+    passes: int = 1
 
     def __post_init__(self) -> None:
         for kind in self.sites:
@@ -205,6 +209,7 @@ class CaptureSpec:
             )
         check_count(self.reservoir, "capture.reservoir", minimum=0)
         check_count(self.threads, "capture.threads", minimum=1)
+        check_count(self.passes, "capture.passes", minimum=0)
         _layer_form(self.layers)  # the form here; the range once a model is known
 
 
@@ -438,12 +443,15 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form of what the results depend on: the recipe's identity, recorded
         in the manifest and compared on ``--resume``. The executor is not part of it
-        (:meth:`executor_dict`)."""
+        (:meth:`executor_dict`), nor ``capture.passes`` (how the sites are grouped changes no
+        site's statistics)."""
+        capture = dataclasses.asdict(self.capture)
+        del capture["passes"]
         return {
             "name": self.name,
             "suite": dataclasses.asdict(self.suite),
             "data": dataclasses.asdict(self.data),
-            "capture": dataclasses.asdict(self.capture),
+            "capture": capture,
             "probes": {k: dataclasses.asdict(v) for k, v in self.probes.items()},
         }
 

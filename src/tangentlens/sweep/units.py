@@ -32,6 +32,7 @@ from tangentlens.capture import (
     SequenceEnergyConfig,
     StatisticsConfig,
     capture_statistics,
+    combine_site_passes,
 )
 from tangentlens.data import iter_batches
 from tangentlens.dictionaries import SAE, in_window
@@ -66,7 +67,7 @@ from tangentlens.sweep.data import (
     prepare_analysis_data,
     save_analysis_data,
 )
-from tangentlens.sweep.memory import plan_recipe
+from tangentlens.sweep.memory import host_budget, plan_recipe, site_groups
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe, select_layers
 from tangentlens.sweep.store import RunStore, read_parts
@@ -175,10 +176,12 @@ def _capture(
     gradients: bool,
     sequence_energy: SequenceEnergyConfig | None = None,
     part: slice = slice(None),
+    passes: int = 1,
 ) -> CaptureStatistics:
-    """One capture of ``step`` over the sequences ``data.rows[part]``; ``sequence_energy``:
-    per-sequence energy sums of proxies known in advance (the frozen-early intervals). Per-type
-    sums track only the types the probes read (each probe's ``tracked_types``)."""
+    """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
+    contiguous groups of the sites (attention in the first); ``sequence_energy``: per-sequence
+    energy sums of proxies known in advance (the frozen-early intervals). Per-type sums track
+    only the types the probes read (each probe's ``tracked_types``)."""
     type_ids = None
     if needs.type_sums:
         counts = data.frequencies.counts
@@ -187,16 +190,7 @@ def _capture(
             if probe.NAME in recipe.probes:
                 wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
         type_ids = tuple(np.flatnonzero(wanted).tolist())
-    config = CaptureConfig(
-        sites=tuple(sites),
-        loss=data.loss,
-        gradients=gradients,
-        reduction=recipe.capture.reduction,
-        seed=recipe.capture.seed,
-        attention_layers=(
-            select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
-        ),
-    )
+    attention = select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
     statistics = StatisticsConfig(
         gradients=gradients,
         n_bins=recipe.data.n_bins if needs.bins else 0,
@@ -208,15 +202,28 @@ def _capture(
         seed=recipe.capture.seed,
         sequence_energy=sequence_energy,
     )
-    return capture_statistics(
-        model,
-        iter_batches(data.rows[part], recipe.data.batch_size),
-        config,
-        data.special,
-        statistics,
-        bins=data.bins if needs.bins else None,
-        first_sequence=part.start or 0,
-        step=step,
+    groups = site_groups(list(sites), passes)
+    return combine_site_passes(
+        [
+            capture_statistics(
+                model,
+                iter_batches(data.rows[part], recipe.data.batch_size),
+                CaptureConfig(
+                    sites=tuple(group),
+                    loss=data.loss,
+                    gradients=gradients,
+                    reduction=recipe.capture.reduction,
+                    seed=recipe.capture.seed,
+                    attention_layers=attention if i == 0 else (),
+                ),
+                data.special,
+                statistics,
+                bins=data.bins if needs.bins else None,
+                first_sequence=part.start or 0,
+                step=step,
+            )
+            for i, group in enumerate(groups)
+        ]
     )
 
 
@@ -239,12 +246,13 @@ def accelerator_budget(device: str) -> int | None:
     return torch.cuda.get_device_properties(torch.device(device)).total_memory
 
 
-def _check_accelerator(recipe: Recipe) -> None:
-    """Refuse to start a model unit whose memory plan exceeds this machine's GPU (the
-    coordinator checks only GPUs of its own machine)."""
-    budget = accelerator_budget(recipe.suite.resolved_device())
-    if budget is not None:
-        plan_recipe(recipe, needs_of(recipe.probes), accelerator=budget)
+def _capture_passes(recipe: Recipe) -> int:
+    """Capture passes of a step unit: ``capture.passes``, or (0) the fewest that fit this
+    machine's GPU (its host memory on the CPU). A plan that does not fit is refused here too:
+    the coordinator checks only the GPUs of its own machine."""
+    accelerator = accelerator_budget(recipe.suite.resolved_device())
+    host = host_budget(recipe) if accelerator is None else None
+    return plan_recipe(recipe, needs_of(recipe.probes), accelerator=accelerator, host=host).passes
 
 
 # ---------------------------------------------------------------------------- the units
@@ -492,7 +500,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     across-steps unit reads."""
     step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
     needs = needs_of(recipe.probes)
-    _check_accelerator(recipe)
+    passes = _capture_passes(recipe)
     status("loading")
     model = suite.load(
         step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
@@ -522,11 +530,12 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         # its own energy. Two captures over disjoint halves cost one over all sequences, and
         # merged they are exactly the whole stream's statistics for the other probes.
         half = len(data.rows) // 2
-        stats = _capture(
-            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(0, half)
-        )
-        scored = _capture(
-            model, sites, data, recipe, needs, step, gradients=gradients, part=slice(half, None)
+        halves = [slice(0, half), slice(half, None)]
+        stats, scored = (
+            _capture(
+                model, sites, data, recipe, needs, step, gradients=gradients, part=p, passes=passes
+            )
+            for p in halves
         )
         fitted = _fit_own(stats, spec, status, pretrained)
         stats.merge(scored)
@@ -540,6 +549,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
             step,
             gradients=gradients,
             sequence_energy=energy_sums,
+            passes=passes,
         )
         scored = stats
     step_data = StepData(
