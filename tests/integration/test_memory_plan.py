@@ -5,7 +5,9 @@ block, counted with ``saved_tensors_hooks`` — both exactly."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,3 +170,33 @@ def test_large_recipes_state_their_memory_plan(name) -> None:
     recipe = load_recipe(name)
     plan = plan_recipe(recipe, needs_of(recipe.probes), accelerator=80 * 10**9)
     assert f"# {plan.summary()}\n" in builtin_recipes()[name].read_text()
+
+
+def _fit_cell(size: str, dtype: str) -> str:
+    """The README's cell: planned peak GiB and passes on one 80 GB GPU at pythia_1b's
+    settings with automatic passes, or what would make it fit."""
+    from tangentlens.probes.configs import needs_of
+    from tangentlens.sweep.memory import GIB, plan_recipe
+    from tangentlens.sweep.recipe import load_recipe
+
+    overrides = [
+        f"suite.name='EleutherAI/pythia-{size}'",
+        f"suite.dtype='{dtype}'",
+        "capture.passes=0",
+    ]
+    recipe = load_recipe("pythia_1b", overrides)
+    try:
+        plan = plan_recipe(recipe, needs_of(recipe.probes), accelerator=80 * 10**9)
+    except ValueError as error:
+        batch = re.search(r"data\.batch_size = (\d+) fits", str(error))
+        return f"`data.batch_size` ≤ {batch.group(1)}" if batch else "does not fit"
+    passes = f"{plan.passes}: one site per pass" if plan.passes == 33 else str(plan.passes)
+    return f"{plan.accelerator_peak / GIB:.1f} ({passes})"
+
+
+def test_readme_table_of_pythia_sizes_is_the_plan() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| pythia-([\d.]+[mb]) \| (.*?) \| (.*?) \|$", readme, flags=re.M)
+    assert len(rows) == 6
+    for size, float32, bfloat16 in rows:
+        assert (float32, bfloat16) == (_fit_cell(size, "float32"), _fit_cell(size, "bfloat16"))
