@@ -28,7 +28,7 @@ SHAPES = {
     # wide rows, few tokens: weights, d × d moments per bin, type sums, reservoir
     "statistics": {"layers": 3, "d": 2048, "heads": 16, "vocab": 50304, "batch": 2,
                    "seq_len": 128, "dtype": "float32", "batches": 2, "bins": 5, "types": 8000,
-                   "reservoir": 16384},
+                   "reservoir": 512},
     # half-precision weights and activations (LayerNorm internals stay float32)
     "bfloat16": {"layers": 4, "d": 512, "heads": 16, "vocab": 50304, "batch": 4,
                  "seq_len": 512, "dtype": "bfloat16", "batches": 2, "bins": 5, "types": 4000,

@@ -4,6 +4,7 @@ block, counted with ``saved_tensors_hooks`` — both exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
@@ -200,3 +201,41 @@ def test_readme_table_of_pythia_sizes_is_the_plan() -> None:
     assert len(rows) == 6
     for size, float32, bfloat16 in rows:
         assert (float32, bfloat16) == (_fit_cell(size, "float32"), _fit_cell(size, "bfloat16"))
+
+
+@pytest.mark.parametrize("gradients", [True, False])
+def test_reservoir_bytes_are_what_the_reservoir_allocates(gradients) -> None:
+    """A filled site reservoir holds exactly the plan's bytes (less the offered batch)."""
+    from tangentlens.capture import SiteStatistics, StatisticsConfig
+    from tangentlens.sweep.memory import PlanInputs, reservoir_bytes
+
+    d, capacity, batch, seq_len = 24, 100, 2, 40
+    stats = SiteStatistics(
+        d, StatisticsConfig(gradients=gradients, n_bins=2, reservoir_size=capacity)
+    )
+    for start in range(0, 240, batch * seq_len):
+        ids = torch.arange(start, start + batch * seq_len)
+        g = torch.randn(ids.numel(), d) if gradients else None
+        bins = torch.randint(0, 2, (ids.numel(),))
+        stats.update(torch.randn(ids.numel(), d), g, ids % 7, ids, bins)
+    reservoir = stats.reservoir
+    held = sum(t.nbytes for t in [reservoir._ids, reservoir._priority])
+    held += sum(t.nbytes for t in reservoir._columns.values())
+    shape = ModelShape.from_hf_config(PYTHIA_CONFIGS["EleutherAI/pythia-70m"])
+    inputs = PlanInputs(
+        shape=dataclasses.replace(shape, d_model=d),
+        dtype="float32",
+        device="cpu",
+        batch=batch,
+        seq_len=seq_len,
+        sites=(("resid_post", 0),),
+        gradients=gradients,
+        bins=2,
+        bin_moments=False,
+        n_types=0,
+        reservoir=capacity,
+        energy_methods=0,
+        n_sequences=6,
+    )
+    offered = batch * seq_len * (d * 4 * (2 if gradients else 1) + 32)
+    assert held == reservoir_bytes(inputs) - offered

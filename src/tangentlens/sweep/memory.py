@@ -53,6 +53,7 @@ __all__ = [
     "memory_plan",
     "plan_recipe",
     "recipe_inputs",
+    "reservoir_bytes",
     "saved_per_block",
     "site_groups",
 ]
@@ -254,6 +255,16 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
     return moments + projectors + sums
 
 
+def reservoir_bytes(inputs: PlanInputs) -> int:
+    """Host bytes of one site's row reservoir: its ``capacity`` rows allocated up front (float32
+    H and, with gradients, G; int64 token, bin, id; float64 priority), pinned staging copies
+    of the columns that come from a GPU, and one batch of offered rows."""
+    d, n = inputs.shape.d_model, inputs.batch * inputs.seq_len
+    float_columns = d * 4 * (2 if inputs.gradients else 1)
+    staging = float_columns if inputs.device != "cpu" else 0
+    return inputs.reservoir * (float_columns + 4 * 8 + staging) + n * (float_columns + 4 * 8)
+
+
 def _saving_blocks(shape: ModelShape, sites: Sequence[tuple[str, int | None]]) -> int:
     """Blocks whose backward reaches a captured site's gradient: every block above the lowest
     site (a site at the output of block b needs none of block b)."""
@@ -292,10 +303,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     # sums, one Gram matrix per (sequence, slot) group of the batch
     groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
     accumulation = 3 * n * d * 8 + (inputs.bins + 1 + groups) * d * d * 8
-    row_bytes = d * 4 * (2 if inputs.gradients else 1) + 4 * 8
-    # the reservoir holds at most its capacity (or every analysed token), plus one batch offered
-    held = min(inputs.reservoir, inputs.n_sequences * inputs.seq_len)
-    reservoir = len(inputs.sites) * (held + n) * row_bytes if inputs.reservoir else 0
+    reservoir = len(inputs.sites) * reservoir_bytes(inputs) if inputs.reservoir else 0
     statistics_total = len(inputs.sites) * per_site
 
     def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, int, int, int]:
