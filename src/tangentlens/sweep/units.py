@@ -314,7 +314,18 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
     step = _step(unit)
     tokens = _suite(recipe).tokens_seen(step) or 0
-    rows = [
+    store.write_part(unit.name, _diagnostic_rows(recipe, step, tokens, layers, diagnostics))
+
+
+def _diagnostic_rows(
+    recipe: Recipe,
+    step: int,
+    tokens: int,
+    layers: dict[str, int | None],
+    diagnostics: dict[str, dict[str, dict[str, float]]],
+) -> list[dict[str, Any]]:
+    """Fit-diagnostic rows (probe ``fit``) from ``diagnostics[site][method][metric]``."""
+    return [
         row(
             recipe.suite.name,
             step,
@@ -325,13 +336,12 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
             site=site,
             layer=layers[site],
             method=method,
-            rank=spec.rank,
+            rank=recipe.probes["tangent_energy"].rank,
         )
         for site, by_method in diagnostics.items()
         for method, metrics in by_method.items()
         for metric, value in metrics.items()
     ]
-    store.write_part(unit.name, rows)
 
 
 def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
@@ -388,23 +398,8 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         }
     store.write_state(f"{PRETRAINED_UNIT}.pt", lambda tmp: torch.save(saved, tmp))
     tokens = suite.tokens_seen(step) or 0
-    rows = [
-        row(
-            recipe.suite.name,
-            step,
-            tokens,
-            FIT_PROBE,
-            metric,
-            value,
-            site=site,
-            layer=sites[site],
-            method=PRETRAINED_SAE,
-            rank=spec.rank,
-        )
-        for site, metrics in saved["diagnostics"].items()
-        for metric, value in metrics.items()
-    ]
-    store.write_part(unit.name, rows)
+    diagnostics = {site: {PRETRAINED_SAE: m} for site, m in saved["diagnostics"].items()}
+    store.write_part(unit.name, _diagnostic_rows(recipe, step, tokens, sites, diagnostics))
 
 
 def _load_pretrained(store: RunStore) -> dict[str, torch.Tensor]:
