@@ -26,7 +26,15 @@ from transformers.initialization import no_init_weights
 
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 
-__all__ = ["commit_of", "repo_dir", "share_blob", "truncated_config", "write_fake_pythia"]
+__all__ = [
+    "commit_of",
+    "copy_repo",
+    "repo_dir",
+    "share_blob",
+    "truncated_config",
+    "write_checkpoint_folder",
+    "write_fake_pythia",
+]
 
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
@@ -66,6 +74,26 @@ def _random_model(config: dict, dtype: torch.dtype, seed: int) -> GPTNeoXForCaus
     return model.eval()
 
 
+def write_checkpoint_folder(
+    folder: Path,
+    model: str,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    layers: int = 1,
+    dtype: torch.dtype = torch.float16,
+    seed: int = 0,
+) -> Path:
+    """A plain checkpoint folder (no cache layout) of ``model``'s truncated shape: random
+    weights saved at ``dtype``, its ``config.json`` and the tokenizer."""
+    config = truncated_config(model, layers, dtype)
+    weights = _random_model(config, dtype, seed)
+    weights.save_pretrained(folder, safe_serialization=True)
+    del weights
+    (Path(folder) / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
 def _store(repo: Path, snapshot: Path, file: Path) -> Path:
     """Move ``file`` into ``blobs/`` under the SHA-256 of its bytes and link it from
     ``snapshot`` (relative link, as huggingface_hub makes them); returns the blob."""
@@ -100,18 +128,14 @@ def write_fake_pythia(
     repo = repo_dir(hub, model)
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     (repo / "refs").mkdir(exist_ok=True)
-    config = truncated_config(model, layers, dtype)
     for revision, seed in revisions.items():
         commit = commit_of(revision, model)
         snapshot = repo / "snapshots" / commit
         snapshot.mkdir(parents=True)
         with tempfile.TemporaryDirectory(dir=hub, prefix=".staging-") as staging:
-            folder = Path(staging)
-            weights = _random_model(config, dtype, seed)
-            weights.save_pretrained(folder, safe_serialization=True)
-            del weights
-            (folder / "config.json").write_text(json.dumps(config, indent=2))
-            tokenizer.save_pretrained(folder)
+            folder = write_checkpoint_folder(
+                Path(staging), model, tokenizer, layers=layers, dtype=dtype, seed=seed
+            )
             for file in sorted(folder.iterdir()):
                 _store(repo, snapshot, file)
         (repo / "refs" / revision).write_text(commit)
@@ -123,7 +147,21 @@ def share_blob(hub: Path, model: str, source: str, target: str, file: str) -> No
     """Make ``target``'s snapshot link ``file`` to the blob ``source``'s links to, as the cache
     does for a file two revisions share (the target's own blob stays, unreferenced)."""
     repo = repo_dir(hub, model)
-    blob = os.readlink(repo / "snapshots" / commit_of(source, model) / file)
-    link = repo / "snapshots" / commit_of(target, model) / file
+
+    def snapshot(revision: str) -> Path:
+        return repo / "snapshots" / (repo / "refs" / revision).read_text().strip()
+
+    blob = os.readlink(snapshot(source) / file)
+    link = snapshot(target) / file
     link.unlink()
     link.symlink_to(blob)
+
+
+def copy_repo(hub: Path, source: str, target: str) -> Path:
+    """Cache ``target`` as a copy of ``source``'s cache folder: the same refs and snapshot links,
+    its blobs hard links to ``source``'s (no bytes copied)."""
+    origin, repo = repo_dir(hub, source), repo_dir(hub, target)
+    shutil.copytree(origin / "blobs", repo / "blobs", copy_function=os.link)
+    shutil.copytree(origin / "snapshots", repo / "snapshots", symlinks=True)
+    shutil.copytree(origin / "refs", repo / "refs")
+    return repo

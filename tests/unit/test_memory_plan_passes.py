@@ -60,5 +60,5 @@ def test_refusal_names_what_would_fit() -> None:
     with pytest.raises(ValueError, match=r"capture\.passes = 3 fits\)$") as error:
         check_fits(_inputs(), accelerator=80 * 10**9, host=None)
     assert "\n" not in str(error.value) and "74.51 GiB is available" in str(error.value)
-    with pytest.raises(ValueError, match="no data.batch_size or capture.passes fits"):
+    with pytest.raises(ValueError, match=r"no data\.batch_size or capture\.passes fits"):
         check_fits(_inputs(), accelerator=10 * GIB, host=None)

@@ -256,7 +256,8 @@ def load_local_checkpoint(
         raise ValueError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder")
     architecture = checkpoint_architecture(folder)
     verify_weight_files(folder)
-    with hf_offline_mode(), _quiet():
+    # no autograd while converting: a recorded dtype cast would keep every source tensor alive
+    with hf_offline_mode(), _quiet(), torch.no_grad():
         tokenizer = _local_tokenizer(folder)
         hf_model = _load_hf_model(folder, architecture, dtype)
         cfg = _tl_config(folder, architecture, device, dtype)
@@ -270,9 +271,9 @@ def load_local_checkpoint(
             _load_encoder_weights(model, weights)
         else:
             state_dict = get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=dtype)
+            del hf_model  # the state dict holds what is needed; free the rest before converting
             model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
             model.load_and_process_state_dict(state_dict, **NO_PROCESSING)
-        del hf_model
         return model.to(device).eval()
 
 
@@ -299,7 +300,8 @@ def _require_cached(model_name: str, revision: str) -> None:
 def _from_pretrained(
     model_name: str, step: int, device: str, dtype: torch.dtype
 ) -> HookedTransformer:
-    with _quiet():
+    # no autograd while converting: a recorded dtype cast would keep every source tensor alive
+    with _quiet(), torch.no_grad():
         return HookedTransformer.from_pretrained_no_processing(
             model_name, checkpoint_value=step, device=device, dtype=dtype
         )

@@ -20,9 +20,11 @@ element at ``suite.dtype``):
   the types the probes use, per-sequence energy sums (exact byte counts);
 * **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
   a batch is folded in;
-* host: the **row reservoir** (per site: capacity + one batch of candidate rows, float32 H and
-  G, token, bin, id and priority) and, loading, **the Hugging Face model and its TransformerLens
-  copy** (2 × weights).
+* host: the **row reservoir** (per site: its capacity allocated up front, float32 H and G, token,
+  bin, id and priority, pinned staging for GPU columns, one batch of offered rows) and,
+  loading, **the Hugging Face model and its TransformerLens copy** (2 × weights at float32; below
+  float32, TransformerLens' weight processing holds the state dict in float32 and casts it back:
+  weights + 4 bytes × parameters + the embedding).
 
 Peaks take the largest phase (loss; backward; accumulation) on top of what lives throughout.
 Allocator slack and kernel workspaces are not modelled: the plan is checked against measured
@@ -295,6 +297,11 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     per_block = saved_per_block(shape, s, inputs.batch, inputs.seq_len)
     per_site = _statistics_bytes(inputs)
     weights = shape.n_parameters() * s + shape.n_buffer_bytes(s)
+    # the Hugging Face weights and the TransformerLens copy; below float32 TransformerLens'
+    # weight processing holds the whole state dict in float32 and casts it back tensor by
+    # tensor, the embedding first (tests/integration/test_loading_peak.py)
+    embedding = shape.d_vocab * d * s if s < 4 else 0
+    loading = weights + max(weights, 4 * shape.n_parameters()) + embedding
     chunk = min(loss_chunk_rows(shape.d_vocab), n)
     logit_bytes = chunk * shape.d_vocab * (s + (12 if inputs.gradients else 4))
     grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
@@ -332,14 +339,14 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
         MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
         MemoryPart("reservoir", "host", reservoir, True, "capture.reservoir"),
-        MemoryPart("loading", "host", 2 * weights, False, "suite.dtype"),
+        MemoryPart("loading", "host", loading, False, "suite.dtype"),
     ]
     passes = inputs.passes or 1
     if inputs.device == "cpu":
-        host = max(2 * weights, peak + reservoir)
+        host = max(loading, peak + reservoir)
         return MemoryPlan(inputs.device, inputs.dtype, passes, 0, host, tuple(parts))
     copy = MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint)
-    host = max(2 * weights, statistics_total + reservoir)  # statistics come to the host
+    host = max(loading, statistics_total + reservoir)  # statistics come to the host
     return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, copy))
 
 
