@@ -8,7 +8,7 @@ names, offline, through :func:`tangentlens.models.loading.load_pythia_checkpoint
 ``warmup`` (a folder, or a Pythia model cached at ``step``) is loaded first the same way, so that
 the lazily imported modules and library pages are resident before the baseline is taken.
 
-Measured: the process's peak resident memory (``ru_maxrss``: anonymous and file-backed pages,
+Measured: the process's peak resident memory (``VmHWM``: anonymous and file-backed pages,
 the safetensors files mapped included) above its resident memory once the warm-up model is gone;
 ``anon``: the peak of the anonymous part alone above its baseline (``RssAnon`` sampled every
 millisecond: a lower bound, for the report). ``weights``: the loaded TransformerLens model's
@@ -20,24 +20,12 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import resource
 import sys
 import threading
 import time
 import warnings
 
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize()
+from peak_memory import peak_resident, resident, status_bytes
 
 
 def main(spec: dict) -> dict:
@@ -58,19 +46,19 @@ def main(spec: dict) -> dict:
     warm = load(spec["warmup"])
     del warm
     gc.collect()
-    baseline, anon_baseline = _resident(), _status("RssAnon")
+    baseline, anon_baseline = resident(), status_bytes("RssAnon")
     anon_peak = [anon_baseline]
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            anon_peak[0] = max(anon_peak[0], _status("RssAnon"))
+            anon_peak[0] = max(anon_peak[0], status_bytes("RssAnon"))
             time.sleep(0.001)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     model = load(spec["folder"] if spec["path"] == "local" else spec["model"])
-    measured = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+    measured = peak_resident() - baseline
     done.set()
     sampler.join()
     weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))

@@ -3,7 +3,7 @@ shape given as JSON (argv[1]), capture one step's statistics as a sweep step doe
 and every block's output, activations and gradients, frequency bins with gradient moments,
 type sums, reservoir), print JSON ``{"measured": bytes, "planned": bytes}``.
 
-Measured: on the CPU, the process's peak resident memory (``ru_maxrss``) above its resident
+Measured: on the CPU, the process's peak resident memory (``VmHWM``) above its resident
 memory once every library is imported (the plan counts the model too); on a GPU,
 ``torch.cuda.max_memory_allocated``. Planned: :func:`tangentlens.sweep.memory.memory_plan`'s
 host (CPU) or accelerator (GPU) peak.
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import sys
 import warnings
 
 import numpy as np
 import torch
+from peak_memory import peak_resident, resident
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
@@ -27,17 +27,12 @@ from tangentlens.models.shapes import ModelShape
 from tangentlens.sweep.memory import PlanInputs, memory_plan
 
 
-def _resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize()
-
-
 def main(spec: dict) -> dict:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(2)
     device = spec["device"]
-    baseline = _resident()
+    baseline = resident()
     d, heads, batch, seq_len = spec["d"], spec["heads"], spec["batch"], spec["seq_len"]
     shape = ModelShape(
         family="gpt_neox",
@@ -114,7 +109,7 @@ def main(spec: dict) -> dict:
     )
     plan = memory_plan(inputs)
     if device == "cpu":
-        measured = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+        measured = peak_resident() - baseline
         return {"measured": measured, "planned": plan.host_peak}
     return {"measured": torch.cuda.max_memory_allocated(), "planned": plan.accelerator_peak}
 

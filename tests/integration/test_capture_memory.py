@@ -174,7 +174,7 @@ def test_loss_peak_stays_far_below_the_full_logits():
     """
     script = textwrap.dedent(
         """
-        import json, resource
+        import json
         import torch
         from transformer_lens import HookedTransformer, HookedTransformerConfig
         from tangentlens.capture import CaptureConfig, capture_batch, chunks
@@ -190,9 +190,12 @@ def test_loss_peak_stays_far_below_the_full_logits():
         tokens = torch.randint(2, cfg.d_vocab, (4, 256), generator=torch.Generator().manual_seed(0))
         chunks.LOSS_CHUNK_BYTES = 2**25
         config = CaptureConfig(sites=("blocks.0.hook_resid_post",))
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def hwm_kib():  # VmHWM: ru_maxrss would carry the parent's peak across exec
+            with open("/proc/self/status") as status:
+                return next(int(l.split()[1]) for l in status if l.startswith("VmHWM:"))
+        base = hwm_kib()
         batch = capture_batch(model, tokens, config, SpecialTokens(bos_id=0, eos_id=0))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = hwm_kib()
         print(json.dumps({"peak_kib": peak - base, "n_scored": batch.n_scored}))
         """
     )

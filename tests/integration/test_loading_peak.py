@@ -39,10 +39,6 @@ loaded dtype — 2 × at float32, 3.34 × here at bfloat16.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +52,7 @@ from tests.integration.fake_pythia_hub import (
     write_checkpoint_folder,
     write_fake_pythia,
 )
+from tests.integration.peak_memory import run_child
 
 CHILD = Path(__file__).with_name("loading_peak_child.py")
 MODEL, WARMUP, LAYERS, STEP = "EleutherAI/pythia-1b", "EleutherAI/pythia-14m", 2, 143000
@@ -101,24 +98,8 @@ def _measure(case: str, root: Path) -> dict:
             spec = {"folder": str(root / f"local-{dtype}"), "warmup": str(root / f"warmup-{dtype}")}
         else:
             spec = {"model": MODEL, "warmup": WARMUP, "step": STEP}
-        env = {
-            **os.environ,
-            "MALLOC_MMAP_THRESHOLD_": "131072",
-            "OMP_NUM_THREADS": "2",
-            "HF_HUB_CACHE": str(root / "hub"),
-            "HF_HUB_OFFLINE": "1",
-        }
-        done = subprocess.run(
-            [sys.executable, str(CHILD), json.dumps({**spec, "path": path, "dtype": dtype})],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode:
-            raise AssertionError(done.stderr[-3000:])
-        _MEASURED[case] = json.loads(done.stdout.strip().splitlines()[-1])
+        env = {"HF_HUB_CACHE": str(root / "hub"), "HF_HUB_OFFLINE": "1"}
+        _MEASURED[case] = run_child(CHILD, {**spec, "path": path, "dtype": dtype}, env)
     return _MEASURED[case]
 
 

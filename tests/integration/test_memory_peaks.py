@@ -1,22 +1,20 @@
 """The memory plan against measured peaks: one subprocess per shape (so one shape's allocations
 do not hide another's), shapes of about 2–3.5 GB that stress different parts of the plan.
 
-Measured on this machine (2 cores, torch 2.13 CPU, glibc with ``MALLOC_MMAP_THRESHOLD_`` at
-128 KiB so freed blocks leave the resident set): attention-heavy 2.37 GB measured / 2.61 GB
+Measured on this machine (2 cores, torch 2.13 CPU; the peak is ``VmHWM`` above the resident
+memory after imports, see ``peak_memory.py``): attention-heavy 2.37 GB measured / 2.61 GB
 planned (+10 %); statistics-heavy 3.439 / 3.440 GB (+0.02 %); bfloat16 1.69 / 1.83 GB (+8 %).
 The plan models no allocator slack: it may lie a little under a peak, hence the 3 % margin.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.integration.peak_memory import run_child
 
 CHILD = Path(__file__).with_name("memory_peak_child.py")
 
@@ -37,18 +35,7 @@ SHAPES = {
 
 
 def _peak(spec: dict) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "2"}
-    done = subprocess.run(
-        [sys.executable, str(CHILD), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode:
-        raise AssertionError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, spec, {})
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
