@@ -1,9 +1,15 @@
 """Run every ``benchmarks/bench_*.py`` (or the named ones) and print one table of ratios.
 
-``python -m benchmarks [--quick] [geometry capture ...]``. Each module exposes
-``run(quick: bool) -> list[dict]`` whose rows carry: ``benchmark``, ``shape``,
-``reference_name``, ``ours_s``, ``reference_s``, ``ours``, ``reference``, ``difference``,
-``difference_kind`` ("absolute" / "relative") and ``goal``.
+``python -m benchmarks [--quick] [--device cuda] [--dtype bfloat16] [--shape NAME ...]
+[geometry capture ...]``. Each module exposes ``run(quick: bool) -> list[dict]`` (plus
+``device``, ``dtype`` and ``shapes`` where it takes them) whose rows carry: ``benchmark``,
+``shape``, ``reference_name``, ``ours_s``, ``reference_s``, ``ours``, ``reference``,
+``difference``, ``difference_kind`` ("absolute" / "relative") and ``goal``.
+
+On a GPU (each within the device machine's 10-minute command limit)::
+
+    python -m benchmarks capture --device cuda     # pythia-160m, pythia-1b at 16 × 512
+    python -m benchmarks sweep --device cuda       # one pythia_1b-recipe sweep step
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.table import Table
+
+from benchmarks._timing import DTYPES
 
 MODULES = sorted(
     m.name.removeprefix("bench_")
@@ -59,7 +67,22 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {MODULES}")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument(
-        "--device", default="cpu", help="device for the benchmarks that take one (capture)"
+        "--device", default="cpu", help="device for the benchmarks that take one (capture, sweep)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=list(DTYPES),
+        help="weight dtype for the benchmarks that take one (capture, sweep; both sides use it)",
+    )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        dest="shapes",
+        metavar="NAME",
+        help="model shape(s) for the benchmarks that take them, instead of the device's "
+        "(capture: mini-pythia or pythia-<size>; sweep: mini-pythia = the quickstart, or "
+        "pythia-<size>); repeatable",
     )
     args = parser.parse_args()
     unknown = sorted(set(args.names) - set(MODULES))
@@ -69,9 +92,11 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in args.names or MODULES:
         module = importlib.import_module(f"benchmarks.bench_{name}")
-        kwargs = {"quick": args.quick}
-        if "device" in inspect.signature(module.run).parameters:
-            kwargs["device"] = args.device
+        kwargs: dict[str, Any] = {"quick": args.quick}
+        accepted = inspect.signature(module.run).parameters
+        for option in ("device", "dtype", "shapes"):
+            if option in accepted:
+                kwargs[option] = getattr(args, option)
         with console.status(f"running bench_{name}"):
             rows.extend(module.run(**kwargs))
     render(rows, console)

@@ -1,55 +1,230 @@
 """Sweep throughput with every probe on, against a plain training forward+backward.
 
-Ours: one step of the quickstart recipe (every per-step probe; the untrained block, which reads
-no checkpoint, left out) run by :func:`run_sweep` into a temporary directory — data preparation,
-capture, proxy fitting, controls, bootstrap, TwoNN, curvature and the parquet write included.
-Reference: training forward+backward passes of the same model over the same token rows. Needs
-the mini-pythia suite (trained into the cache on first use, ~4 min). The ratio is recorded, no
-goal is set.
+Ours: one sweep step run by :func:`run_sweep` into a temporary directory — data preparation,
+checkpoint checks and loads, capture, proxy fitting, controls, bootstrap, TwoNN, curvature and the
+parquet write included (the untrained block, which reads no checkpoint, left out). Reference:
+training forward+backward passes (:func:`benchmarks.bench_capture._training_step`) of the same
+model, loaded the same way (device, ``suite.dtype``), over the same token rows and batch size.
+CUDA is synchronised around both timings.
+
+* On the CPU (shape ``mini-pythia``): one step of the quickstart recipe (``suite.steps=last``)
+  on the mini-pythia suite (trained into the cache on first use, ~4 min). The ratio is
+  recorded, no goal is set.
+* On a GPU (shape ``pythia-1b``): one step of the pythia_1b recipe (every probe, frozen-early
+  proxies, every residual site and the embedding, reservoir 16384, rows of 512, batches of 16,
+  ``suite.dtype`` float32 unless ``--dtype``) on a randomly initialised pythia-1b
+  (:data:`~tangentlens.models.shapes.PYTHIA_CONFIGS`) saved as a one-checkpoint local suite
+  (``<tmp>/suite/step0/``) with the mini-pythia tokenizer (4096 of the 50304 ids: speed does not
+  depend on which ids occur), over 131072 tokens of Shakespeare (32768 with ``--quick``) so the
+  run stays within a few minutes. Goal: ≤ 2×. The checkpoint's load time is reported in the
+  goal column (it is paid inside ours, not by the reference)::
+
+      python -m benchmarks sweep --device cuda
+      python -m benchmarks sweep --device cuda --dtype bfloat16
+
+``--shape pythia-<size>`` runs the GPU path at another size, e.g. a smoke run on the CPU:
+``python -m benchmarks sweep --quick --device cpu --shape pythia-14m`` (rows of 128 tokens).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
-from benchmarks.bench_capture import _training_step
-from tangentlens.models.suites import ensure_mini_suite
+from benchmarks._timing import best_time, synchronize, torch_dtype
+from benchmarks.bench_capture import SHORT_DTYPES, _training_step, release_memory
+from tangentlens.models.configs import MINI_SUITE_CONFIGS
+from tangentlens.models.shapes import PYTHIA_CONFIGS
+from tangentlens.models.suites import LocalSuite, ensure_mini_suite
 from tangentlens.sweep.data import prepare_analysis_data
-from tangentlens.sweep.recipe import load_recipe
+from tangentlens.sweep.recipe import Recipe, load_recipe
 from tangentlens.sweep.runner import run_sweep
 
+#: Token budgets (quick, full): the quickstart's on the CPU, the pythia_1b recipe's on a GPU.
+QUICKSTART_TOKENS = (8192, 32768)
+PYTHIA_TOKENS = (32768, 131072)
+#: Shapes timed per device: ``mini-pythia`` is the quickstart, ``pythia-<size>`` the pythia_1b
+#: recipe on a random model of that size.
+DEVICE_SHAPES = {"cpu": ("mini-pythia",), "cuda": ("pythia-1b",)}
+#: The GPU path on the CPU (a smoke run) uses rows of this many tokens.
+CPU_SEQ_LEN = 128
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    budget = 8192 if quick else 32768
-    suite = ensure_mini_suite("mini-pythia")
-    recipe = load_recipe("quickstart", ["suite.steps=last", f"data.max_tokens={budget}"])
-    probes = {k: v for k, v in recipe.probes.items() if k != "untrained_block"}
-    recipe = dataclasses.replace(recipe, probes=probes)
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        run_sweep(recipe, f"{tmp}/run")
-        ours_s = time.perf_counter() - start
-    model = suite.load(suite.steps[-1])
-    rows = torch.from_numpy(prepare_analysis_data(suite, recipe).rows)
-    start = time.perf_counter()
-    loss = sum(_training_step(model, batch) for batch in rows.split(recipe.data.batch_size))
-    ref_s = time.perf_counter() - start
-    return [
-        {
-            "benchmark": f"sweep step, {len(probes)} probes",
-            "shape": f"mini-pythia, {rows.numel()} tokens",
-            "reference_name": "training fwd+bwd",
-            "ours_s": ours_s,
-            "reference_s": ref_s,
-            "ours": ours_s / ref_s,
-            "reference": 1.0,
-            "difference": ours_s / ref_s,
-            "difference_kind": "relative",
-            "goal": f"recorded (train loss sum {loss:.0f})",
-        }
+
+def check_shapes(names: tuple[str, ...]) -> None:
+    """A ``ValueError`` naming the sweep's shapes when one of ``names`` is not one."""
+    allowed = ["mini-pythia"] + [
+        m.removeprefix("EleutherAI/") for m in PYTHIA_CONFIGS if not m.endswith("-deduped")
     ]
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"unknown sweep shape(s) {unknown}; allowed: {allowed}")
+
+
+def _without_untrained_block(recipe: Recipe) -> Recipe:
+    probes = {k: v for k, v in recipe.probes.items() if k != "untrained_block"}
+    return dataclasses.replace(recipe, probes=probes)
+
+
+def _mini_tokenizer() -> PreTrainedTokenizerBase:
+    """The mini-pythia suite's tokenizer: from its cached checkpoints when trained, else
+    trained here the same way (seconds; the suite's model is not trained)."""
+    try:
+        return ensure_mini_suite("mini-pythia", train=False).tokenizer()
+    except ValueError:
+        from tangentlens.models.training import training_split, wrap_tokenizer
+
+        config = MINI_SUITE_CONFIGS["mini-pythia"]
+        return wrap_tokenizer(config, training_split(config)[0].texts())
+
+
+def write_random_suite(root: Path, model: str, device: str) -> Path:
+    """A one-checkpoint local suite ``root/step0/`` of a randomly initialised (seeded)
+    ``model`` (a :data:`PYTHIA_CONFIGS` name) in float32, with the mini-pythia tokenizer."""
+    folder = root / "step0"
+    folder.mkdir(parents=True)
+    torch.manual_seed(0)
+    with torch.device(device):  # the initialisation runs where the model will
+        weights = GPTNeoXForCausalLM(GPTNeoXConfig(**PYTHIA_CONFIGS[model]))
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        weights.save_pretrained(folder, safe_serialization=True)
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+    del weights
+    _mini_tokenizer().save_pretrained(folder)
+    release_memory()
+    return root
+
+
+def _time_sweep(recipe: Recipe, out: Path) -> float:
+    """Seconds of ``run_sweep(recipe, out)``; torch's thread count (which the units pin to
+    ``capture.threads``) is restored after."""
+    threads = torch.get_num_threads()
+    try:
+        synchronize()
+        start = time.perf_counter()
+        run_sweep(recipe, out)
+        synchronize()
+        return time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+        release_memory()
+
+
+def _reference(suite: Any, recipe: Recipe) -> tuple[float, float, torch.Tensor, float]:
+    """(seconds of training fwd+bwd over the recipe's rows, their summed loss, the rows,
+    seconds of one checkpoint load) for the suite's last step, loaded as the sweep does."""
+    device, dtype = recipe.suite.device, torch_dtype(recipe.suite.dtype)
+    synchronize()
+    start = time.perf_counter()
+    model = suite.load(suite.steps[-1], device=device, dtype=dtype)
+    synchronize()
+    load_s = time.perf_counter() - start
+    rows = torch.from_numpy(prepare_analysis_data(suite, recipe).rows)
+    batches = [b.to(device) for b in rows.split(recipe.data.batch_size)]
+    _training_step(model, batches[0])  # warm-up
+    model.zero_grad(set_to_none=True)
+
+    def train() -> float:
+        return float(sum(_training_step(model, b) for b in batches))
+
+    ref_s, loss = best_time(train, 1)
+    model.zero_grad(set_to_none=True)
+    return ref_s, loss, rows, load_s
+
+
+def bench_quickstart(quick: bool, device: str, dtype: str) -> dict[str, Any]:
+    """One quickstart step (mini-pythia) against training over its rows."""
+    budget = QUICKSTART_TOKENS[0 if quick else 1]
+    suite = ensure_mini_suite("mini-pythia")
+    overrides = [
+        "suite.steps=last",
+        f'suite.device="{device}"',
+        f'suite.dtype="{dtype}"',
+        f"data.max_tokens={budget}",
+    ]
+    recipe = _without_untrained_block(load_recipe("quickstart", overrides))
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_s = _time_sweep(recipe, Path(tmp) / "run")
+    ref_s, loss, rows, _ = _reference(suite, recipe)
+    return _row(recipe, f"mini-pythia, {rows.numel()} tokens", ours_s, ref_s, loss, "recorded")
+
+
+def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> dict[str, Any]:
+    """One pythia_1b-recipe step on a random ``name`` (``pythia-<size>``) against training
+    over its rows."""
+    check_shapes((name,))
+    model = f"EleutherAI/{name}"
+    budget = PYTHIA_TOKENS[0 if quick else 1]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    try:
+        root = write_random_suite(tmp / "suite", model, device)
+        overrides = [
+            "suite.steps=last",
+            f'suite.name="local:{root}"',
+            f'suite.device="{device}"',
+            f'suite.dtype="{dtype}"',
+            'data.corpus="shakespeare"',
+            f"data.max_tokens={budget}",
+        ]
+        if not device.startswith("cuda"):
+            overrides.append(f"data.seq_len={CPU_SEQ_LEN}")
+        recipe = _without_untrained_block(load_recipe("pythia_1b", overrides))
+        ours_s = _time_sweep(recipe, tmp / "run")
+        suite = LocalSuite(root)
+        ref_s, loss, rows, load_s = _reference(suite, recipe)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
+    goal = f"≤ 2× (a load: {load_s:.1f} s)"
+    return _row(recipe, shape, ours_s, ref_s, loss, goal)
+
+
+def _row(
+    recipe: Recipe, shape: str, ours_s: float, ref_s: float, loss: float, goal: str
+) -> dict[str, Any]:
+    return {
+        "benchmark": f"sweep step, {len(recipe.probes)} probes",
+        "shape": shape,
+        "reference_name": "training fwd+bwd",
+        "ours_s": ours_s,
+        "reference_s": ref_s,
+        "ours": ours_s / ref_s,
+        "reference": 1.0,
+        "difference": ours_s / ref_s,
+        "difference_kind": "relative",
+        "goal": f"{goal}; train loss sum {loss:.0f}",
+    }
+
+
+def run(
+    quick: bool = False,
+    device: str = "cpu",
+    dtype: str = "float32",
+    shapes: tuple[str, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """The sweep-step rows: the device's shape, or ``shapes`` (``mini-pythia`` = the
+    quickstart, ``pythia-<size>`` = the pythia_1b recipe on a random model of that size)."""
+    torch_dtype(dtype)
+    names = (
+        tuple(shapes) if shapes else DEVICE_SHAPES["cuda" if device.startswith("cuda") else "cpu"]
+    )
+    check_shapes(names)
+    rows = []
+    for name in names:
+        if name == "mini-pythia":
+            rows.append(bench_quickstart(quick, device, dtype))
+        else:
+            rows.append(bench_pythia(name, quick, device, dtype))
+        release_memory()  # the reference's model
+    return rows
