@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tangentlens.checks import check_choice, check_count
-from tangentlens.metrics.options import BOOTSTRAP_METHODS, TWONN_FITS
+from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES, TWONN_FITS
 
 __all__ = [
     "METHODS",
@@ -94,6 +94,11 @@ class TangentEnergyConfig:
     def __post_init__(self) -> None:
         check_count(self.draws, "draws", minimum=1)
         check_count(self.bootstrap, "bootstrap", minimum=0)
+        if 0 < self.bootstrap < MIN_REPLICATES:
+            raise ValueError(
+                f"bootstrap must be 0 (no interval) or ≥ {MIN_REPLICATES} replicates, got "
+                f"{self.bootstrap}"
+            )
         check_count(self.seed, "seed", minimum=0)
         check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
         m = self.data_matched_m

@@ -102,3 +102,11 @@ def test_capture_layers_select_blocks_and_name_what_is_wrong():
             load_recipe("quickstart", [f"capture.layers='{bad}'"])
     assert load_recipe("quickstart", ["capture.layers='every:2'"]).capture.layers == "every:2"
     assert load_recipe("quickstart").to_dict()["capture"]["layers"] == "all"  # in the identity
+
+
+@pytest.mark.parametrize("replicates", [1, 9])
+def test_too_few_bootstrap_replicates_are_refused_with_the_recipe(replicates):
+    """1–9 replicates used to pass validation and fail at run time, after the captures."""
+    with pytest.raises(ValueError, match=r"bootstrap must be 0 \(no interval\) or ≥ 10"):
+        load_recipe("quickstart", [f"probes.tangent_energy.bootstrap={replicates}"])
+    assert load_recipe("quickstart", ["probes.tangent_energy.bootstrap=10"]).probes

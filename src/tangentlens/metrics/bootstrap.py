@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 
 from tangentlens.checks import check_choice, check_count, check_fraction
 from tangentlens.metrics._validate import to_float64
-from tangentlens.metrics.options import BOOTSTRAP_METHODS
+from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.typing import ArrayLike
 
 __all__ = ["BOOTSTRAP_METHODS", "RatioInterval", "bootstrap_ratio", "group_sums"]
@@ -145,7 +145,7 @@ def bootstrap_ratio(
         raise ValueError("numerators / denominators contain NaN or inf")
     if not den.sum() > 0:
         raise ValueError("the denominators sum to zero: the ratio is undefined")
-    replicates = check_count(replicates, "replicates", minimum=10)
+    replicates = check_count(replicates, "replicates", minimum=MIN_REPLICATES)
     level = check_fraction(level, "level", low_open=True, high_open=True)
     seed = check_count(seed, "seed", minimum=0)
     method = check_choice(method, "method", BOOTSTRAP_METHODS)
