@@ -25,7 +25,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._timing import DTYPES
+from tangentlens.sweep.recipe import WEIGHT_DTYPES
 
 MODULES = sorted(
     m.name.removeprefix("bench_")
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument(
         "--dtype",
         default="float32",
-        choices=list(DTYPES),
+        choices=list(WEIGHT_DTYPES),
         help="weight dtype for the benchmarks that take one (capture, sweep; both sides use it)",
     )
     parser.add_argument(

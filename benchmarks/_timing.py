@@ -8,21 +8,35 @@ from typing import Any
 
 import torch
 
-__all__ = ["DTYPES", "best_time", "synchronize", "torch_dtype"]
+from tangentlens.sweep.recipe import WEIGHT_DTYPES
 
-#: ``--dtype`` names → torch dtypes (the weight dtypes a sweep's ``suite.dtype`` accepts).
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+__all__ = ["best_time", "ratio_row", "synchronize", "torch_dtype"]
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a ``--dtype`` name; another name is a ``ValueError`` listing them."""
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; allowed: {list(DTYPES)}")
-    return DTYPES[name]
+    """The torch dtype of a ``--dtype`` name (one of ``suite.dtype``'s); another name is a
+    ``ValueError`` listing them."""
+    if name not in WEIGHT_DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; allowed: {list(WEIGHT_DTYPES)}")
+    return getattr(torch, name)
+
+
+def ratio_row(
+    name: str, shape: str, reference: str, ours_s: float, ref_s: float, goal: str
+) -> dict[str, Any]:
+    """A table row whose value is the time ratio ours / reference."""
+    return {
+        "benchmark": name,
+        "shape": shape,
+        "reference_name": reference,
+        "ours_s": ours_s,
+        "reference_s": ref_s,
+        "ours": ours_s / ref_s,
+        "reference": 1.0,
+        "difference": ours_s / ref_s,
+        "difference_kind": "relative",
+        "goal": goal,
+    }
 
 
 def synchronize() -> None:

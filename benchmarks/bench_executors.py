@@ -20,6 +20,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks._timing import ratio_row
 from tangentlens.models.suites import ensure_mini_suite
 from tangentlens.sweep.executors.base import UnitEvent
 from tangentlens.sweep.recipe import Recipe, load_recipe
@@ -72,15 +73,21 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         wall, done = _run(recipe, kind)
         overhead = statistics.median(e.seconds - e.work for e in done)
         units = f"{shape}, {len(done)} units"
-        rows.append(_row(f"sweep wall, {kind} (2 workers)", shape, "local", wall, local_wall, ""))
+        rows.append(
+            ratio_row(f"sweep wall, {kind} (2 workers)", shape, "local", wall, local_wall, "")
+        )
         if kind == "ray":  # warm workers: start-up is paid once per worker, not per unit
             rows.append(
-                _row("overhead per unit, ray", units, "median unit", overhead, median_unit, goal)
+                ratio_row(
+                    "overhead per unit, ray", units, "median unit", overhead, median_unit, goal
+                )
             )
             continue
         rows += [
-            _row("overhead per unit, submitit", units, "median unit", overhead, median_unit, ""),
-            _row(
+            ratio_row(
+                "overhead per unit, submitit", units, "median unit", overhead, median_unit, ""
+            ),
+            ratio_row(
                 "  of which job start-up",
                 "python + imports",
                 "median unit",
@@ -88,7 +95,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 median_unit,
                 "",
             ),
-            _row(
+            ratio_row(
                 "  scheduling (the rest)",
                 units,
                 "median unit",
@@ -98,18 +105,3 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             ),
         ]
     return rows
-
-
-def _row(name: str, shape: str, reference: str, ours_s: float, ref_s: float, goal: str) -> dict:
-    return {
-        "benchmark": name,
-        "shape": shape,
-        "reference_name": reference,
-        "ours_s": ours_s,
-        "reference_s": ref_s,
-        "ours": ours_s / ref_s,
-        "reference": 1.0,
-        "difference": ours_s / ref_s,
-        "difference_kind": "relative",
-        "goal": goal,
-    }

@@ -39,7 +39,7 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from benchmarks._timing import best_time, synchronize, torch_dtype
+from benchmarks._timing import best_time, ratio_row, synchronize, torch_dtype
 from benchmarks.bench_capture import SHORT_DTYPES, _training_step, release_memory
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
@@ -124,7 +124,7 @@ def _time_sweep(recipe: Recipe, out: Path) -> float:
 def _reference(suite: Any, recipe: Recipe) -> tuple[float, float, torch.Tensor, float]:
     """(seconds of training fwd+bwd over the recipe's rows, their summed loss, the rows,
     seconds of one checkpoint load) for the suite's last step, loaded as the sweep does."""
-    device, dtype = recipe.suite.device, torch_dtype(recipe.suite.dtype)
+    device, dtype = recipe.suite.device, recipe.suite.torch_dtype()
     synchronize()
     start = time.perf_counter()
     model = suite.load(suite.steps[-1], device=device, dtype=dtype)
@@ -157,7 +157,8 @@ def bench_quickstart(quick: bool, device: str, dtype: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         ours_s = _time_sweep(recipe, Path(tmp) / "run")
     ref_s, loss, rows, _ = _reference(suite, recipe)
-    return _row(recipe, f"mini-pythia, {rows.numel()} tokens", ours_s, ref_s, loss, "recorded")
+    shape = f"mini-pythia, {rows.numel()} tokens"
+    return _sweep_row(recipe, shape, ours_s, ref_s, loss, "recorded")
 
 
 def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> dict[str, Any]:
@@ -187,24 +188,16 @@ def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> dict[str, A
         shutil.rmtree(tmp, ignore_errors=True)
     shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
     goal = f"≤ 2× (a load: {load_s:.1f} s)"
-    return _row(recipe, shape, ours_s, ref_s, loss, goal)
+    return _sweep_row(recipe, shape, ours_s, ref_s, loss, goal)
 
 
-def _row(
+def _sweep_row(
     recipe: Recipe, shape: str, ours_s: float, ref_s: float, loss: float, goal: str
 ) -> dict[str, Any]:
-    return {
-        "benchmark": f"sweep step, {len(recipe.probes)} probes",
-        "shape": shape,
-        "reference_name": "training fwd+bwd",
-        "ours_s": ours_s,
-        "reference_s": ref_s,
-        "ours": ours_s / ref_s,
-        "reference": 1.0,
-        "difference": ours_s / ref_s,
-        "difference_kind": "relative",
-        "goal": f"{goal}; train loss sum {loss:.0f}",
-    }
+    name = f"sweep step, {len(recipe.probes)} probes"
+    return ratio_row(
+        name, shape, "training fwd+bwd", ours_s, ref_s, f"{goal}; train loss sum {loss:.0f}"
+    )
 
 
 def run(
