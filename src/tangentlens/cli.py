@@ -39,10 +39,9 @@ def _train_suite(args: argparse.Namespace) -> None:
 def _memory_lines(recipe: Recipe) -> str:
     """The memory plan, and whether it fits this machine's memory (a GPU is checked when the
     sweep starts: asking torch about it here would make planning heavy)."""
-    from tangentlens.probes.configs import needs_of
     from tangentlens.sweep.memory import host_budget, plan_recipe
 
-    memory = plan_recipe(recipe, needs_of(recipe.probes))
+    memory = plan_recipe(recipe)
     host = host_budget(recipe)
     problem = memory.problem(accelerator=None, host=host)
     verdict = problem or (

@@ -164,19 +164,17 @@ def test_saved_per_block_is_what_autograd_saves(
 def test_large_recipes_state_their_memory_plan(name) -> None:
     """The header comment of the large-model recipes is the plan the sweep prints, and the
     plan fits one 80 GB GPU."""
-    from tangentlens.probes.configs import needs_of
     from tangentlens.sweep.memory import plan_recipe
     from tangentlens.sweep.recipe import builtin_recipes, load_recipe
 
     recipe = load_recipe(name)
-    plan = plan_recipe(recipe, needs_of(recipe.probes), accelerator=80 * 10**9)
+    plan = plan_recipe(recipe, accelerator=80 * 10**9)
     assert f"# {plan.summary()}\n" in builtin_recipes()[name].read_text()
 
 
 def _fit_cell(size: str, dtype: str) -> str:
     """The README's cell: planned peak GiB and passes on one 80 GB GPU at pythia_1b's
     settings with automatic passes, or what would make it fit."""
-    from tangentlens.probes.configs import needs_of
     from tangentlens.sweep.memory import GIB, plan_recipe
     from tangentlens.sweep.recipe import load_recipe
 
@@ -187,7 +185,7 @@ def _fit_cell(size: str, dtype: str) -> str:
     ]
     recipe = load_recipe("pythia_1b", overrides)
     try:
-        plan = plan_recipe(recipe, needs_of(recipe.probes), accelerator=80 * 10**9)
+        plan = plan_recipe(recipe, accelerator=80 * 10**9)
     except ValueError as error:
         batch = re.search(r"data\.batch_size = (\d+) fits", str(error))
         return f"`data.batch_size` ≤ {batch.group(1)}" if batch else "does not fit"

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
 from tangentlens.models.shapes import ModelShape, suite_shape
+from tangentlens.probes.configs import needs_of
 from tangentlens.sweep.plan import gathers_sequence_sums
 from tangentlens.sweep.recipe import Recipe, select_layers
 
@@ -350,11 +351,12 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, copy))
 
 
-def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
-    """The plan's inputs for ``recipe`` on models of ``shape``; ``needs`` says what the probes
-    keep (``gradients``, ``bins``, ``bin_moments``, ``type_sums``, ``reservoir``). Type sums are
+def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
+    """The plan's inputs for ``recipe`` on models of ``shape`` (what its probes keep:
+    :func:`~tangentlens.probes.configs.needs_of`). Type sums are
     planned for at most ``data.max_tokens // min_count`` types (frequency geometry) plus the
     tracked centroids (update alignment): the analysis data is not read before the plan."""
+    needs = needs_of(recipe.probes)
     sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
     layers = select_layers(recipe.capture.layers, shape.n_layers)
     sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
@@ -375,7 +377,7 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
         sites=tuple(sites),
         gradients=needs.gradients and shape.has_head,
         bins=recipe.data.n_bins if needs.bins else 0,
-        bin_moments=needs.bins and getattr(needs, "bin_moments", True),
+        bin_moments=needs.bin_moments,
         n_types=n_types,
         reservoir=recipe.capture.reservoir if needs.reservoir else 0,
         energy_methods=(
@@ -389,11 +391,11 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape, needs: Any) -> PlanInputs:
 
 
 def plan_recipe(
-    recipe: Recipe, needs: Any, *, accelerator: int | None = None, host: int | None = None
+    recipe: Recipe, *, accelerator: int | None = None, host: int | None = None
 ) -> MemoryPlan:
     """The memory plan of ``recipe`` on its suite's models (shape from ``config.json``),
     checked against the budgets given (see :func:`check_fits`)."""
-    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name), needs)
+    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name))
     return check_fits(inputs, accelerator=accelerator, host=host)
 
 

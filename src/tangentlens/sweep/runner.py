@@ -20,7 +20,7 @@ from typing import Any
 
 from tangentlens.models.catalog import headless_architectures, suite_steps
 from tangentlens.models.schedule import select_steps
-from tangentlens.probes.configs import PROBE_NEEDS, needs_of
+from tangentlens.probes.configs import PROBE_NEEDS
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
 from tangentlens.sweep.recipe import Recipe
@@ -91,7 +91,7 @@ def _checked_memory_plan(recipe: Recipe) -> dict[str, Any]:
     host = host_budget(recipe)
     local = recipe.executor.kind == "local"
     accelerator = accelerator_budget(recipe.suite.resolved_device()) if local else None
-    memory = plan_recipe(recipe, needs_of(recipe.probes), accelerator=accelerator, host=host)
+    memory = plan_recipe(recipe, accelerator=accelerator, host=host)
     return {**memory.to_dict(), "budgets": {"accelerator": accelerator, "host": host}}
 
 

@@ -252,7 +252,7 @@ def _capture_passes(recipe: Recipe) -> int:
     the coordinator checks only the GPUs of its own machine."""
     accelerator = accelerator_budget(recipe.suite.resolved_device())
     host = host_budget(recipe) if accelerator is None else None
-    return plan_recipe(recipe, needs_of(recipe.probes), accelerator=accelerator, host=host).passes
+    return plan_recipe(recipe, accelerator=accelerator, host=host).passes
 
 
 # ---------------------------------------------------------------------------- the units
