@@ -204,3 +204,29 @@ def micro_step_data(micro_pythia):
     return StepData(
         "micro-pythia", step, micro_pythia.tokens_seen(step), stats, layers, 32, frequencies
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder():
+    """A float64 Pythia-shaped decoder (two blocks, parallel attention and MLP, partial rotary,
+    a final LayerNorm), randomly initialised."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    torch.manual_seed(0)
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=16,
+        n_heads=4,
+        d_head=4,
+        d_mlp=32,
+        d_vocab=50,
+        n_ctx=16,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="rotary",
+        rotary_dim=2,
+        parallel_attn_mlp=True,
+        dtype=torch.float64,
+        device="cpu",
+    )
+    return HookedTransformer(cfg)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tangentlens.capture import (
     CaptureConfig,
@@ -23,29 +22,6 @@ SITES = (
     "blocks.1.hook_attn_out",
     "blocks.1.hook_resid_post",
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_decoder() -> HookedTransformer:
-    """A float64 Pythia-shaped decoder (parallel attention and MLP, partial rotary)."""
-    torch.manual_seed(0)
-    cfg = HookedTransformerConfig(
-        n_layers=2,
-        d_model=16,
-        n_heads=4,
-        d_head=4,
-        d_mlp=32,
-        d_vocab=50,
-        n_ctx=16,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=2,
-        parallel_attn_mlp=True,
-        dtype=torch.float64,
-        device="cpu",
-    )
-    return HookedTransformer(cfg)
 
 
 def _tokens(seed: int, batch: int = 3, pos: int = 10, vocab: int = 50) -> torch.Tensor:

@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tangentlens.capture import (
     CaptureConfig,
@@ -40,29 +39,6 @@ ENCODER_SITES = (
     "blocks.1.hook_normalized_resid_post",
     "mlm_head.ln.hook_normalized",
 )
-
-
-@pytest.fixture(scope="module")
-def decoder() -> HookedTransformer:
-    """A float64 two-block decoder with a final LayerNorm."""
-    torch.manual_seed(0)
-    cfg = HookedTransformerConfig(
-        n_layers=2,
-        d_model=16,
-        n_heads=4,
-        d_head=4,
-        d_mlp=32,
-        d_vocab=50,
-        n_ctx=16,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=2,
-        parallel_attn_mlp=True,
-        dtype=torch.float64,
-        device="cpu",
-    )
-    return HookedTransformer(cfg)
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +105,16 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def test_chunked_decoder_loss_and_gradients_equal_the_unchunked_computation(decoder, monkeypatch):
-    sizes = _count_chunks(monkeypatch, 5, decoder.cfg.d_vocab)
+def test_chunked_decoder_loss_and_gradients_equal_the_unchunked_computation(
+    tiny_decoder, monkeypatch
+):
+    sizes = _count_chunks(monkeypatch, 5, tiny_decoder.cfg.d_vocab)
     tokens = _decoder_tokens(1)
-    batch = capture_batch(decoder, tokens, CaptureConfig(sites=DECODER_SITES), DECODER_SPECIAL)
+    batch = capture_batch(tiny_decoder, tokens, CaptureConfig(sites=DECODER_SITES), DECODER_SPECIAL)
     labels = torch.full_like(tokens, IGNORE_INDEX)
     labels[:, :-1] = tokens[:, 1:]
     labels[labels == DECODER_SPECIAL.pad_id] = IGNORE_INDEX
-    loss, ref = _unchunked(decoder, tokens, labels, DECODER_SITES)
+    loss, ref = _unchunked(tiny_decoder, tokens, labels, DECODER_SITES)
     assert batch.n_scored == 3 * 9 - 1 == sum(sizes)
     assert sizes == [5, 5, 5, 5, 5, 1]  # several chunks, none above the forced size
     assert batch.loss == pytest.approx(loss, rel=1e-12)
@@ -145,7 +123,7 @@ def test_chunked_decoder_loss_and_gradients_equal_the_unchunked_computation(deco
         assert _relative_error(batch.gradients[site], ref[site]) <= 1e-6, site
     sizes.clear()
     config = CaptureConfig(sites=DECODER_SITES, gradients=False)
-    inference = capture_batch(decoder, tokens, config, DECODER_SPECIAL)
+    inference = capture_batch(tiny_decoder, tokens, config, DECODER_SPECIAL)
     assert len(sizes) == 6 and inference.loss == pytest.approx(loss, rel=1e-12)
 
 
@@ -166,10 +144,10 @@ def test_chunked_mlm_loss_and_gradients_equal_the_unchunked_computation(encoder,
 
 def test_loss_peak_stays_far_below_the_full_logits():
     """One capture_batch of a 1-block decoder with a 200 000-type vocabulary (batch 4 × pos 256:
-    full float32 logits 819 MB), the peak RSS above the baseline taken after imports and model
-    build. Measured on the development machine (CPU): the former unchunked loss peaked at
-    +3195 MB with gradients (+1582 MB without); chunked at the default 256 MiB chunk +785 MB
-    (about 3 chunks: logits, log-softmax, gradient); at the 32 MiB chunk forced here +112 MB
+    full float32 logits 819 MB), the peak resident memory (VmHWM) above the baseline taken after
+    imports and model build. Measured on the development machine (CPU): the former unchunked loss
+    peaked at +3195 MB with gradients (+1582 MB without); chunked at the default 256 MiB chunk
+    +785 MB (about 3 chunks: logits, log-softmax, gradient); at the 32 MiB chunk forced here +112 MB
     with gradients, +78 MB without. glibc's mmap threshold is pinned so freed chunks leave RSS.
     """
     script = textwrap.dedent(
@@ -210,16 +188,16 @@ def test_loss_peak_stays_far_below_the_full_logits():
     assert measured["peak_kib"] * 1024 < full_logits / 3, measured
 
 
-def test_loss_none_captures_activations_only(decoder):
+def test_loss_none_captures_activations_only(tiny_decoder):
     with pytest.raises(ValueError, match=r"loss 'none'.*gradients=False"):
         CaptureConfig(sites=DECODER_SITES[:2], loss="none")
     config = CaptureConfig(sites=DECODER_SITES[:4], loss="none", gradients=False)
     assert not config.causal
     tokens = _decoder_tokens(2)
-    batch = capture_batch(decoder, tokens, config, DECODER_SPECIAL)
+    batch = capture_batch(tiny_decoder, tokens, config, DECODER_SPECIAL)
     assert math.isnan(batch.loss) and batch.n_scored == 0 and not batch.scored.any()
     assert batch.gradients == {}
-    _, cache = decoder.run_with_cache(tokens)
+    _, cache = tiny_decoder.run_with_cache(tokens)
     for site in DECODER_SITES[:4]:
         assert torch.equal(batch.activations[site], cache[site])
     # encoder-style masks: BOS and padding go, position 0 and the last position count
@@ -227,18 +205,20 @@ def test_loss_none_captures_activations_only(decoder):
     assert batch.keep[:, -1].all()
     residual = CaptureConfig(sites=DECODER_SITES[1:2], loss="none", gradients=False)
     stats = capture_statistics(
-        decoder, tokens.split(2), residual, DECODER_SPECIAL, StatisticsConfig(gradients=False)
+        tiny_decoder, tokens.split(2), residual, DECODER_SPECIAL, StatisticsConfig(gradients=False)
     )
     assert math.isnan(stats.mean_loss) and stats.n_scored == 0
     with pytest.raises(ValueError, match=r"not reached.*loss 'none' runs no head"):
         capture_batch(
-            decoder,
+            tiny_decoder,
             tokens,
             CaptureConfig(sites=("ln_final.hook_normalized",), loss="none", gradients=False),
             DECODER_SPECIAL,
         )
     with pytest.raises(ValueError, match="lie in the unembedding"):
-        capture_batch(decoder, tokens, CaptureConfig(sites=("unembed.hook_in",)), DECODER_SPECIAL)
+        capture_batch(
+            tiny_decoder, tokens, CaptureConfig(sites=("unembed.hook_in",)), DECODER_SPECIAL
+        )
 
 
 def test_loss_none_runs_an_encoder_without_its_head(encoder):
@@ -279,7 +259,7 @@ def _attention_by_brute_force(model, batches, layers):
 
 
 @pytest.mark.parametrize("gradients", [True, False])
-def test_attention_reduced_in_hooks_equals_brute_force_exactly(decoder, gradients):
+def test_attention_reduced_in_hooks_equals_brute_force_exactly(tiny_decoder, gradients):
     """The sums are bit-identical to reducing the cached tensors batch by batch — which is what
     the capture computed before it reduced them in the hooks."""
     rows = _decoder_tokens(6, batch=7)
@@ -287,9 +267,9 @@ def test_attention_reduced_in_hooks_equals_brute_force_exactly(decoder, gradient
         sites=("blocks.0.hook_resid_post",), attention_layers=(0, 1), gradients=gradients
     )
     statistics = StatisticsConfig(gradients=gradients, reservoir_size=0)
-    stats = capture_statistics(decoder, rows.split(3), config, DECODER_SPECIAL, statistics)
+    stats = capture_statistics(tiny_decoder, rows.split(3), config, DECODER_SPECIAL, statistics)
     batches = [(t, analysis_mask(t, DECODER_SPECIAL, causal=True).keep) for t in rows.split(3)]
-    ref = _attention_by_brute_force(decoder, batches, (0, 1))
+    ref = _attention_by_brute_force(tiny_decoder, batches, (0, 1))
     for layer in (0, 1):
         got = stats.attention[layer]
         assert got.sum_q.device.type == "cpu"
