@@ -38,7 +38,7 @@ from tangentlens.metrics import (
     complement_basis,
     complement_frames,
 )
-from tangentlens.probes.base import Needs, StepData, make_row, measurement
+from tangentlens.probes.base import Capture, Needs, make_row, measurement
 from tangentlens.probes.configs import PROBE_NEEDS, AnisotropyShareConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
@@ -53,7 +53,7 @@ def needs(config: AnisotropyShareConfig) -> Needs:
 
 
 def rows(
-    data: StepData,
+    data: Capture,
     proxies: dict[str, dict[str, Basis]],
     config: AnisotropyShareConfig,
     controls: TangentEnergyConfig,

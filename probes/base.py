@@ -1,4 +1,4 @@
-"""What every probe shares: the tidy result row, what a probe needs captured, and the data of
+"""What every probe shares: the tidy result row, what a probe needs captured, and the capture of
 one checkpoint step that probes turn into rows.
 
 Rows follow one schema (:data:`ROW_FIELDS`): ``suite, step, tokens_seen, site, layer, probe,
@@ -9,13 +9,25 @@ the bin index as a string; ``method`` names the dictionary (or ``"-"`` where non
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tangentlens.capture import CaptureStatistics
 from tangentlens.data import FrequencyTable
 from tangentlens.probes.configs import Needs
 
-__all__ = ["ROW_FIELDS", "Needs", "StepData", "bin_label", "make_row", "measurement", "row"]
+__all__ = [
+    "ROW_FIELDS",
+    "Capture",
+    "Needs",
+    "StepLabel",
+    "bin_label",
+    "make_row",
+    "measurement",
+    "row",
+]
 
 ROW_FIELDS: tuple[str, ...] = (
     "suite",
@@ -36,22 +48,79 @@ ROW_FIELDS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class StepData:
-    """One checkpoint step's captured statistics and where they come from.
+class StepLabel:
+    """What names a step's rows: the suite (or model), the checkpoint step, the tokens it had
+    seen, and the block index of each site (None for the embedding)."""
 
-    ``layers`` maps each captured site to its block index (None for the embedding);
-    ``seq_len`` is the width of the token rows (row id // seq_len = sequence index);
-    ``frequencies`` the token frequency table of the analysis corpus; ``statistics`` is None
-    for rows computed from saved state rather than a capture (a sweep's transitions).
+    suite: str
+    step: int
+    tokens_seen: int
+    layers: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One checkpoint's captured statistics, what every per-step probe reads.
+
+    ``statistics`` are the streamed moments, bins, type sums, reservoir and attention sums of
+    one capture (:func:`tangentlens.capture.capture_statistics`); ``layers`` maps each captured
+    site to its block index (None for the embedding); ``seq_len`` is the width of the token
+    rows (row id // seq_len = sequence index); ``frequencies`` the token frequency table the
+    bins come from. ``suite``, ``step`` and ``tokens_seen`` label the rows (the step also seeds
+    the controls). :meth:`save` and :meth:`load` keep it for later, every probe giving the same
+    numbers on the reloaded capture.
     """
 
     suite: str
     step: int
     tokens_seen: int
-    statistics: CaptureStatistics | None
+    statistics: CaptureStatistics
     layers: dict[str, int | None]
     seq_len: int
     frequencies: FrequencyTable | None = None
+
+    @property
+    def label(self) -> StepLabel:
+        return StepLabel(self.suite, self.step, self.tokens_seen, self.layers)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the capture to ``path`` (a torch file, read back with ``weights_only=True``);
+        written atomically. Returns the path."""
+        from tangentlens.capture import save_statistics
+
+        extra = {
+            "suite": self.suite,
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "layers": dict(self.layers),
+            "seq_len": self.seq_len,
+            "counts": None if self.frequencies is None else self.frequencies.counts,
+        }
+        save_statistics(self.statistics, path, extra)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Capture:
+        """A capture written by :meth:`save`."""
+        from tangentlens.capture import load_statistics
+
+        statistics, extra = load_statistics(path)
+        missing = {"suite", "step", "tokens_seen", "layers", "seq_len", "counts"} - set(extra)
+        if missing:
+            raise ValueError(
+                f"{str(path)!r} holds capture statistics but not a tangentlens Capture (missing "
+                f"{sorted(missing)}); save one with Capture.save"
+            )
+        counts = extra["counts"]
+        return cls(
+            suite=extra["suite"],
+            step=int(extra["step"]),
+            tokens_seen=int(extra["tokens_seen"]),
+            statistics=statistics,
+            layers=dict(extra["layers"]),
+            seq_len=int(extra["seq_len"]),
+            frequencies=None if counts is None else FrequencyTable(np.asarray(counts)),
+        )
 
 
 def row(
@@ -90,7 +159,7 @@ def row(
 
 
 def make_row(
-    data: StepData,
+    data: StepLabel | Capture,
     probe: str,
     metric: str,
     value: float,

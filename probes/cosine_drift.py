@@ -28,7 +28,7 @@ from tangentlens.metrics import (
     drift_norm_from_sums,
     relative_drift_from_sums,
 )
-from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.base import Capture, Needs, make_row, row
 from tangentlens.probes.configs import PROBE_NEEDS, CosineDriftConfig
 
 __all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
@@ -51,7 +51,7 @@ def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, f
     return [("drift_cosine_pearson", corr.pearson), ("drift_cosine_spearman", corr.spearman)]
 
 
-def rows(data: StepData, config: CosineDriftConfig) -> list[dict[str, Any]]:
+def rows(data: Capture, config: CosineDriftConfig) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     drifts, cosines = [], []
     for site, stats in data.statistics.sites.items():

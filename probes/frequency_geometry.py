@@ -35,7 +35,7 @@ from tangentlens.metrics import (
     pooled_visibility,
 )
 from tangentlens.metrics.twonn import remove_duplicate_rows
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, FrequencyGeometryConfig
 
 __all__ = ["NAME", "FrequencyGeometryConfig", "needs", "rows", "tracked_types"]
@@ -59,7 +59,7 @@ def tracked_types(
     return np.flatnonzero(np.asarray(counts) >= config.min_count)
 
 
-def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
+def rows(data: Capture, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
     if data.frequencies is None:
         raise ValueError("the frequency_geometry probe needs the analysis corpus frequency table")
     log_frequency = torch.from_numpy(data.frequencies.log_frequency())
@@ -104,7 +104,7 @@ def rows(data: StepData, config: FrequencyGeometryConfig) -> list[dict[str, Any]
 
 
 def _correlation_rows(
-    data: StepData,
+    data: Capture,
     site: str,
     types: TypeSums,
     log_frequency: torch.Tensor,

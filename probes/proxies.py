@@ -32,7 +32,7 @@ from jaxtyping import Float
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
-from tangentlens.probes.base import StepData, make_row
+from tangentlens.probes.base import Capture, make_row
 from tangentlens.probes.configs import METHODS, ProxyConfig
 from tangentlens.typing import Basis
 
@@ -42,6 +42,7 @@ __all__ = [
     "METHODS",
     "ActivationPool",
     "FittedProxies",
+    "FixedProxy",
     "ProxyConfig",
     "add_fixed_proxy",
     "fit_proxies",
@@ -60,6 +61,15 @@ class FittedProxies:
 
     bases: dict[str, Basis]
     diagnostics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FixedProxy:
+    """A proxy known before a step's own fit (a published or user SAE, a user basis): ``basis``
+    (d × k orthonormal, float64) and the fit diagnostics reported with it."""
+
+    basis: Basis
+    diagnostics: dict[str, float] = field(default_factory=dict)
 
 
 class ActivationPool:
@@ -144,19 +154,25 @@ def _without_mean(basis: Basis, m: Float[torch.Tensor, " d"]) -> tuple[Basis, fl
     return span_basis((basis - torch.outer(m, overlap)).T), float(overlap.pow(2).sum())
 
 
-def add_fixed_proxy(fitted: FittedProxies, method: str, basis: Basis) -> FittedProxies:
-    """``fitted`` with a proxy fixed beforehand (``basis``, d × k orthonormal) added as
-    ``method``: where ``fitted`` has the mean direction m̂, it is projected out of ``basis`` as
-    out of every fitted proxy, and ``mean_direction_overlap`` recorded."""
+def add_fixed_proxy(
+    fitted: FittedProxies,
+    method: str,
+    basis: Basis,
+    diagnostics: dict[str, float] | None = None,
+) -> FittedProxies:
+    """``fitted`` with a proxy fixed beforehand (``basis``, d × k orthonormal; its fit
+    ``diagnostics``, e.g. an SAE's explained variance) added as ``method``: where ``fitted`` has
+    the mean direction m̂, it is projected out of ``basis`` as out of every fitted proxy, and
+    ``mean_direction_overlap`` recorded."""
     if method in fitted.bases:
         raise ValueError(f"the proxies already hold a method named {method!r}")
-    diagnostics = dict(fitted.diagnostics)
-    diagnostics[method] = {}
+    all_diagnostics = dict(fitted.diagnostics)
+    all_diagnostics[method] = dict(diagnostics or {})
     if MEAN_DIRECTION in fitted.bases:
         m = fitted.bases[MEAN_DIRECTION][:, 0]
         basis, overlap = _without_mean(basis.double().cpu(), m)
-        diagnostics[method]["mean_direction_overlap"] = overlap
-    return FittedProxies({**fitted.bases, method: basis.double().cpu()}, diagnostics)
+        all_diagnostics[method]["mean_direction_overlap"] = overlap
+    return FittedProxies({**fitted.bases, method: basis.double().cpu()}, all_diagnostics)
 
 
 def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> FittedProxies:
@@ -170,7 +186,7 @@ def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> FittedProxies:
 
 
 def fit_rows(
-    data: StepData, proxies: dict[str, dict[str, Basis]], diagnostics: dict[str, Any]
+    data: Capture, proxies: dict[str, dict[str, Basis]], diagnostics: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Fit-quality rows (probe ``proxy_fit``) for every site of the step:
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, QKDriftConfig
 
 __all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
@@ -21,7 +21,7 @@ def needs(config: QKDriftConfig) -> Needs:
     return PROBE_NEEDS[NAME]
 
 
-def rows(data: StepData, config: QKDriftConfig) -> list[dict[str, Any]]:
+def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for layer, stats in sorted(data.statistics.attention.items()):
         drift = stats.drift()

@@ -20,7 +20,7 @@ from tangentlens.metrics import (
     isoscore_from_covariance,
     twonn_dimension,
 )
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, ShapeOfLearningConfig
 
 __all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
@@ -32,7 +32,7 @@ def needs(config: ShapeOfLearningConfig) -> Needs:
     return PROBE_NEEDS[NAME]
 
 
-def rows(data: StepData, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
+def rows(data: Capture, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for site, stats in data.statistics.sites.items():
         h = stats.h

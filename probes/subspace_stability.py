@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from tangentlens.metrics import principal_angles
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Capture, Needs, StepLabel, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, SubspaceStabilityConfig
 from tangentlens.typing import Basis
 
@@ -30,7 +30,9 @@ def needs(config: SubspaceStabilityConfig) -> Needs:
     return PROBE_NEEDS[NAME]
 
 
-def _angle_rows(data: StepData, site: str, method: str, a: Basis, b: Basis) -> list[dict[str, Any]]:
+def _angle_rows(
+    data: StepLabel | Capture, site: str, method: str, a: Basis, b: Basis
+) -> list[dict[str, Any]]:
     degrees = principal_angles(a, b) * 180 / math.pi
     common = {"site": site, "method": method, "rank": min(a.shape[1], b.shape[1])}
     return [
@@ -40,7 +42,7 @@ def _angle_rows(data: StepData, site: str, method: str, a: Basis, b: Basis) -> l
 
 
 def rows(
-    data: StepData,
+    data: Capture,
     proxies: dict[str, dict[str, Basis]],
     reseeded: dict[str, dict[str, dict[int, Basis]]],
     config: SubspaceStabilityConfig,
@@ -65,7 +67,7 @@ def rows(
 
 
 def transition_rows(
-    data: StepData,
+    data: StepLabel,
     proxies: dict[str, dict[str, Basis]],
     previous: dict[str, dict[str, Basis]],
 ) -> list[dict[str, Any]]:
@@ -78,7 +80,7 @@ def transition_rows(
 
 
 def _paired_rows(
-    data: StepData,
+    data: StepLabel | Capture,
     site: str,
     by_method: dict[str, Basis],
     other: dict[str, dict[str, Basis]],

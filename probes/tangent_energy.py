@@ -47,7 +47,7 @@ from tangentlens.metrics import (
     data_matched_frames,
     group_sums,
 )
-from tangentlens.probes.base import Needs, StepData, bin_label, make_row, measurement
+from tangentlens.probes.base import Capture, Needs, bin_label, make_row, measurement
 from tangentlens.probes.configs import PROBE_NEEDS, TangentEnergyConfig
 from tangentlens.typing import Basis
 
@@ -132,7 +132,7 @@ def sequence_energy_config(
     return SequenceEnergyConfig(seq_len=seq_len, projectors=projectors)
 
 
-def interval_source(data: StepData) -> str | None:
+def interval_source(data: Capture) -> str | None:
     """Where the step's energy intervals come from: :data:`INTERVAL_ALL_SEQUENCES` when every
     site with gradients kept per-sequence sums, :data:`INTERVAL_SAMPLE` when none did, None when
     there is no site with gradients. (A mix of both raises: it is a wiring error.)"""
@@ -240,7 +240,7 @@ def _check_sums(
 
 
 def rows(
-    data: StepData, proxies: dict[str, dict[str, Basis]], config: TangentEnergyConfig
+    data: Capture, proxies: dict[str, dict[str, Basis]], config: TangentEnergyConfig
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases."""
     out: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Int
 
 from tangentlens.metrics import complement_frames, update_alignment
-from tangentlens.probes.base import Needs, StepData, make_row
+from tangentlens.probes.base import Needs, StepLabel, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, UpdateAlignmentConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 from tangentlens.typing import Basis
@@ -51,7 +51,7 @@ def tracked_types(
 
 
 def _score(
-    data: StepData,
+    data: StepLabel,
     kind: str,
     site: str,
     proxies: dict[str, Basis],
@@ -86,7 +86,7 @@ def _score(
 
 
 def rows(
-    data: StepData,
+    data: StepLabel,
     proxies: dict[str, dict[str, Basis]],
     embedding_delta: tuple[str, torch.Tensor] | None,
     centroid_deltas: dict[str, torch.Tensor],

@@ -165,7 +165,7 @@ def _refuse_network(*args, **kwargs):
 
 @pytest.fixture(scope="session")
 def micro_step_data(micro_pythia):
-    """StepData of the micro suite's last step: 96 held-out rows of 32 tokens captured at every
+    """Capture of the micro suite's last step: 96 held-out rows of 32 tokens captured at every
     residual site with gradients, 3 frequency bins, type sums, a 2048-row reservoir and the
     attention of both layers."""
     from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
@@ -178,7 +178,7 @@ def micro_step_data(micro_pythia):
         tokenize_corpus,
     )
     from tangentlens.models import residual_sites
-    from tangentlens.probes.base import StepData
+    from tangentlens.probes.base import Capture
 
     step = micro_pythia.steps[-1]
     model = micro_pythia.load(step)
@@ -201,7 +201,7 @@ def micro_step_data(micro_pythia):
         bins=frequencies.bins(3),
     )
     layers = {site: layer for layer, site in enumerate(sites)}
-    return StepData(
+    return Capture(
         "micro-pythia", step, micro_pythia.tokens_seen(step), stats, layers, 32, frequencies
     )
 

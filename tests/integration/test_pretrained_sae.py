@@ -142,14 +142,14 @@ def test_model_hook_and_width_mismatches_are_refused(offline_hub):
     source = f"SAE {IDS[1]!r} of release {RELEASE!r}"
     widths = {IDS[0]: D_IN, IDS[1]: D_IN}
     message = (
-        f"{source} was trained on model 'pythia-70m-deduped', but the suite's model is "
+        f"{source} was trained on model 'pythia-70m-deduped', but the model measured is "
         "'EleutherAI/pythia-160m-deduped'"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         sae.check_target(widths, "EleutherAI/pythia-160m-deduped")
     message = (
         f"{source} reads hook {IDS[1]!r}, which is not a captured site; captured: "
-        f"[{IDS[0]!r}] (see capture.sites and capture.layers)"
+        f"[{IDS[0]!r}] (see the capture's sites and layers)"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         sae.check_target({IDS[0]: D_IN}, "pythia-70m-deduped")

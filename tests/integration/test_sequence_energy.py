@@ -23,7 +23,7 @@ from tangentlens.data import (
 from tangentlens.metrics import complement_frames
 from tangentlens.models import residual_sites
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 from tangentlens.probes.proxies import ProxyConfig, fit_proxies
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10
@@ -65,7 +65,7 @@ def setup(micro_pythia):
         bins=bins,
         step=step,
     )
-    data = StepData("micro-pythia", step, 0, stats, layers, SEQ_LEN, frequencies)
+    data = Capture("micro-pythia", step, 0, stats, layers, SEQ_LEN, frequencies)
     return model, rows, capture, bins, proxies, energy_config, data
 
 

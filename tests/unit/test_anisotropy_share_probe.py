@@ -11,7 +11,7 @@ import torch
 from tangentlens.capture.accumulators import MomentAccumulator
 from tangentlens.metrics import anisotropy_shares_spectral, complement_frames
 from tangentlens.probes import anisotropy_share
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 
 D, K, N = 32, 4, 3000
@@ -40,7 +40,7 @@ def _isoscore(eigenvalues: list[float]) -> float:
     return ((d - defect**2 * (d - math.sqrt(d))) ** 2 - d) / (d * (d - 1))
 
 
-def _step(bins: list[torch.Tensor]) -> StepData:
+def _step(bins: list[torch.Tensor]) -> Capture:
     """A step whose only site has gradient moments of the given bins (and of their union)."""
     overall, per_bin = MomentAccumulator(D), []
     for rows in bins:
@@ -49,7 +49,7 @@ def _step(bins: list[torch.Tensor]) -> StepData:
         acc.update(rows)
         per_bin.append(acc)
     site = SimpleNamespace(g=overall, g_bins=per_bin)
-    return StepData("planted", STEP, 0, SimpleNamespace(sites={SITE: site}), {SITE: LAYER}, 8)
+    return Capture("planted", STEP, 0, SimpleNamespace(sites={SITE: site}), {SITE: LAYER}, 8)
 
 
 def _table(rows: list[dict]) -> dict[tuple[str, str, str], float]:

@@ -10,7 +10,7 @@ from scipy import stats
 
 from tangentlens.capture import MomentAccumulator
 from tangentlens.probes import cosine_drift
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 N, D = 200, 16
 
@@ -34,14 +34,14 @@ def _brute_force(rows: torch.Tensor) -> tuple[float, float]:
     )
 
 
-def _step(sites: list[torch.Tensor], step: int = 5) -> StepData:
+def _step(sites: list[torch.Tensor], step: int = 5) -> Capture:
     accumulated = {}
     for i, rows in enumerate(sites):
         acc = MomentAccumulator(D)
         acc.update(rows)
         accumulated[f"blocks.{i}.hook_resid_post"] = SimpleNamespace(h=acc)
     layers = {name: i for i, name in enumerate(accumulated)}
-    return StepData("s", step, 10 * step, SimpleNamespace(sites=accumulated), layers, seq_len=8)
+    return Capture("s", step, 10 * step, SimpleNamespace(sites=accumulated), layers, seq_len=8)
 
 
 def _correlation(rows: list[dict], method: str) -> dict[str, float]:

@@ -22,7 +22,7 @@ from tangentlens.metrics import (
     pooled_visibility,
 )
 from tangentlens.probes import frequency_geometry
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 # ------------------------------------------------------------------ frequency and spread
 
@@ -231,7 +231,7 @@ _SITE = "blocks.0.hook_resid_post"
 
 
 def _step_data(tokens, H, vocab, *, constant_site=False):
-    """StepData of one synthetic step: the rows streamed into a site's statistics (type sums and a
+    """Capture of one synthetic step: the rows streamed into a site's statistics (type sums and a
     reservoir holding every row, no bins, so no curvature rows) and the stream's own frequency
     table.
     ``constant_site`` adds an embedding-like site where every occurrence of a type is one
@@ -259,7 +259,7 @@ def _step_data(tokens, H, vocab, *, constant_site=False):
         sites=sites,
     )
     layers = {_SITE: 0, "hook_embed": None}
-    return StepData(
+    return Capture(
         suite="synthetic",
         step=100,
         tokens_seen=int(tokens.size),

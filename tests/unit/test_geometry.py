@@ -31,7 +31,7 @@ from tangentlens.metrics.geometry import (
     unit_row_sum,
 )
 from tangentlens.probes import shape_of_learning
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 
 def _pair_cosines(H: np.ndarray) -> np.ndarray:
@@ -289,12 +289,12 @@ def test_centred_anisotropy_equals_llm_microscope(n: int, d: int, seed: int) -> 
     assert abs(centred_singular_anisotropy(H) - expected) > 0.05
 
 
-def _shape_step(H: np.ndarray) -> StepData:
+def _shape_step(H: np.ndarray) -> Capture:
     acc = MomentAccumulator(H.shape[1])
     acc.update(torch.tensor(H))
     site = SimpleNamespace(h=acc, reservoir=None)
     statistics = SimpleNamespace(sites={"blocks.0.hook_resid_post": site})
-    return StepData("planted", 7, 0, statistics, {"blocks.0.hook_resid_post": 0}, seq_len=8)
+    return Capture("planted", 7, 0, statistics, {"blocks.0.hook_resid_post": 0}, seq_len=8)
 
 
 def test_shape_of_learning_rows_report_the_variance_share_under_centred_anisotropy() -> None:

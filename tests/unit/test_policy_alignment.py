@@ -58,9 +58,9 @@ def test_centroid_shift_and_update_alignment():
 
 def _alignment_rows(delta, proxy, in_window=False):
     from tangentlens.probes import update_alignment as probe
-    from tangentlens.probes.base import StepData
+    from tangentlens.probes.base import StepLabel
 
-    data = StepData("s", 8, 0, statistics=None, layers={"site": 1}, seq_len=4)
+    data = StepLabel("s", 8, 0, layers={"site": 1})
     config = probe.UpdateAlignmentConfig(draws=99)
     rows = probe.rows(
         data, {"site": {"pca": proxy}}, None, {"site": delta}, config, in_window=in_window

@@ -10,15 +10,15 @@ import torch
 
 from tangentlens.capture import AttentionStatistics, SiteStatistics, StatisticsConfig
 from tangentlens.probes import qk_drift, shape_of_learning, tangent_energy
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 D, K = 32, 4
 
 
-def _step(sites: dict, attention: dict | None = None) -> StepData:
+def _step(sites: dict, attention: dict | None = None) -> Capture:
     statistics = SimpleNamespace(sites=sites, attention=attention or {})
     layers = {name: i for i, name in enumerate(sites)}
-    return StepData("s", 7, 70, statistics, layers, seq_len=16)
+    return Capture("s", 7, 70, statistics, layers, seq_len=16)
 
 
 def _gradient_site(share: float, proxy: torch.Tensor, n: int, gen: torch.Generator):

@@ -8,7 +8,7 @@ import torch
 
 from tangentlens.capture import MomentAccumulator
 from tangentlens.metrics import principal_angles
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 from tangentlens.probes.proxies import (
     FIT_PROBE,
     MEAN_DIRECTION,
@@ -78,7 +78,7 @@ def test_fit_diagnostics_and_explained_variance_rows():
     assert nmf["seminmf_relative_error"] > 2 * bound
     assert nmf["seminmf_converged"] in (0.0, 1.0)
     site = SimpleNamespace(h=acc)
-    data = StepData("s", 3, 0, SimpleNamespace(sites={"b.0": site}), {"b.0": 0}, seq_len=4)
+    data = Capture("s", 3, 0, SimpleNamespace(sites={"b.0": site}), {"b.0": 0}, seq_len=4)
     e = torch.eye(D, dtype=torch.float64)
     proxies = {"b.0": {"planted": span, "elsewhere": e[:, K + 1 : 2 * K + 1]}}
     rows = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tangentlens.probes import subspace_stability
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import StepLabel
 
 
 def _rotated(theta: float) -> torch.Tensor:
@@ -16,7 +16,7 @@ def _rotated(theta: float) -> torch.Tensor:
 
 
 def test_angles_between_methods_steps_and_seeds():
-    data = StepData("s", 10, 0, statistics=None, layers={"site": 2}, seq_len=8)
+    data = StepLabel("s", 10, 0, layers={"site": 2})
     q = _rotated(0.0)
     proxies = {"site": {"pca": q, "seminmf": _rotated(math.radians(30))}}
     previous = {"site": {"pca": _rotated(math.radians(10)), "seminmf": _rotated(math.radians(30))}}
@@ -36,7 +36,7 @@ def test_angles_between_methods_steps_and_seeds():
 
 
 def test_frozen_early_compares_each_refit_with_the_frozen_proxy():
-    data = StepData("s", 10, 0, statistics=None, layers={"site": 2}, seq_len=8)
+    data = StepLabel("s", 10, 0, layers={"site": 2})
     frozen = {"site": {"pca": _rotated(0.0)}}
     refit = {"site": {"pca": _rotated(math.radians(20))}}
     config = subspace_stability.SubspaceStabilityConfig()

@@ -19,7 +19,7 @@ import torch
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
 from tangentlens.metrics import bootstrap_ratio
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 D, K, SEQ_LEN, STEP, SITE = 8, 2, 64, 7, "blocks.0.hook_resid_post"
 VAR = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # token noise variance per coordinate
@@ -56,7 +56,7 @@ def _simulate(rng: np.random.Generator, n: int) -> tuple[torch.Tensor, torch.Ten
     return torch.from_numpy(g), torch.from_numpy(sequence * SEQ_LEN + position)
 
 
-def _step_data(g: torch.Tensor, ids: torch.Tensor, *, sequence_energy: bool = True) -> StepData:
+def _step_data(g: torch.Tensor, ids: torch.Tensor, *, sequence_energy: bool = True) -> Capture:
     statistics = StatisticsConfig(
         reservoir_size=256, sequence_energy=SPEC if sequence_energy else None
     )
@@ -65,10 +65,10 @@ def _step_data(g: torch.Tensor, ids: torch.Tensor, *, sequence_energy: bool = Tr
     capture = CaptureStatistics(
         config=CaptureConfig(sites=(SITE,)), statistics=statistics, sites={SITE: site}
     )
-    return StepData("simulated", STEP, 0, capture, {SITE: 0}, SEQ_LEN)
+    return Capture("simulated", STEP, 0, capture, {SITE: 0}, SEQ_LEN)
 
 
-def _fraction_row(data: StepData) -> dict:
+def _fraction_row(data: Capture) -> dict:
     rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG)
     return next(r for r in rows if r["metric"] == "energy_fraction" and r["freq_bin"] == "all")
 

@@ -10,7 +10,7 @@ import torch
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
 from tangentlens.data import FrequencyTable
 from tangentlens.probes import frequency_geometry, update_alignment
-from tangentlens.probes.base import StepData
+from tangentlens.probes.base import Capture
 
 SITE = "blocks.0.hook_resid_post"
 
@@ -52,7 +52,7 @@ def test_frequency_geometry_rows_unchanged_by_tracking_only_frequent_types(min_c
     results = []
     for type_ids in (None, tuple(ids.tolist())):
         stats = _captured(tokens[part], rows[part], vocab, type_ids)
-        data = StepData("synthetic", 1, 0, stats, {SITE: 0}, 50, frequencies)
+        data = Capture("synthetic", 1, 0, stats, {SITE: 0}, 50, frequencies)
         results.append(frequency_geometry.rows(data, config))
     full, tracked = results
     assert len(full) == 2 and full == tracked  # identical rows, values included

@@ -194,6 +194,25 @@ class SAE:
         dictionary.source_ = f"SAE {sae_id!r} of release {release!r}"
         return dictionary
 
+    @classmethod
+    def from_sae_lens(cls, sae: object, rank: int | None = None) -> SAE:
+        """Wrap an SAELens ``SAE`` already in memory (loaded or trained by the caller, on any
+        device); then :meth:`measure` it on the site's activations to pick the latents by the
+        same rule as for the SAEs tangentlens trains."""
+        import sae_lens
+
+        if not isinstance(sae, sae_lens.SAE):
+            raise ValueError(
+                f"expected an SAELens SAE (an instance of sae_lens.SAE), got {type(sae).__name__}"
+            )
+        dictionary = cls(rank)
+        dictionary.sae_ = sae
+        hook = sae.cfg.metadata.hook_name
+        dictionary.source_ = f"the SAELens {type(sae).__name__}" + (
+            f" of hook {hook!r}" if hook else ""
+        )
+        return dictionary
+
     @property
     def d_in(self) -> int:
         self._check_fitted()
@@ -211,22 +230,22 @@ class SAE:
         self._check_fitted()
         return self.sae_.cfg.metadata.model_name
 
-    def check_target(self, sites: Mapping[str, int], model_name: str) -> str:
-        """The site a loaded SAE reads, after checking it against the model: its model name
-        must be ``model_name`` (compared without organisation prefix, ignoring case), its hook
-        one of ``sites`` (hook name → width of every captured site), read whole (no head
-        index), and its ``d_in`` that site's width."""
+    def check_target(self, sites: Mapping[str, int], model_name: str | None) -> str:
+        """The site a loaded SAE reads, after checking it against the model: its model name, when
+        it and ``model_name`` are known, must be ``model_name`` (compared without organisation
+        prefix, ignoring case), its hook one of ``sites`` (hook name → width of every captured
+        site), read whole (no head index), and its ``d_in`` that site's width."""
         trained_on = self.model_name
-        if trained_on is None or _bare(trained_on) != _bare(model_name):
+        if None not in (trained_on, model_name) and _bare(trained_on) != _bare(model_name):
             raise ValueError(
-                f"{self.source_} was trained on model {trained_on!r}, but the suite's model is "
+                f"{self.source_} was trained on model {trained_on!r}, but the model measured is "
                 f"{model_name!r}"
             )
         hook = self.hook_name
         if hook not in sites or self.sae_.cfg.metadata.hook_head_index is not None:
             raise ValueError(
                 f"{self.source_} reads hook {hook!r}, which is not a captured site; captured: "
-                f"{sorted(sites)} (see capture.sites and capture.layers)"
+                f"{sorted(sites)} (see the capture's sites and layers)"
             )
         if self.d_in != sites[hook]:
             raise ValueError(
@@ -255,9 +274,11 @@ class SAE:
 
     def _measure(self, X: torch.Tensor) -> SAE:
         self._check_rank(X.shape[1], int(self.sae_.cfg.d_sae))
+        weights = self.sae_.W_dec
         with torch.no_grad():
-            codes = self.sae_.encode(X)
-            recon = self.sae_.decode(codes)
+            codes = self.sae_.encode(X.to(weights.device, weights.dtype))
+            recon = self.sae_.decode(codes).float().cpu()
+            codes = codes.float().cpu()
         centred = (X - X.mean(dim=0)).double().pow(2).sum()
         self.explained_variance_ = float(1 - (X - recon).double().pow(2).sum() / centred)
         active = codes > 0

@@ -345,7 +345,10 @@ class LocalSuite(CheckpointSuite):
     def load(
         self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
     ) -> HookedModel:
-        return load_local_checkpoint(self.folder(step), device=device, dtype=dtype)
+        model = load_local_checkpoint(self.folder(step), device=device, dtype=dtype)
+        # named and stepped as TransformerLens names a Pythia revision it loads
+        model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
+        return model
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(self.folder(self.steps[-1]), local_files_only=True)

@@ -7,12 +7,16 @@
 * ``qk_drift.png`` — cos(m_Q, m_K) and attention entropy over steps (mean over heads).
 
 Steps are drawn on a symmetric-log axis (step 0 and Pythia's log-spaced early steps both show).
+:func:`energy_by_bin` draws the tangent energy of one step per frequency bin from result rows
+(e.g. a notebook's single-checkpoint table).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +24,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from tangentlens.sweep.store import read_results
 
-__all__ = ["write_figures"]
+__all__ = ["energy_by_bin", "write_figures"]
 
 Row = dict[str, Any]
+
+_ENERGY_PROBE = "tangent_energy"
+_ENERGY_LABEL = "gradient energy fraction"
 
 
 def _series(
@@ -53,26 +62,48 @@ def _layer_name(layer: Any) -> str:
     return "embed" if layer is None else f"layer {layer}"
 
 
+def _depth(layer: int | None) -> int:
+    """Sort key of a layer: the embedding (``None``) is the shallowest."""
+    return -1 if layer is None else layer
+
+
+def _energy_rows(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in rows if r["probe"] == _ENERGY_PROBE]
+
+
+def _deepest_layer(energy: list[Row]) -> int | None:
+    return max((r["layer"] for r in energy), key=_depth)
+
+
+def _bin_order(freq_bin: str) -> tuple[bool, int, str]:
+    """Sort key of a ``freq_bin``: bins "0", "1", … "10" in numeric order, then "all"."""
+    return (freq_bin == "all", int(freq_bin) if freq_bin.isdigit() else -1, freq_bin)
+
+
+def _method_colors(energy: list[Row]) -> dict[str, str]:
+    """One colour per proxy method (sorted by name), the same in every energy figure."""
+    return {method: f"C{i}" for i, method in enumerate(sorted({r["method"] for r in energy}))}
+
+
 def _tangent_energy(rows: list[Row], path: Path) -> bool:
-    energy = [r for r in rows if r["probe"] == "tangent_energy"]
+    energy = _energy_rows(rows)
     if not energy:
         return False
-    deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
+    deepest = _deepest_layer(energy)
     energy = [r for r in energy if r["layer"] == deepest]
-    bins = sorted({r["freq_bin"] for r in energy}, key=lambda b: (b == "all", b))
-    methods = sorted({r["method"] for r in energy})
+    bins = sorted({r["freq_bin"] for r in energy}, key=_bin_order)
+    colors = _method_colors(energy)
     fig, axes = plt.subplots(1, len(bins), figsize=(3.2 * len(bins), 3.4), sharey=True)
     axes = axes if len(bins) > 1 else [axes]
     for ax, b in zip(axes, bins, strict=True):
         cell = [r for r in energy if r["freq_bin"] == b]
-        for i, method in enumerate(methods):
+        for method, color in colors.items():
             picked = [r for r in cell if r["method"] == method]
             value = dict(_series(picked, "tangent_energy", "energy_fraction", "method")[method])
             low = dict(_series(picked, "tangent_energy", "energy_control_min", "method")[method])
             high = dict(_series(picked, "tangent_energy", "energy_control_max", "method")[method])
             mean = dict(_series(picked, "tangent_energy", "energy_control_mean", "method")[method])
             steps = sorted(value)
-            color = f"C{i}"
             ax.plot(steps, [value[s] for s in steps], "o-", color=color, label=f"{method} proxy")
             # each proxy against its own controls: ranks differ (mean_direction is rank 1)
             ax.fill_between(
@@ -87,13 +118,153 @@ def _tangent_energy(rows: list[Row], path: Path) -> bool:
         ax.set_title("all tokens" if b == "all" else f"frequency bin {b}")
         ax.set_yscale("log")
         _steps_axis(ax)
-    axes[0].set_ylabel("gradient energy fraction")
+    axes[0].set_ylabel(_ENERGY_LABEL)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"Tangent energy vs matched-rank controls ({_layer_name(deepest)})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def _as_rows(rows: Any) -> list[Row]:
+    """Row dicts from an iterable of dicts, a pyarrow Table, or a table with ``.to_arrow()``."""
+    if hasattr(rows, "to_pylist"):
+        return rows.to_pylist()
+    if hasattr(rows, "to_arrow"):
+        return rows.to_arrow().to_pylist()
+    return list(rows)
+
+
+def _only(values: set[Any], given: Any, what: str) -> Any:
+    """``given`` if it is among ``values``, else the only value; a ValueError otherwise."""
+    shown = sorted(values, key=str)
+    if given is not None:
+        if given not in values:
+            raise ValueError(f"no tangent_energy rows at {what} {given!r}; present: {shown}")
+        return given
+    if len(values) > 1:
+        raise ValueError(f"the rows hold several {what}s {shown}; pass {what}= to pick one")
+    return next(iter(values))
+
+
+def _cells(energy: list[Row]) -> dict[tuple[str, str], dict[str, Row]]:
+    """``{(method, freq_bin): {metric: row}}``; a ValueError on a repeated measurement."""
+    cells: dict[tuple[str, str], dict[str, Row]] = defaultdict(dict)
+    for r in energy:
+        cell = cells[(r["method"], r["freq_bin"])]
+        if r["metric"] in cell:
+            raise ValueError(
+                f"several {r['metric']} rows for method {r['method']!r}, bin {r['freq_bin']!r} "
+                "(rows of several suites or runs?); pass the rows of one run"
+            )
+        cell[r["metric"]] = r
+    return cells
+
+
+def _value(cell: dict[str, Row], metric: str, field: str = "value") -> float:
+    r = cell.get(metric)
+    return math.nan if r is None or r.get(field) is None else float(r[field])
+
+
+def _spread(centre: list[float], low: list[float], high: list[float]) -> list[list[float]] | None:
+    """Error-bar lengths below and above ``centre`` (NaN where unknown); None if none is known."""
+    below = [max(c - lo, 0.0) for c, lo in zip(centre, low, strict=True)]
+    above = [max(hi - c, 0.0) for c, hi in zip(centre, high, strict=True)]
+    if all(math.isnan(v) for v in below + above):
+        return None
+    return [below, above]
+
+
+def energy_by_bin(
+    rows: Any,
+    *,
+    site: str | None = None,
+    step: int | None = None,
+    ax: Axes | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """Tangent energy of one step per frequency bin: a bar per proxy method and bin.
+
+    ``rows``: tidy result rows (dicts), a pyarrow Table, or an object with ``.to_arrow()``.
+    Each bar is the ``energy_fraction`` with its bootstrap interval (``ci_low``/``ci_high``) as
+    an error bar; the method's matched-rank controls are a diamond at ``energy_control_mean``
+    with a ``energy_control_min``–``energy_control_max`` range. Bins run "0" (rarest), "1", …,
+    then "all". ``site`` defaults to the deepest layer's (the first by name on a tie; the
+    embedding is the shallowest), ``step`` to the only step present. Draws into ``ax`` if
+    given, else a new figure; saves a PNG to ``path`` if given. Returns the figure.
+    """
+    energy = _energy_rows(_as_rows(rows))
+    if not energy:
+        raise ValueError(
+            "no tangent_energy rows: the figure needs results of the tangent_energy probe"
+        )
+    step = _only({r["step"] for r in energy}, step, "step")
+    energy = [r for r in energy if r["step"] == step]
+    if site is None:
+        deepest = _deepest_layer(energy)
+        site = min(r["site"] for r in energy if r["layer"] == deepest)
+    site = _only({r["site"] for r in energy}, site, "site")
+    energy = [r for r in energy if r["site"] == site]
+    cells = _cells(energy)
+    bins = sorted({b for _, b in cells}, key=_bin_order)
+    colors = _method_colors(energy)
+    if ax is None:
+        fig = Figure(figsize=(max(4.0, 1.5 + 0.2 * len(bins) * (len(colors) + 1)), 3.6))
+        ax = fig.add_subplot()
+    fig = ax.figure if isinstance(ax.figure, Figure) else ax.figure.figure  # a subfigure's root
+    width = 0.8 / len(colors)
+    plotted: list[float] = []
+    for i, (method, color) in enumerate(colors.items()):
+        offset = (i - (len(colors) - 1) / 2) * width
+        xs = [j + offset for j in range(len(bins))]
+        got = [cells.get((method, b), {}) for b in bins]
+        fraction = [_value(c, "energy_fraction") for c in got]
+        ranks = {r["rank"] for c in got for r in c.values() if r.get("rank") is not None}
+        label = f"{method} (rank {ranks.pop()})" if len(ranks) == 1 else method
+        ax.bar(
+            xs,
+            fraction,
+            width * 0.9,
+            color=color,
+            label=label,
+            yerr=_spread(
+                fraction,
+                [_value(c, "energy_fraction", "ci_low") for c in got],
+                [_value(c, "energy_fraction", "ci_high") for c in got],
+            ),
+            error_kw={"ecolor": "black", "elinewidth": 1.0, "capsize": 2},
+        )
+        mean = [_value(c, "energy_control_mean") for c in got]
+        low = [_value(c, "energy_control_min") for c in got]
+        high = [_value(c, "energy_control_max") for c in got]
+        ax.errorbar(
+            [x + width * 0.25 for x in xs],
+            mean,
+            yerr=_spread(mean, low, high),
+            fmt="D",
+            color="0.25",
+            markerfacecolor="white",
+            markersize=4,
+            elinewidth=1.0,
+            label="controls: mean, min–max" if i == len(colors) - 1 else "_nolegend_",
+            zorder=3,
+        )
+        plotted += fraction + mean + low + high
+    known = [v for v in plotted if not math.isnan(v)]
+    ax.set_yscale("log" if known and min(known) > 0 else "linear")
+    ax.set_xticks(range(len(bins)), bins)
+    if len(bins) > 1 and bins[-1] == "all":
+        ax.axvline(len(bins) - 1.5, color="0.6", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("token-frequency bin (0 = rarest)")
+    ax.set_ylabel(_ENERGY_LABEL)
+    layer = next(r["layer"] for r in energy)
+    ax.set_title(f"Tangent energy: {site} ({_layer_name(layer)}), step {step}")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
 
 
 def _anisotropy_depth(rows: list[Row], path: Path) -> bool:

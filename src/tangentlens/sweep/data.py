@@ -33,6 +33,7 @@ from tangentlens.sweep.recipe import Recipe
 __all__ = [
     "DATA_FILE",
     "AnalysisData",
+    "capture_loss",
     "data_sha256",
     "load_analysis_data",
     "prepare_analysis_data",
@@ -89,16 +90,16 @@ def prepare_analysis_data(suite: Any, recipe: Recipe) -> AnalysisData:
         frequencies=frequencies,
         bins=frequencies.bins(spec.n_bins),
         special=special,
-        loss=_loss(suite),
+        loss=capture_loss(suite.family, suite.has_lm_head),
     )
 
 
-def _loss(suite: Any) -> str:
-    """The capture loss of ``suite``: none without a language-modelling head (activations
-    only), else the training loss of its family."""
-    if not suite.has_lm_head:
+def capture_loss(family: str, has_lm_head: bool) -> str:
+    """The capture loss of a model of ``family``: none without a language-modelling head
+    (activations only), else the training loss of its family."""
+    if not has_lm_head:
         return "none"
-    return "mlm" if suite.family == "encoder" else "next_token"
+    return "mlm" if family == "encoder" else "next_token"
 
 
 def save_analysis_data(data: AnalysisData, path: str | Path) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "Recipe",
     "SuiteSpec",
     "TangentSpec",
+    "build_section",
     "builtin_recipes",
     "load_recipe",
     "select_layers",
@@ -501,11 +502,13 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
             raise ValueError(f"{path} must be a string, got {value!r}")
         return value
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path)
+        return build_section(hint, value, path)
     return value
 
 
-def _build(cls: type, table: Any, path: str) -> Any:
+def build_section(cls: type, table: Any, path: str) -> Any:
+    """``cls`` (a recipe section's dataclass) from a TOML-like table: unknown keys and values
+    of the wrong type are refused naming ``path.key`` (and the nearest allowed key)."""
     if not isinstance(table, dict):
         raise ValueError(f"{path} must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
@@ -580,12 +583,12 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
                 f"unknown probe {name!r}; allowed: {list(PROBE_CONFIGS)}"
                 f"{_suggest(name, PROBE_CONFIGS)}"
             )
-        probes[name] = _build(PROBE_CONFIGS[name], table, f"probes.{name}")
+        probes[name] = build_section(PROBE_CONFIGS[name], table, f"probes.{name}")
     return Recipe(
         name=path.stem,
-        suite=_build(SuiteSpec, data.get("suite", {}), "suite"),
-        data=_build(DataSpec, data.get("data", {}), "data"),
-        capture=_build(CaptureSpec, data.get("capture", {}), "capture"),
+        suite=build_section(SuiteSpec, data.get("suite", {}), "suite"),
+        data=build_section(DataSpec, data.get("data", {}), "data"),
+        capture=build_section(CaptureSpec, data.get("capture", {}), "capture"),
         probes=probes,
-        executor=_build(ExecutorSpec, data.get("executor", {}), "executor"),
+        executor=build_section(ExecutorSpec, data.get("executor", {}), "executor"),
     )

@@ -10,7 +10,6 @@ failure leaves the traceback in ``logs/<unit>.log``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -26,39 +25,26 @@ import numpy as np
 import torch
 
 from tangentlens.capture import (
-    CaptureConfig,
     CaptureStatistics,
     MomentAccumulator,
-    SequenceEnergyConfig,
-    StatisticsConfig,
-    capture_statistics,
-    combine_site_passes,
 )
-from tangentlens.data import iter_batches
 from tangentlens.dictionaries import SAE, in_window
 from tangentlens.models import hook_name, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import (
-    anisotropy_share,
     cosine_drift,
-    frequency_geometry,
-    qk_drift,
-    shape_of_learning,
     subspace_stability,
     tangent_energy,
     untrained_block,
     update_alignment,
 )
-from tangentlens.probes.base import Needs, StepData, make_row, row
+from tangentlens.probes.base import Capture, Needs, StepLabel, make_row, row
 from tangentlens.probes.configs import needs_of
 from tangentlens.probes.proxies import (
     FIT_PROBE,
     ActivationPool,
-    FittedProxies,
-    add_fixed_proxy,
-    fit_proxies,
-    fit_rows,
+    FixedProxy,
 )
 from tangentlens.sweep.data import (
     DATA_FILE,
@@ -67,9 +53,18 @@ from tangentlens.sweep.data import (
     prepare_analysis_data,
     save_analysis_data,
 )
-from tangentlens.sweep.memory import host_budget, plan_recipe, site_groups
+from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
-from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe, select_layers
+from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
+from tangentlens.sweep.step import (
+    Proxies,
+    Status,
+    capture_sites,
+    capture_step,
+    fit_step,
+    step_rows,
+    with_fixed,
+)
 from tangentlens.sweep.store import RunStore, read_parts
 
 __all__ = [
@@ -78,16 +73,6 @@ __all__ = [
     "run_unit",
     "unit_log",
 ]
-
-_SIMPLE_PROBES = {
-    "cosine_drift": cosine_drift,
-    "shape_of_learning": shape_of_learning,
-    "qk_drift": qk_drift,
-    "frequency_geometry": frequency_geometry,
-}
-
-Status = Callable[[str], None]
-Proxies = dict[str, dict[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -154,79 +139,6 @@ def _data(recipe: Recipe, store: RunStore) -> AnalysisData:
     return _load_data(path, recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
 
 
-def _sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
-    """Hook name → block index of every captured site (the embedding's block is None)."""
-    sites: dict[str, int | None] = {}
-    if recipe.capture.embed:
-        sites[hook_name(model, "embed")] = None
-    for kind in recipe.capture.sites:
-        for layer in select_layers(recipe.capture.layers, model.cfg.n_layers):
-            sites[hook_name(model, kind, layer)] = layer
-    return sites
-
-
-def _capture(
-    model: torch.nn.Module,
-    sites: dict[str, int | None],
-    data: AnalysisData,
-    recipe: Recipe,
-    needs: Needs,
-    step: int,
-    *,
-    gradients: bool,
-    sequence_energy: SequenceEnergyConfig | None = None,
-    part: slice = slice(None),
-    passes: int = 1,
-) -> CaptureStatistics:
-    """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
-    contiguous groups of the sites (attention in the first); ``sequence_energy``: per-sequence
-    energy sums of proxies known in advance (the frozen-early intervals). Per-type sums track
-    only the types the probes read (each probe's ``tracked_types``)."""
-    type_ids = None
-    if needs.type_sums:
-        counts = data.frequencies.counts
-        wanted = np.zeros(counts.shape, dtype=bool)
-        for probe in (frequency_geometry, update_alignment):
-            if probe.NAME in recipe.probes:
-                wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
-        type_ids = tuple(np.flatnonzero(wanted).tolist())
-    attention = select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
-    statistics = StatisticsConfig(
-        gradients=gradients,
-        n_bins=recipe.data.n_bins if needs.bins else 0,
-        gradient_bin_moments=needs.bin_moments,
-        type_sums=needs.type_sums,
-        vocab_size=model.cfg.d_vocab if needs.type_sums else None,
-        type_ids=type_ids,
-        reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
-        seed=recipe.capture.seed,
-        sequence_energy=sequence_energy,
-    )
-    groups = site_groups(list(sites), passes)
-    return combine_site_passes(
-        [
-            capture_statistics(
-                model,
-                iter_batches(data.rows[part], recipe.data.batch_size),
-                CaptureConfig(
-                    sites=tuple(group),
-                    loss=data.loss,
-                    gradients=gradients,
-                    reduction=recipe.capture.reduction,
-                    seed=recipe.capture.seed,
-                    attention_layers=attention if i == 0 else (),
-                ),
-                data.special,
-                statistics,
-                bins=data.bins if needs.bins else None,
-                first_sequence=part.start or 0,
-                step=step,
-            )
-            for i, group in enumerate(groups)
-        ]
-    )
-
-
 def _load_frozen(store: RunStore) -> dict[str, Any]:
     """The frozen-early fit: ``{"bases", "diagnostics", "layers"}``."""
     path = store.state / "proxies.pt"
@@ -278,8 +190,8 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     model = _suite(recipe).load(
         step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
     )
-    sites = _sites(model, recipe)
-    stats = _capture(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
+    sites = capture_sites(model, recipe)
+    stats = capture_step(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
     saved = {
         "layers": sites,
         "moments": {name: s.h.state_dict() for name, s in stats.sites.items()},
@@ -304,7 +216,7 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
         for site, state in saved["moments"].items():
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
-    fitted = _with_pretrained(
+    fitted = with_fixed(
         {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()},
         _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
     )
@@ -361,7 +273,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     model = suite.load(
         step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
     )
-    sites = _sites(model, recipe)
+    sites = capture_sites(model, recipe)
     widths = {site: model.cfg.d_model for site in sites}  # every capture site is d_model wide
     by_site: dict[str, str] = {}
     for sae_id, sae in saes.items():
@@ -374,7 +286,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         by_site[site] = sae_id
     status(f"step {step}: capture (activations) to choose the SAEs' latents")
     part = slice(0, len(data.rows) // 2) if spec.held_out else slice(None)
-    stats = _capture(
+    stats = capture_step(
         model,
         {site: sites[site] for site in by_site},
         data,
@@ -402,66 +314,22 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     store.write_part(unit.name, _diagnostic_rows(recipe, step, tokens, sites, diagnostics))
 
 
-def _load_pretrained(store: RunStore) -> dict[str, torch.Tensor]:
-    """The published SAEs' proxy bases by site (``pretrained-sae`` unit)."""
-    return torch.load(store.state / f"{PRETRAINED_UNIT}.pt", weights_only=True)["bases"]
+def _load_pretrained(store: RunStore) -> dict[str, dict[str, FixedProxy]]:
+    """The published SAEs' proxies by site (``pretrained-sae`` unit; their diagnostics are that
+    unit's rows)."""
+    bases = torch.load(store.state / f"{PRETRAINED_UNIT}.pt", weights_only=True)["bases"]
+    return {site: {PRETRAINED_SAE: FixedProxy(basis)} for site, basis in bases.items()}
 
 
-def _with_pretrained(
-    fitted: dict[str, FittedProxies], pretrained: dict[str, torch.Tensor]
-) -> dict[str, FittedProxies]:
-    """Each site's fitted proxies with its published SAE's proxy added (m̂ projected out)."""
-    return {
-        site: add_fixed_proxy(f, PRETRAINED_SAE, pretrained[site]) if site in pretrained else f
-        for site, f in fitted.items()
-    }
-
-
-def _capture_rows(
-    step_data: StepData, stats: CaptureStatistics, store: RunStore
-) -> list[dict[str, Any]]:
-    """The capture's own rows; a step whose weights are identical to another checkpoint's (the
-    coordinator's check, in the manifest) names that step (``duplicate_weights_of``)."""
-    out = [
-        make_row(step_data, "capture", "mean_loss", stats.mean_loss, n_tokens=stats.n_scored),
-        make_row(step_data, "capture", "n_tokens", stats.n_tokens, n_tokens=stats.n_tokens),
-    ]
-    for reason, count in sorted(stats.excluded.items()):
-        out.append(make_row(step_data, "capture", f"excluded_{reason}", count))
-    duplicates = store.read_manifest().get("integrity", {}).get("duplicates", [])
-    for pair in duplicates:
-        if step_data.step in pair:
-            other = pair[1] if pair[0] == step_data.step else pair[0]
-            out.append(make_row(step_data, "capture", "duplicate_weights_of", other))
+def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
+    """A step whose weights are identical to another checkpoint's (the coordinator's check, in
+    the manifest) names that step (``duplicate_weights_of``)."""
+    out = []
+    for pair in store.read_manifest().get("integrity", {}).get("duplicates", []):
+        if capture.step in pair:
+            other = pair[1] if pair[0] == capture.step else pair[0]
+            out.append(make_row(capture, "capture", "duplicate_weights_of", other))
     return out
-
-
-def _reseeded_proxies(
-    stats: CaptureStatistics, spec: Any, seeds: int
-) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
-    """The seeded dictionaries refitted on this step's sample with seeds ``seed, seed + 1, …``
-    (the recipe's seed included, so seeds are compared on the same data)."""
-    seeded = tuple(m for m in spec.methods if m != "pca")
-    if seeds < 2 or not seeded:
-        return {}
-    out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
-    for offset in range(seeds):
-        seed = spec.seed + offset
-        config = dataclasses.replace(
-            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
-        )
-        for site, site_stats in stats.sites.items():
-            for method, basis in fit_proxies(site_stats, config).bases.items():
-                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
-    return out
-
-
-def _fit_own(
-    stats: CaptureStatistics, spec: Any, status: Status, pretrained: dict[str, torch.Tensor]
-) -> dict[str, FittedProxies]:
-    status(f"fitting proxies ({', '.join(spec.methods)})")
-    fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
-    return _with_pretrained(fitted, pretrained)
 
 
 def _tracked_centroids(
@@ -500,7 +368,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     model = suite.load(
         step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
     )
-    sites = _sites(model, recipe)
+    sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
     spec = recipe.probes.get("tangent_energy")
@@ -527,15 +395,15 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         half = len(data.rows) // 2
         halves = [slice(0, half), slice(half, None)]
         stats, scored = (
-            _capture(
+            capture_step(
                 model, sites, data, recipe, needs, step, gradients=gradients, part=p, passes=passes
             )
             for p in halves
         )
-        fitted = _fit_own(stats, spec, status, pretrained)
+        fitted = fit_step(stats, spec, pretrained, status)
         stats.merge(scored)
     else:
-        stats = _capture(
+        stats = capture_step(
             model,
             sites,
             data,
@@ -547,7 +415,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
             passes=passes,
         )
         scored = stats
-    step_data = StepData(
+    capture = Capture(
         suite=recipe.suite.name,
         step=step,
         tokens_seen=suite.tokens_seen(step) or 0,
@@ -556,16 +424,19 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
-    rows = _capture_rows(step_data, stats, store)
-    for name, module in _SIMPLE_PROBES.items():
-        if name in recipe.probes:
-            status(name)
-            rows += module.rows(step_data, recipe.probes[name])
-    saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": step_data.tokens_seen}
+    rows, own = step_rows(
+        recipe,
+        capture,
+        scored=scored,
+        fitted=fitted,
+        frozen=frozen,
+        fixed=pretrained,
+        status=status,
+    )
+    rows += _duplicate_rows(capture, store)
+    saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
     if spec is not None:
-        rows += _tangent_rows(
-            recipe, step_data, stats, scored, fitted, frozen, pretrained, saved, status
-        )
+        saved["proxies"] = own
     if "update_alignment" in recipe.probes:
         config = recipe.probes["update_alignment"]
         saved["centroids"] = _tracked_centroids(stats, data, config.centroid_types)
@@ -574,44 +445,6 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     # the state first, the part last: the part marks the unit done
     store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
     store.write_part(unit.name, rows)
-
-
-def _tangent_rows(
-    recipe: Recipe,
-    step_data: StepData,
-    stats: CaptureStatistics,
-    scored: CaptureStatistics,
-    fitted: dict[str, FittedProxies] | None,
-    frozen: Proxies | None,
-    pretrained: dict[str, torch.Tensor],
-    saved: dict[str, Any],
-    status: Status,
-) -> list[dict[str, Any]]:
-    """The tangent account of one step (``stats``: the whole stream, ``scored``: what energies
-    are scored on): fit diagnostics, energies, anisotropy share, stability within the step. The
-    step's own fit (with the ``pretrained`` SAEs' proxies) — needed without frozen proxies, and
-    by subspace stability — goes into ``saved["proxies"]`` (None when unfitted)."""
-    spec = recipe.probes["tangent_energy"]
-    if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
-        fitted = _fit_own(stats, spec, status, pretrained)
-    own = {n: f.bases for n, f in (fitted or {}).items()}
-    saved["proxies"] = own or None
-    proxies = frozen if frozen is not None else own
-    diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
-    # fit quality of the scored proxies on this step's activations (and of this step's own fit)
-    rows = fit_rows(step_data, proxies, diagnostics)
-    status(f"controls ({spec.draws} per measurement)")
-    scored_data = dataclasses.replace(step_data, statistics=scored)  # held out: second half
-    rows += tangent_energy.rows(scored_data, proxies, spec.energy_config())
-    if "anisotropy_share" in recipe.probes:
-        status("anisotropy share")
-        share = recipe.probes["anisotropy_share"]
-        rows += anisotropy_share.rows(scored_data, proxies, share, spec.energy_config())
-    if "subspace_stability" in recipe.probes:
-        stability = recipe.probes["subspace_stability"]
-        reseeded = _reseeded_proxies(stats, spec, stability.seeds)
-        rows += subspace_stability.rows(step_data, own, reseeded, stability, frozen)
-    return rows
 
 
 def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
@@ -645,14 +478,7 @@ def _transition_rows(
     fitted on data of the earlier step or before (its own fit, or the ``frozen`` window's, then
     marked when the later step is inside the ``window``), and the angles between the two steps'
     refits; keyed at the later step."""
-    data = StepData(
-        suite=recipe.suite.name,
-        step=now["step"],
-        tokens_seen=now["tokens_seen"],
-        statistics=None,
-        layers=now["layers"],
-        seq_len=recipe.data.seq_len,
-    )
+    data = StepLabel(recipe.suite.name, now["step"], now["tokens_seen"], now["layers"])
     rows: list[dict[str, Any]] = []
     if "subspace_stability" in recipe.probes:
         rows += subspace_stability.transition_rows(data, now["proxies"], before["proxies"])

@@ -1,0 +1,410 @@
+"""Probes on a model in memory: one call from a model and text (or token ids) to a results table.
+
+:func:`measure` runs the per-step probes on any TransformerLens ``HookedTransformer`` or
+``HookedEncoder`` and returns the rows a sweep writes for one step, as a :class:`ResultTable`
+(``.to_pandas()``, ``.to_arrow()``). :func:`capture_model` does the forward/backward pass once and
+returns a :class:`~tangentlens.probes.base.Capture` that every probe (and :func:`measure`) can
+reuse, and that saves and reloads. Both build the settings as a recipe does and run the sweep's
+own step code (:mod:`tangentlens.sweep.step`): on the same model, tokens and settings a notebook
+measurement and a sweep step give the same numbers.
+
+Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
+``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes`` (its
+``[capture]``), and each probe's own table as ``probes={"tangent_energy": {"rank": 8}}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from tangentlens.data import (
+    FrequencyTable,
+    SpecialTokens,
+    document_encoder,
+    limit_tokens,
+    pack_rows,
+    special_tokens_of,
+)
+from tangentlens.models import has_lm_head, model_family
+from tangentlens.probes.base import Capture, Needs
+from tangentlens.probes.configs import PROBE_NEEDS, needs_of
+from tangentlens.probes.user_proxies import resolve_proxies
+from tangentlens.sweep.data import AnalysisData, capture_loss
+from tangentlens.sweep.recipe import (
+    PROBE_CONFIGS,
+    CaptureSpec,
+    DataSpec,
+    Recipe,
+    SuiteSpec,
+    build_section,
+)
+from tangentlens.sweep.step import PER_STEP_PROBES, capture_sites, capture_step, step_rows
+from tangentlens.sweep.store import SCHEMA
+
+__all__ = [
+    "CAPTURE_SETTINGS",
+    "DATA_SETTINGS",
+    "ResultTable",
+    "capture_model",
+    "default_probes",
+    "measure",
+]
+
+#: Keyword settings that go to the recipe's ``[data]`` table.
+DATA_SETTINGS: tuple[str, ...] = ("seq_len", "max_tokens", "batch_size", "n_bins")
+#: Keyword settings that go to the recipe's ``[capture]`` table.
+CAPTURE_SETTINGS: tuple[str, ...] = ("sites", "layers", "embed", "reservoir", "seed", "passes")
+_LABEL = "model"
+_CROSS_STEP = {
+    "update_alignment": "it scores the update between two checkpoints: run a sweep",
+    "untrained_block": "it needs no model: call tangentlens.probes.untrained_block.rows",
+}
+
+
+class ResultTable:
+    """Tidy result rows (the sweep's schema: ``suite, step, tokens_seen, site, layer, probe,
+    method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``)."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame, one row per measurement (``step``, ``layer``, ``rank``,
+        ``n_tokens`` as nullable integers: the embedding's layer is missing, not NaN)."""
+        import pandas as pd
+
+        return self._table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        return self._table.to_pylist()
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        probes = sorted(set(self._table.column("probe").to_pylist()))
+        return f"ResultTable({len(self)} rows; probes {probes})"
+
+    def where(self, **fields: Any) -> ResultTable:
+        """The rows whose ``fields`` equal the given values (``metric="energy_ratio"``, …)."""
+        unknown = sorted(set(fields) - set(SCHEMA.names))
+        if unknown:
+            raise ValueError(f"unknown row fields {unknown}; allowed: {SCHEMA.names}")
+        return ResultTable(r for r in self.to_pylist() if all(r[k] == v for k, v in fields.items()))
+
+    def value(self, **fields: Any) -> float:
+        """The value of the one row whose ``fields`` equal the given values."""
+        rows = self.where(**fields).to_pylist()
+        if len(rows) != 1:
+            raise ValueError(
+                f"{len(rows)} rows match {fields}; name the row fully (site, method, freq_bin, …)"
+            )
+        return rows[0]["value"]
+
+
+def default_probes(model: torch.nn.Module) -> tuple[str, ...]:
+    """Every per-step probe the model supports (those needing gradients need a loss head)."""
+    headless = not has_lm_head(model)
+    return tuple(p for p in PER_STEP_PROBES if not (headless and PROBE_NEEDS[p].gradients))
+
+
+def _probe_configs(
+    probes: Sequence[str] | Mapping[str, Any] | None, model: torch.nn.Module | None
+) -> dict[str, Any]:
+    """Probe name → config (defaults, a dict of the recipe's keys, or the config itself)."""
+    if probes is None:
+        if model is None:
+            raise ValueError("name the probes to run on a capture: probes=[...]")
+        probes = default_probes(model)
+    if isinstance(probes, str):
+        raise ValueError(f"probes must be a list of probe names, got the string {probes!r}")
+    items = probes.items() if isinstance(probes, Mapping) else ((p, None) for p in probes)
+    out: dict[str, Any] = {}
+    for name, config in items:
+        if name in _CROSS_STEP:
+            raise ValueError(f"probe {name!r} cannot run on one model: {_CROSS_STEP[name]}")
+        if name not in PER_STEP_PROBES:
+            raise ValueError(f"unknown probe {name!r}; allowed: {list(PER_STEP_PROBES)}")
+        cls = PROBE_CONFIGS[name]
+        if config is None:
+            config = cls()
+        elif isinstance(config, Mapping):
+            config = build_section(cls, dict(config), f"probes.{name}")
+        elif not isinstance(config, cls):
+            raise ValueError(
+                f"probes[{name!r}] must be a dict of its settings or a {cls.__name__}, got "
+                f"{type(config).__name__}"
+            )
+        out[name] = config
+    spec = out.get("tangent_energy")
+    if spec is not None:
+        if spec.fit_policy != "per_checkpoint":
+            raise ValueError(
+                "fit_policy 'frozen_early' fits on a suite's early checkpoints: run a sweep, or "
+                "fit a proxy on an early checkpoint's capture and pass it as proxies="
+            )
+        if spec.held_out:
+            raise ValueError(
+                "held_out needs two captures of disjoint halves: run a sweep, or fit on one "
+                "capture (tangentlens.probes.proxies.fit_proxies) and pass the proxy as proxies= "
+                "to measure another"
+            )
+        if spec.pretrained_sae is not None:
+            raise ValueError(
+                "pretrained_sae is the sweep's table: load the SAE (sae_lens.SAE.from_pretrained) "
+                "and pass it as proxies={'name': sae}"
+            )
+    return out
+
+
+def _recipe(
+    configs: dict[str, Any], settings: Mapping[str, Any], suite: str, *, has_tokens: bool
+) -> Recipe:
+    unknown = sorted(set(settings) - set(DATA_SETTINGS) - set(CAPTURE_SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"unknown settings {unknown}; allowed: {[*DATA_SETTINGS, *CAPTURE_SETTINGS]} (and "
+            "probes={name: {key: value}} for a probe's own settings)"
+        )
+    data = {k: v for k, v in settings.items() if k in DATA_SETTINGS}
+    capture = {k: v for k, v in settings.items() if k in CAPTURE_SETTINGS}
+    if has_tokens and "max_tokens" in data:
+        raise ValueError("max_tokens limits text; with token ids given, pass the rows to use")
+    if capture.get("passes") == 0:
+        raise ValueError("passes must be ≥ 1 here (0, the fewest that fit, is the sweep's)")
+    return Recipe(
+        name="notebook",
+        suite=SuiteSpec(name=suite),
+        data=build_section(DataSpec, data, "data"),
+        capture=build_section(CaptureSpec, capture, "capture"),
+        probes=configs,
+    )
+
+
+def _rows_of(
+    model: torch.nn.Module, texts_or_tokens: Any, spec: DataSpec, special: SpecialTokens
+) -> np.ndarray:
+    """Token rows (n × seq_len): token ids as given, or texts packed as a suite is trained."""
+    if isinstance(texts_or_tokens, torch.Tensor | np.ndarray):
+        rows = np.asarray(
+            texts_or_tokens.cpu() if isinstance(texts_or_tokens, torch.Tensor) else texts_or_tokens
+        )
+        if rows.ndim != 2 or not np.issubdtype(rows.dtype, np.integer) or 0 in rows.shape:
+            raise ValueError(
+                "token ids must be a non-empty 2-D integer tensor (sequences × positions), got "
+                f"shape {rows.shape} and dtype {rows.dtype}"
+            )
+        if rows.min() < 0 or rows.max() >= model.cfg.d_vocab:
+            raise ValueError(f"token ids must be in [0, {model.cfg.d_vocab}) (the vocabulary)")
+        return rows.astype(np.int64)
+    texts = [texts_or_tokens] if isinstance(texts_or_tokens, str) else texts_or_tokens
+    if not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
+        raise ValueError(
+            "expected texts (a string or a list of strings) or token ids (a 2-D integer tensor), "
+            f"got {type(texts_or_tokens).__name__}"
+        )
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("the model has no tokenizer (model.tokenizer): pass token ids instead")
+    encode = document_encoder(tokenizer)
+    docs = [np.asarray(ids, dtype=np.int64) for ids in encode(list(texts))]
+    rows = pack_rows(docs, spec.seq_len, family=model_family(model), special=special)
+    if len(rows) == 0:
+        raise ValueError(f"the texts give no row of {spec.seq_len} tokens; lower seq_len")
+    return np.asarray(limit_tokens(rows, spec.max_tokens))
+
+
+def _analysis_data(
+    model: torch.nn.Module,
+    texts_or_tokens: Any,
+    spec: DataSpec,
+    frequencies: FrequencyTable | np.ndarray | None,
+) -> AnalysisData:
+    family = model_family(model)
+    tokenizer = getattr(model, "tokenizer", None)
+    special = SpecialTokens() if tokenizer is None else special_tokens_of(tokenizer, family)
+    rows = _rows_of(model, texts_or_tokens, spec, special)
+    if rows.shape[1] > model.cfg.n_ctx:
+        raise ValueError(
+            f"rows of {rows.shape[1]} tokens are longer than the model's context (n_ctx = "
+            f"{model.cfg.n_ctx}): set seq_len ≤ {model.cfg.n_ctx}"
+        )
+    if frequencies is None:
+        vocab = model.cfg.d_vocab if tokenizer is None else len(tokenizer)
+        frequencies = FrequencyTable.from_rows(rows, vocab, special, causal=family != "encoder")
+    elif not isinstance(frequencies, FrequencyTable):
+        frequencies = FrequencyTable(np.asarray(frequencies))
+    loss = capture_loss(family, has_lm_head(model))
+    return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
+
+
+def _check_model(model: object) -> None:
+    model_family(model)  # a HookedTransformer or HookedEncoder, else a clear error
+
+
+def _refuse_headless(model: torch.nn.Module, configs: Mapping[str, Any]) -> None:
+    needing = [p for p in configs if PROBE_NEEDS[p].gradients]
+    if needing and not has_lm_head(model):
+        raise ValueError(
+            f"probes {needing} need gradients of the model's loss, and this model has no "
+            "language-modelling head; activation-only probes: "
+            f"{[p for p in PER_STEP_PROBES if not PROBE_NEEDS[p].gradients]}"
+        )
+
+
+def capture_model(
+    model: torch.nn.Module,
+    texts_or_tokens: Any,
+    *,
+    probes: Sequence[str] | Mapping[str, Any] | None = None,
+    frequencies: FrequencyTable | np.ndarray | None = None,
+    suite: str | None = None,
+    step: int | None = None,
+    tokens_seen: int = 0,
+    **settings: Any,
+) -> Capture:
+    """One capture of ``model`` over ``texts_or_tokens`` keeping what ``probes`` need (default:
+    every per-step probe the model supports): activations and the gradients of the model's own
+    loss (next-token for decoders, MLM for encoders, none without a head) at every site, in
+    float64 moments per frequency bin, plus the sampled rows.
+
+    ``texts_or_tokens``: a string, a list of strings (tokenised with ``model.tokenizer`` and
+    packed into ``seq_len`` rows as the mini suites are trained, the first ``max_tokens``
+    tokens kept) or token ids (sequences × positions, used as given). ``frequencies``: the
+    token frequency table (or counts per type id) the bins come from; default: counted on these
+    rows. ``suite``, ``step``, ``tokens_seen`` label the rows (default: the model's name and
+    checkpoint, as TransformerLens and tangentlens' suites record them); the step also seeds
+    the controls, as in a sweep. ``settings``: see the module docstring.
+    """
+    _check_model(model)
+    configs = _probe_configs(probes, model)
+    _refuse_headless(model, configs)
+    suite = suite or str(getattr(model.cfg, "model_name", None) or _LABEL)
+    step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
+    has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
+    recipe = _recipe(configs, settings, suite, has_tokens=has_tokens)
+    data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies)
+    needs = needs_of(configs)
+    sites = capture_sites(model, recipe)
+    stats = capture_step(
+        model,
+        sites,
+        data,
+        recipe,
+        needs,
+        step,
+        gradients=needs.gradients,
+        passes=recipe.capture.passes,
+    )
+    return Capture(
+        suite=suite,
+        step=step,
+        tokens_seen=tokens_seen,
+        statistics=stats,
+        layers=sites,
+        seq_len=int(data.rows.shape[1]),
+        frequencies=data.frequencies,
+    )
+
+
+def _kept(capture: Capture) -> Needs:
+    """What a capture kept (so a probe that needs more is refused before it runs)."""
+    config = capture.statistics.statistics
+    return Needs(
+        gradients=config.gradients,
+        bins=config.n_bins > 0,
+        bin_moments=config.n_bins > 0 and config.gradients and config.gradient_bin_moments,
+        type_sums=config.type_sums,
+        reservoir=config.reservoir_size > 0,
+        attention=bool(capture.statistics.attention),
+    )
+
+
+def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
+    kept = _kept(capture)
+    for name in configs:
+        missing = [
+            f.name
+            for f in dataclasses.fields(Needs)
+            if getattr(PROBE_NEEDS[name], f.name) and not getattr(kept, f.name)
+        ]
+        if missing:
+            raise ValueError(
+                f"probe {name!r} needs {missing}, which this capture did not keep: capture with "
+                f"capture_model(..., probes=[{name!r}, ...])"
+            )
+    if "frequency_geometry" in configs:
+        from tangentlens.probes import frequency_geometry
+
+        wanted = frequency_geometry.tracked_types(
+            configs["frequency_geometry"], capture.frequencies.counts
+        )
+        tracked = set(capture.statistics.statistics.type_ids or ())
+        if not set(wanted.tolist()) <= tracked:
+            raise ValueError(
+                "frequency_geometry's settings name types this capture did not track: capture "
+                "with the same probes={'frequency_geometry': …} settings"
+            )
+
+
+def _check_proxies_scored(proxies: Mapping[str, Any] | None, configs: Mapping[str, Any]) -> None:
+    if proxies and "tangent_energy" not in configs:
+        raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
+
+
+def measure(
+    model_or_capture: torch.nn.Module | Capture,
+    texts_or_tokens: Any = None,
+    *,
+    probes: Sequence[str] | Mapping[str, Any] | None = None,
+    proxies: Mapping[str, Any] | None = None,
+    proxy_rtol: float | None = None,
+    **settings: Any,
+) -> ResultTable:
+    """The per-step probes' rows for a model (captured here) or a :class:`Capture`.
+
+    ``probes``: names, or ``{name: settings}`` with each probe's recipe keys (default: every
+    per-step probe the model supports; a capture must have kept what they need). ``proxies``:
+    your own tangent proxies, scored next to the fitted ones against the same matched-rank
+    controls (see :mod:`tangentlens.probes.user_proxies`: a d × k basis orthonormalised with
+    rank tolerance ``proxy_rtol``, a fitted tangentlens dictionary, or an SAELens SAE whose
+    ``rank`` most active latents span it); they need ``tangent_energy``. With a model, the
+    other arguments are :func:`capture_model`'s.
+    """
+    if isinstance(model_or_capture, Capture):
+        if texts_or_tokens is not None:
+            raise ValueError("a Capture already holds its tokens: call measure(capture, probes=…)")
+        capture_settings = sorted(set(settings) & {*DATA_SETTINGS, *CAPTURE_SETTINGS, "step"})
+        if capture_settings:
+            raise ValueError(f"{capture_settings} are capture settings: pass them to capture_model")
+        if settings:
+            raise ValueError(f"unknown settings {sorted(settings)} for measuring a capture")
+        capture, model_name = model_or_capture, None  # a label, not checked against SAEs
+        configs = _probe_configs(probes, None)
+        _check_capture(capture, configs)
+    else:
+        if texts_or_tokens is None:
+            raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
+        _check_model(model_or_capture)
+        configs = _probe_configs(probes, model_or_capture)
+        _check_proxies_scored(proxies, configs)
+        capture = capture_model(model_or_capture, texts_or_tokens, probes=probes, **settings)
+        model_name = getattr(model_or_capture.cfg, "model_name", None)
+    fixed = None
+    if proxies:
+        _check_proxies_scored(proxies, configs)
+        spec = configs["tangent_energy"]
+        options = {} if proxy_rtol is None else {"rtol": proxy_rtol}
+        fixed = resolve_proxies(proxies, capture, rank=spec.rank, model_name=model_name, **options)
+    recipe = Recipe(name="notebook", suite=SuiteSpec(name=capture.suite), probes=configs)
+    rows, _ = step_rows(recipe, capture, fixed=fixed)
+    return ResultTable(rows)

@@ -1,0 +1,263 @@
+"""One checkpoint step, the way both a sweep's step unit and :func:`tangentlens.measure` do it:
+the sites a recipe captures, one capture of a model over token rows, and every per-step probe's
+rows from that capture. One code path: a notebook measurement and a sweep step on the same
+model, tokens and settings give the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from tangentlens.capture import (
+    CaptureConfig,
+    CaptureStatistics,
+    SequenceEnergyConfig,
+    StatisticsConfig,
+    capture_statistics,
+    combine_site_passes,
+)
+from tangentlens.data import iter_batches
+from tangentlens.models import hook_name
+from tangentlens.probes import (
+    anisotropy_share,
+    cosine_drift,
+    frequency_geometry,
+    qk_drift,
+    shape_of_learning,
+    subspace_stability,
+    tangent_energy,
+    update_alignment,
+)
+from tangentlens.probes.base import Capture, Needs, make_row
+from tangentlens.probes.proxies import (
+    FittedProxies,
+    FixedProxy,
+    add_fixed_proxy,
+    fit_proxies,
+    fit_rows,
+)
+from tangentlens.sweep.data import AnalysisData
+from tangentlens.sweep.memory import site_groups
+from tangentlens.sweep.recipe import Recipe, select_layers
+
+__all__ = [
+    "PER_STEP_PROBES",
+    "SIMPLE_PROBES",
+    "Proxies",
+    "Status",
+    "capture_rows",
+    "capture_sites",
+    "capture_step",
+    "fit_step",
+    "step_rows",
+    "with_fixed",
+]
+
+#: Probes computed from one step's capture alone, in the order their rows are written.
+SIMPLE_PROBES = {
+    "cosine_drift": cosine_drift,
+    "shape_of_learning": shape_of_learning,
+    "qk_drift": qk_drift,
+    "frequency_geometry": frequency_geometry,
+}
+#: Every probe :func:`step_rows` computes (the others compare steps or need no model).
+PER_STEP_PROBES: tuple[str, ...] = (
+    *SIMPLE_PROBES,
+    "tangent_energy",
+    "anisotropy_share",
+    "subspace_stability",
+)
+
+Status = Callable[[str], None]
+Proxies = dict[str, dict[str, torch.Tensor]]
+
+
+def _quiet(text: str) -> None:
+    """A status callback that says nothing."""
+
+
+def capture_sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
+    """Hook name → block index of every site the recipe captures (the embedding's is None)."""
+    sites: dict[str, int | None] = {}
+    if recipe.capture.embed:
+        sites[hook_name(model, "embed")] = None
+    for kind in recipe.capture.sites:
+        for layer in select_layers(recipe.capture.layers, model.cfg.n_layers):
+            sites[hook_name(model, kind, layer)] = layer
+    return sites
+
+
+def capture_step(
+    model: torch.nn.Module,
+    sites: dict[str, int | None],
+    data: AnalysisData,
+    recipe: Recipe,
+    needs: Needs,
+    step: int,
+    *,
+    gradients: bool,
+    sequence_energy: SequenceEnergyConfig | None = None,
+    part: slice = slice(None),
+    passes: int = 1,
+) -> CaptureStatistics:
+    """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
+    contiguous groups of the sites (attention in the first); ``sequence_energy``: per-sequence
+    energy sums of proxies known in advance (the frozen-early intervals). Per-type sums track
+    only the types the probes read (each probe's ``tracked_types``)."""
+    type_ids = None
+    if needs.type_sums:
+        counts = data.frequencies.counts
+        wanted = np.zeros(counts.shape, dtype=bool)
+        for probe in (frequency_geometry, update_alignment):
+            if probe.NAME in recipe.probes:
+                wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
+        type_ids = tuple(np.flatnonzero(wanted).tolist())
+    attention = select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
+    statistics = StatisticsConfig(
+        gradients=gradients,
+        n_bins=recipe.data.n_bins if needs.bins else 0,
+        gradient_bin_moments=needs.bin_moments,
+        type_sums=needs.type_sums,
+        vocab_size=model.cfg.d_vocab if needs.type_sums else None,
+        type_ids=type_ids,
+        reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
+        seed=recipe.capture.seed,
+        sequence_energy=sequence_energy,
+    )
+    groups = site_groups(list(sites), passes)
+    return combine_site_passes(
+        [
+            capture_statistics(
+                model,
+                iter_batches(data.rows[part], recipe.data.batch_size),
+                CaptureConfig(
+                    sites=tuple(group),
+                    loss=data.loss,
+                    gradients=gradients,
+                    reduction=recipe.capture.reduction,
+                    seed=recipe.capture.seed,
+                    attention_layers=attention if i == 0 else (),
+                ),
+                data.special,
+                statistics,
+                bins=data.bins if needs.bins else None,
+                first_sequence=part.start or 0,
+                step=step,
+            )
+            for i, group in enumerate(groups)
+        ]
+    )
+
+
+def capture_rows(capture: Capture) -> list[dict[str, Any]]:
+    """The capture's own rows: mean loss, kept tokens, excluded positions per reason."""
+    stats = capture.statistics
+    out = [
+        make_row(capture, "capture", "mean_loss", stats.mean_loss, n_tokens=stats.n_scored),
+        make_row(capture, "capture", "n_tokens", stats.n_tokens, n_tokens=stats.n_tokens),
+    ]
+    for reason, count in sorted(stats.excluded.items()):
+        out.append(make_row(capture, "capture", f"excluded_{reason}", count))
+    return out
+
+
+def _reseeded_proxies(
+    stats: CaptureStatistics, spec: Any, seeds: int
+) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
+    """The seeded dictionaries refitted on this step's sample with seeds ``seed, seed + 1, …``
+    (the recipe's seed included, so seeds are compared on the same data)."""
+    seeded = tuple(m for m in spec.methods if m != "pca")
+    if seeds < 2 or not seeded:
+        return {}
+    out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for offset in range(seeds):
+        seed = spec.seed + offset
+        config = dataclasses.replace(
+            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
+        )
+        for site, site_stats in stats.sites.items():
+            for method, basis in fit_proxies(site_stats, config).bases.items():
+                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
+    return out
+
+
+def with_fixed(
+    fitted: dict[str, FittedProxies], fixed: Mapping[str, Mapping[str, FixedProxy]]
+) -> dict[str, FittedProxies]:
+    """Each site's fitted proxies with the fixed proxies of that site added (m̂ projected out of
+    them as out of every fitted proxy, their diagnostics kept)."""
+    out = dict(fitted)
+    for site, by_method in fixed.items():
+        if site not in out:
+            continue
+        for method, proxy in by_method.items():
+            out[site] = add_fixed_proxy(out[site], method, proxy.basis, proxy.diagnostics)
+    return out
+
+
+def fit_step(
+    stats: CaptureStatistics,
+    spec: Any,
+    fixed: Mapping[str, Mapping[str, FixedProxy]],
+    status: Status = _quiet,
+) -> dict[str, FittedProxies]:
+    """The proxies of every site fitted on ``stats`` (``spec``: the tangent_energy probe's
+    settings), with the ``fixed`` proxies added."""
+    status(f"fitting proxies ({', '.join(spec.methods)})")
+    fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    return with_fixed(fitted, fixed)
+
+
+def step_rows(
+    recipe: Recipe,
+    capture: Capture,
+    *,
+    scored: CaptureStatistics | None = None,
+    fitted: dict[str, FittedProxies] | None = None,
+    frozen: Proxies | None = None,
+    fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
+    status: Status = _quiet,
+) -> tuple[list[dict[str, Any]], Proxies | None]:
+    """Every per-step probe of ``recipe`` on ``capture`` (the whole stream): the capture's rows,
+    the activation probes, and the tangent account — fit diagnostics, energies, anisotropy
+    share, stability within the step. Returns the rows and the step's own fit (``{site:
+    {method: basis}}``, None when nothing was fitted).
+
+    ``scored``: the statistics energies are scored on (held out: the second half; default the
+    capture's); ``fitted``: proxies already fitted on other data (held out: the first half);
+    ``frozen``: frozen-early proxies, scored instead of the step's own fit; ``fixed``: proxies
+    known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit.
+    """
+    rows = capture_rows(capture)
+    for name, module in SIMPLE_PROBES.items():
+        if name in recipe.probes:
+            status(name)
+            rows += module.rows(capture, recipe.probes[name])
+    spec = recipe.probes.get("tangent_energy")
+    if spec is None:
+        return rows, None
+    fixed = fixed or {}
+    if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
+        fitted = fit_step(capture.statistics, spec, fixed, status)
+    own = {n: f.bases for n, f in (fitted or {}).items()}
+    proxies = frozen if frozen is not None else own
+    diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
+    # fit quality of the scored proxies on this step's activations (and of this step's own fit)
+    rows += fit_rows(capture, proxies, diagnostics)
+    status(f"controls ({spec.draws} per measurement)")
+    scored_capture = capture if scored is None else dataclasses.replace(capture, statistics=scored)
+    rows += tangent_energy.rows(scored_capture, proxies, spec.energy_config())
+    if "anisotropy_share" in recipe.probes:
+        status("anisotropy share")
+        share = recipe.probes["anisotropy_share"]
+        rows += anisotropy_share.rows(scored_capture, proxies, share, spec.energy_config())
+    if "subspace_stability" in recipe.probes:
+        stability = recipe.probes["subspace_stability"]
+        reseeded = _reseeded_proxies(capture.statistics, spec, stability.seeds)
+        rows += subspace_stability.rows(capture, own, reseeded, stability, frozen)
+    return rows, own or None

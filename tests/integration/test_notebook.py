@@ -1,0 +1,319 @@
+"""The notebook API on the micro suites: ``measure`` and ``capture_model`` on a model in memory,
+user proxies (bases, dictionaries, SAELens SAEs) with their planted and null cases, one capture
+reused, and one clear error per bad input."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import tangentlens as tl
+from tangentlens.dictionaries import PCA
+from tangentlens.probes.configs import ProxyConfig
+from tangentlens.probes.proxies import fit_proxies
+from tangentlens.probes.user_proxies import resolve_proxies
+
+SITE = "blocks.1.hook_resid_post"
+D = 32  # the micro suites' width
+TANGENT = {"methods": ["pca"], "rank": 4, "draws": 40, "bootstrap": 0}
+SETTINGS = {"seq_len": 32, "max_tokens": 2048, "n_bins": 3, "reservoir": 512}
+
+
+@pytest.fixture(scope="module")
+def model(micro_pythia):
+    return micro_pythia.load(micro_pythia.steps[-1])
+
+
+@pytest.fixture(scope="module")
+def texts(micro_pythia):
+    return micro_pythia.analysis_corpus().texts()
+
+
+@pytest.fixture(scope="module")
+def capture(model, texts):
+    return tl.capture_model(
+        model, texts, probes=["tangent_energy", "cosine_drift", "qk_drift"], **SETTINGS
+    )
+
+
+def _energy(table, method: str, metric: str = "energy_fraction", freq_bin: str = "all") -> float:
+    return table.value(
+        probe="tangent_energy", site=SITE, method=method, metric=metric, freq_bin=freq_bin
+    )
+
+
+def _same_rows(a, b) -> bool:
+    def same(x, y):
+        return x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y))
+
+    return len(a) == len(b) and all(
+        all(same(ra[k], rb[k]) for k in ra)
+        for ra, rb in zip(a.to_pylist(), b.to_pylist(), strict=True)
+    )
+
+
+def test_one_call_labels_rows_with_the_models_name_and_checkpoint(model, texts, micro_pythia):
+    table = tl.measure(model, texts, probes=["cosine_drift"], **SETTINGS)
+    rows = table.to_pylist()
+    assert {r["suite"] for r in rows} == {micro_pythia.model_name}
+    assert {r["step"] for r in rows} == {micro_pythia.steps[-1]}
+    frame = table.to_pandas()
+    assert len(frame) == len(table) and set(frame["probe"]) == {"capture", "cosine_drift"}
+    assert str(frame["layer"].dtype) == "Int64"  # nullable integers stay integers
+    n_tokens = table.value(probe="capture", metric="n_tokens")
+    assert table.where(metric="drift_norm", site=SITE).to_pylist()[0]["n_tokens"] == n_tokens
+
+
+def test_a_capture_is_reused_saved_and_reloaded_with_identical_rows(
+    capture, model, texts, tmp_path
+):
+    probes = {"tangent_energy": TANGENT, "cosine_drift": {}, "qk_drift": {}}
+    direct = tl.measure(model, texts, probes=probes, **SETTINGS)
+    reused = tl.measure(capture, probes=probes)
+    assert _same_rows(direct, reused)
+    path = capture.save(tmp_path / "capture.pt")
+    reloaded = tl.Capture.load(path)
+    assert reloaded.layers == capture.layers and reloaded.seq_len == 32
+    np.testing.assert_array_equal(reloaded.frequencies.counts, capture.frequencies.counts)
+    assert _same_rows(reused, tl.measure(reloaded, probes=probes))
+
+
+def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):
+    """A user basis spanning what the PCA proxy spans (before m̂ is projected out of both) reads
+    the PCA proxy's energy; a non-orthonormal basis of the same span reads the same."""
+    config = ProxyConfig(methods=("pca",), rank=4, mean_direction=False)
+    basis = fit_proxies(capture.statistics.sites[SITE], config).bases["pca"]
+    mixed = (
+        basis @ torch.tensor([[2.0, 1, 0, 0], [0, 1, 3, 0], [0, 0, 1, 0], [1, 0, 0, 0.5]]).double()
+    )
+    table = tl.measure(
+        capture,
+        probes={"tangent_energy": TANGENT},
+        proxies={"mine": {SITE: basis}, "mixed": {SITE: mixed}},
+    )
+    pca = _energy(table, "pca")
+    assert _energy(table, "mine") == pytest.approx(pca, abs=1e-12)
+    assert _energy(table, "mixed") == pytest.approx(pca, abs=1e-12)
+    assert (
+        table.where(method="mine", metric="energy_fraction", site=SITE).to_pylist()[0]["rank"] == 4
+    )
+    overlap = table.value(
+        probe="proxy_fit", site=SITE, method="mine", metric="mean_direction_overlap"
+    )
+    assert overlap == pytest.approx(
+        table.value(probe="proxy_fit", site=SITE, method="pca", metric="mean_direction_overlap"),
+        abs=1e-12,
+    )
+
+
+def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(capture):
+    """Planted: the top eigenvectors of the site's own gradient moment read their exact energy
+    share ``tr(QᵀGQ)/tr(G)`` (m̂ projected out first, as for every proxy), above every control,
+    with the p-value at its floor. Null: a random frame reads like its controls."""
+    site = capture.statistics.sites[SITE]
+    g = site.g.second_moment
+    top = torch.linalg.eigh(g).eigenvectors[:, -4:]
+    random = torch.linalg.qr(
+        torch.randn(D, 4, generator=torch.Generator().manual_seed(3)).double()
+    )[0]
+    table = tl.measure(
+        capture,
+        probes={"tangent_energy": TANGENT},
+        proxies={"planted": {SITE: top}, "random": {SITE: random}},
+    )
+    m = site.h.sum / site.h.sum.norm()
+    q = torch.linalg.qr(top - torch.outer(m, m @ top))[0]
+    expected = float(torch.trace(q.T @ g @ q) / torch.trace(g))
+    assert _energy(table, "planted") == pytest.approx(expected, rel=1e-10)
+    assert _energy(table, "planted") > _energy(table, "planted", "energy_control_max")
+    assert _energy(table, "planted", "energy_null_mean") == pytest.approx(4 / 28 * (1 - expected))
+    assert _energy(table, "planted", "energy_p_value") == pytest.approx(1 / 41)
+    z = _energy(table, "random", "energy_z")
+    assert abs(z) < 3 and _energy(table, "random", "energy_p_value") > 0.05
+
+
+def test_a_tangentlens_dictionary_is_a_proxy(capture):
+    sample = capture.statistics.sites[SITE].reservoir.columns()["H"].double()
+    pca = PCA(4).fit(sample)
+    fixed = resolve_proxies({"mine": pca}, capture, rank=4)
+    assert set(fixed) == set(capture.layers)  # every site of its width
+    same_span = torch.linalg.svdvals(fixed[SITE]["mine"].basis.T @ pca.basis())
+    assert torch.allclose(same_span, torch.ones(4, dtype=torch.float64), atol=1e-12)
+
+
+def _sae(hook: str | None, seed: int = 0):
+    from sae_lens import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+
+    torch.manual_seed(seed)
+    metadata = SAEMetadata(hook_name=hook, model_name=None)
+    return StandardSAE(StandardSAEConfig(d_in=D, d_sae=64, metadata=metadata))
+
+
+def test_an_sae_spans_its_most_frequent_latents_on_the_captured_rows(capture):
+    sae = _sae(SITE)
+    fixed = resolve_proxies({"sae_mine": sae}, capture, rank=3)
+    assert list(fixed) == [SITE]  # its own hook only
+    rows = capture.statistics.sites[SITE].reservoir.columns()["H"].float()
+    with torch.no_grad():
+        codes = sae.encode(rows)
+    frequency = (codes > 0).double().mean(0).numpy()
+    mean = codes.double().mean(0).numpy()
+    latents = np.lexsort((np.arange(64), -mean, -frequency))[:3]
+    directions = sae.W_dec.detach().double()[latents]
+    expected = torch.linalg.qr((directions / directions.norm(dim=1, keepdim=True)).T)[0]
+    got = fixed[SITE]["sae_mine"].basis
+    assert torch.linalg.svdvals(expected.T @ got).min() == pytest.approx(
+        1.0, abs=1e-10
+    )  # same span
+    diagnostics = fixed[SITE]["sae_mine"].diagnostics
+    assert diagnostics["sae_l0"] == pytest.approx(float((codes > 0).sum(1).double().mean()))
+
+
+@pytest.mark.parametrize(
+    ("proxies", "message"),
+    [
+        (
+            {"mine": torch.randn(4, D)},
+            "proxy 'mine' is 4 wide, but no captured site is: widths [32] (it looks transposed: "
+            "pass a d × k basis",
+        ),
+        (
+            {"mine": {SITE: torch.randn(D, 20)}},
+            "proxy 'mine' at 'blocks.1.hook_resid_post' has rank 20 in width 32: its matched-rank "
+            "controls are 20-frames in the 12-dimensional complement, so the rank must be at most "
+            "16",
+        ),
+        (
+            {"mine": torch.randn(D + 1, 2)},
+            "proxy 'mine' is 33 wide, but no captured site is: widths [32]",
+        ),
+        (
+            {"mine": {"blocks.7.hook_resid_post": torch.randn(D, 2)}},
+            "proxy 'mine': site 'blocks.7.hook_resid_post' is not captured; captured: ",
+        ),
+        ({"pca": torch.randn(D, 2)}, "proxy name 'pca' is taken by tangentlens' own proxies"),
+        (
+            {"mine": "basis.pt"},
+            "proxy 'mine': expected a d × k basis (torch tensor or numpy array), a fitted "
+            "tangentlens dictionary (with basis()) or an SAELens SAE, got str",
+        ),
+        (
+            {"mine": _sae("blocks.0.hook_resid_pre")},
+            "reads hook 'blocks.0.hook_resid_pre', which is not a captured site; captured: ",
+        ),
+        (
+            {"mine": {SITE: _sae("blocks.0.hook_resid_post")}},
+            "proxy 'mine': the SAE reads hook 'blocks.0.hook_resid_post' but is given for site "
+            f"'{SITE}'",
+        ),
+        (
+            {"mine": _sae(None)},
+            "proxy 'mine': the SAE names no hook (cfg.metadata.hook_name is None); give its site",
+        ),
+    ],
+)
+def test_bad_proxies_get_one_clear_error(capture, proxies, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tl.measure(capture, probes={"tangent_energy": TANGENT}, proxies=proxies)
+
+
+def test_an_sae_of_another_width_is_refused(capture):
+    from sae_lens import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+
+    sae = StandardSAE(StandardSAEConfig(d_in=16, d_sae=32, metadata=SAEMetadata(hook_name=SITE)))
+    with pytest.raises(
+        ValueError, match=re.escape(f"reads d_in = 16, but site '{SITE}' has width 32")
+    ):
+        resolve_proxies({"mine": sae}, capture, rank=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"probes": ["tangent_energy"], "seq_lenn": 32},
+            "unknown settings ['seq_lenn']; allowed: ['seq_len',",
+        ),
+        ({"probes": ["tangent_enrgy"]}, "unknown probe 'tangent_enrgy'; allowed: ['cosine_drift',"),
+        (
+            {"probes": ["update_alignment"]},
+            "probe 'update_alignment' cannot run on one model: it scores the update between two "
+            "checkpoints",
+        ),
+        (
+            {"probes": {"tangent_energy": {"fit_policy": "frozen_early"}}},
+            "fit_policy 'frozen_early' fits on a suite's early checkpoints",
+        ),
+        (
+            {"probes": {"tangent_energy": {"rank": "8"}}},
+            "probes.tangent_energy.rank must be an integer, got '8'",
+        ),
+        (
+            {"probes": ["cosine_drift"], "proxies": {"mine": torch.eye(D)[:, :2]}},
+            "proxies are scored by the tangent_energy probe: add it to probes",
+        ),
+        ({"probes": ["anisotropy_share"]}, "probes.anisotropy_share needs probes.tangent_energy"),
+        ({"probes": ["cosine_drift"], "max_tokens": 0}, "max_tokens must be"),
+    ],
+)
+def test_bad_settings_get_one_clear_error(model, texts, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tl.measure(model, texts, **kwargs)
+
+
+def test_a_capture_refuses_probes_it_did_not_keep_and_capture_settings(model, texts):
+    capture = tl.capture_model(model, texts[:20], probes=["cosine_drift"], seq_len=32)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "probe 'tangent_energy' needs ['gradients', 'bins', 'bin_moments', 'reservoir'], "
+            "which this capture did not keep"
+        ),
+    ):
+        tl.measure(capture, probes=["tangent_energy"])
+    with pytest.raises(
+        ValueError, match=re.escape("['seq_len'] are capture settings: pass them to capture_model")
+    ):
+        tl.measure(capture, probes=["cosine_drift"], seq_len=64)
+    with pytest.raises(ValueError, match="expected texts"):
+        tl.measure(model, 42, probes=["cosine_drift"])
+    with pytest.raises(ValueError, match=re.escape("token ids must be in [0, 512)")):
+        tl.measure(model, torch.full((2, 8), 600), probes=["cosine_drift"])
+
+
+def test_token_ids_give_the_rows_of_the_texts_they_come_from(model, texts):
+    by_text = tl.capture_model(model, texts, probes=["cosine_drift"], **SETTINGS)
+    from tangentlens.data import document_encoder, pack_rows, special_tokens_of
+
+    special = special_tokens_of(model.tokenizer, "decoder")
+    docs = [np.asarray(d) for d in document_encoder(model.tokenizer)(list(texts))]
+    rows = torch.from_numpy(pack_rows(docs, 32, family="decoder", special=special)[:64])
+    settings = {k: v for k, v in SETTINGS.items() if k != "max_tokens"}
+    by_ids = tl.capture_model(model, rows, probes=["cosine_drift"], **settings)
+    a, b = by_text.statistics.sites[SITE].h, by_ids.statistics.sites[SITE].h
+    assert a.count == b.count and torch.equal(a.sum, b.sum)
+
+
+def test_an_encoder_is_measured_with_its_mlm_loss(micro_bert):
+    model = micro_bert.load(micro_bert.steps[-1])
+    texts = micro_bert.analysis_corpus().texts()
+    table = tl.measure(model, texts, probes={"tangent_energy": TANGENT}, **SETTINGS)
+    loss = table.value(probe="capture", metric="mean_loss")
+    assert 0 < loss < math.log(512) + 1
+    assert (
+        0
+        < table.value(
+            probe="tangent_energy",
+            site="blocks.1.hook_normalized_resid_post",
+            method="pca",
+            metric="energy_fraction",
+            freq_bin="all",
+        )
+        < 1
+    )

@@ -1,0 +1,274 @@
+"""``energy_by_bin``: the tangent energy of one step per frequency bin, read back from the
+figure's artists (bar heights, error-bar segments, control markers, ticks, legend)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pyarrow as pa
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
+from matplotlib.container import BarContainer, ErrorbarContainer
+
+from tangentlens.probes.base import row
+from tangentlens.report import figures
+from tangentlens.report.figures import energy_by_bin
+from tangentlens.sweep.store import SCHEMA
+
+BINS = [str(i) for i in range(12)] + ["all"]  # 12 bins: string order would put "10" after "1"
+METHODS = {"pca": 4, "mean_direction": 1}  # listed out of name order on purpose
+DEEP = "blocks.2.hook_resid_post"
+
+
+def _fraction(method: str, b: str, layer: int | None = 2, step: int = 40) -> float:
+    """Distinct per method, bin, layer and step, so any swap changes the figure."""
+    index = 12 if b == "all" else int(b)
+    shift = 0.3 if method == "pca" else 0.0
+    return 0.05 + 0.01 * index + shift + 0.001 * (layer if layer is not None else -1) + step * 1e-5
+
+
+def _controls(method: str, b: str) -> tuple[float, float, float]:
+    """(min, mean, max) of the method's controls in bin ``b``."""
+    index = 12 if b == "all" else int(b)
+    mean = (0.002 if method == "pca" else 0.001) * (1 + index)
+    return 0.5 * mean, mean, 1.5 * mean
+
+
+def _rows(
+    site: str = DEEP, layer: int | None = 2, step: int = 40, *, ci: bool = True
+) -> list[dict[str, Any]]:
+    out = []
+    for method, rank in METHODS.items():
+        for b in BINS:
+            cell = {"site": site, "layer": layer, "method": method, "rank": rank, "freq_bin": b}
+            value = _fraction(method, b, layer, step)
+            interval = (value - 0.004, value + 0.006) if ci else None
+            out.append(
+                row(
+                    "pythia-14m",
+                    step,
+                    step * 2048,
+                    "tangent_energy",
+                    "energy_fraction",
+                    value,
+                    ci=interval,
+                    n_tokens=100,
+                    **cell,
+                )
+            )
+            low, mean, high = _controls(method, b)
+            for metric, v in (
+                ("energy_control_min", low),
+                ("energy_control_mean", mean),
+                ("energy_control_max", high),
+                ("energy_ratio", 3.0),
+            ):
+                out.append(
+                    row("pythia-14m", step, step * 2048, "tangent_energy", metric, v, **cell)
+                )
+    out.append(row("pythia-14m", step, step * 2048, "capture", "mean_loss", 3.2, site=site))
+    random.Random(0).shuffle(out)  # the figure must not depend on row order
+    return out
+
+
+def _bars(ax: Axes) -> dict[str, BarContainer]:
+    """Bar containers by method (the legend label without its rank)."""
+    return {c.get_label().split(" ")[0]: c for c in ax.containers if isinstance(c, BarContainer)}
+
+
+def _centres(bars: BarContainer) -> list[float]:
+    return [p.get_x() + p.get_width() / 2 for p in bars.patches]
+
+
+def _heights(bars: BarContainer) -> list[float]:
+    return [p.get_height() for p in bars.patches]
+
+
+def _controls_drawn(ax: Axes) -> list[ErrorbarContainer]:
+    """Error-bar containers with markers: the controls (a bar's error bars have none)."""
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[0] is not None]
+
+
+def _ranges(container: ErrorbarContainer) -> list[tuple[float, float, float]]:
+    """``(x, low, high)`` of each vertical error bar."""
+    return [
+        (float(seg[0][0]), float(seg[0][1]), float(seg[1][1]))
+        for seg in container.lines[2][0].get_segments()
+    ]
+
+
+def _figure_data(fig: Any) -> tuple[Any, ...]:
+    ax = fig.axes[0]
+    bars = _bars(ax)
+    return (
+        [t.get_text() for t in ax.get_xticklabels()],
+        {m: (_centres(b), _heights(b), _ranges(b.errorbar)) for m, b in bars.items()},
+        [(list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata())) for c in _controls_drawn(ax)],
+        ax.get_title(),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_bars_are_energy_fractions_per_bin_in_numeric_order_with_all_last():
+    ax = energy_by_bin(_rows()).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == BINS
+    assert list(ax.get_xticks()) == list(range(len(BINS)))
+    bars = _bars(ax)
+    assert set(bars) == set(METHODS)
+    for method, container in bars.items():
+        centres = _centres(container)
+        assert centres == sorted(centres)
+        assert [round(c) for c in centres] == list(range(len(BINS)))  # each bar at its bin's tick
+        assert _heights(container) == pytest.approx([_fraction(method, b) for b in BINS])
+    assert ax.get_ylabel() == "gradient energy fraction"
+
+
+def test_error_bars_are_the_bootstrap_intervals():
+    bars = _bars(energy_by_bin(_rows()).axes[0])
+    for method, container in bars.items():
+        ranges = _ranges(container.errorbar)
+        assert [x for x, _, _ in ranges] == pytest.approx(_centres(container))
+        assert [lo for _, lo, _ in ranges] == pytest.approx(
+            [_fraction(method, b) - 0.004 for b in BINS]
+        )
+        assert [hi for _, _, hi in ranges] == pytest.approx(
+            [_fraction(method, b) + 0.006 for b in BINS]
+        )
+
+
+def test_bars_without_intervals_have_no_error_bars():
+    bars = _bars(energy_by_bin(_rows(ci=False)).axes[0])
+    assert all(b.errorbar is None for b in bars.values())
+    assert _heights(bars["pca"]) == pytest.approx([_fraction("pca", b) for b in BINS])
+
+
+def test_controls_are_marked_at_their_mean_with_the_min_max_range_on_each_bar():
+    ax = energy_by_bin(_rows()).axes[0]
+    bars = _bars(ax)
+    drawn = _controls_drawn(ax)
+    assert len(drawn) == len(METHODS)
+    for method, container in bars.items():
+        # the method's markers are the ones that sit on its bars
+        patches = container.patches
+        (controls,) = [
+            c
+            for c in drawn
+            if all(
+                p.get_x() < x < p.get_x() + p.get_width()
+                for p, x in zip(patches, c.lines[0].get_xdata(), strict=True)
+            )
+        ]
+        assert list(controls.lines[0].get_ydata()) == pytest.approx(
+            [_controls(method, b)[1] for b in BINS]
+        )
+        ranges = _ranges(controls)
+        assert [lo for _, lo, _ in ranges] == pytest.approx([_controls(method, b)[0] for b in BINS])
+        assert [hi for _, _, hi in ranges] == pytest.approx([_controls(method, b)[2] for b in BINS])
+
+
+def test_methods_are_dodged_with_one_colour_each_and_named_in_the_legend():
+    ax = energy_by_bin(_rows()).axes[0]
+    bars = _bars(ax)
+    colours = {m: {p.get_facecolor() for p in b.patches} for m, b in bars.items()}
+    assert all(len(c) == 1 for c in colours.values())
+    assert colours["pca"] != colours["mean_direction"]
+    for j in range(len(BINS)):  # side by side, not overlapping
+        left, right = bars["mean_direction"].patches[j], bars["pca"].patches[j]
+        assert left.get_x() + left.get_width() <= right.get_x()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:2] == ["mean_direction (rank 1)", "pca (rank 4)"]
+    assert "controls" in labels[2]
+
+
+def test_default_site_is_the_deepest_layer_and_the_embedding_the_shallowest():
+    rows = _rows("hook_embed", None) + _rows() + _rows("blocks.0.hook_resid_post", 0)
+    ax = energy_by_bin(rows).axes[0]
+    assert _heights(_bars(ax)["pca"]) == pytest.approx([_fraction("pca", b, 2) for b in BINS])
+    assert DEEP in ax.get_title() and "step 40" in ax.get_title()
+    shallow = _rows("hook_embed", None) + _rows("blocks.0.hook_resid_post", 0)
+    ax = energy_by_bin(shallow).axes[0]
+    assert _heights(_bars(ax)["pca"]) == pytest.approx([_fraction("pca", b, 0) for b in BINS])
+    ax = energy_by_bin(rows, site="hook_embed").axes[0]
+    assert _heights(_bars(ax)["pca"]) == pytest.approx([_fraction("pca", b, None) for b in BINS])
+    assert "hook_embed" in ax.get_title()
+
+
+def test_several_steps_need_a_step_and_an_absent_step_is_an_error():
+    rows = _rows(step=0) + _rows(step=40)
+    with pytest.raises(ValueError, match=r"several steps \[0, 40\]"):
+        energy_by_bin(rows)
+    ax = energy_by_bin(rows, step=0).axes[0]
+    assert _heights(_bars(ax)["pca"]) == pytest.approx([_fraction("pca", b, step=0) for b in BINS])
+    assert "step 0" in ax.get_title()
+    with pytest.raises(ValueError, match=r"step 7.*\[0, 40\]"):
+        energy_by_bin(rows, step=7)
+
+
+def test_rows_without_tangent_energy_are_an_error():
+    for rows in ([], [r for r in _rows() if r["probe"] != "tangent_energy"]):
+        with pytest.raises(ValueError, match="tangent_energy probe"):
+            energy_by_bin(rows)
+
+
+def test_an_unknown_site_is_an_error_listing_the_present_sites():
+    rows = _rows() + _rows("hook_embed", None)
+    with pytest.raises(
+        ValueError, match=r"'blocks.9.hook_resid_post'.*present.*blocks.2.*hook_embed"
+    ):
+        energy_by_bin(rows, site="blocks.9.hook_resid_post")
+
+
+def test_rows_of_two_runs_are_an_error_not_an_average():
+    with pytest.raises(ValueError, match=r"several energy_\w+ rows for method"):
+        energy_by_bin(_rows() + _rows())
+
+
+def test_path_saves_a_png(tmp_path):
+    path = tmp_path / "energy.png"
+    energy_by_bin(_rows(), path=path)
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_draws_into_the_given_axes():
+    fig, (left, right) = plt.subplots(1, 2)
+    assert energy_by_bin(_rows(), ax=right) is fig
+    assert not _bars(left)
+    assert _heights(_bars(right)["pca"]) == pytest.approx([_fraction("pca", b) for b in BINS])
+
+
+def test_a_pyarrow_table_or_to_arrow_object_gives_the_same_figure():
+    rows = _rows()
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+
+    class Result:
+        def to_arrow(self) -> pa.Table:
+            return table
+
+    expected = _figure_data(energy_by_bin(rows))
+    assert _figure_data(energy_by_bin(table)) == expected
+    assert _figure_data(energy_by_bin(Result())) == expected
+    assert _figure_data(energy_by_bin(iter(rows))) == expected
+
+
+def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
+    closed = []
+    monkeypatch.setattr(figures.plt, "close", closed.append)
+    rows = _rows(step=0) + _rows(step=40) + _rows("hook_embed", None)
+    assert figures._tangent_energy(rows, tmp_path / "te.png")
+    (fig,) = closed
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"]
+    assert "layer 2" in fig.get_suptitle()  # the deepest layer, not the embedding
+    assert not figures._tangent_energy(rows[:0], tmp_path / "none.png")
+    # a method has the same colour in both energy figures
+    lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    for method, bars in _bars(energy_by_bin(rows, step=40).axes[0]).items():
+        assert to_rgba(lines[f"{method} proxy"]) == bars.patches[0].get_facecolor()
