@@ -54,7 +54,7 @@ class StepLabel:
 
     suite: str
     step: int
-    tokens_seen: int
+    tokens_seen: int | None
     layers: dict[str, int | None]
 
 
@@ -73,7 +73,7 @@ class Capture:
 
     suite: str
     step: int
-    tokens_seen: int
+    tokens_seen: int | None
     statistics: CaptureStatistics
     layers: dict[str, int | None]
     seq_len: int
@@ -115,7 +115,7 @@ class Capture:
         return cls(
             suite=extra["suite"],
             step=int(extra["step"]),
-            tokens_seen=int(extra["tokens_seen"]),
+            tokens_seen=None if extra["tokens_seen"] is None else int(extra["tokens_seen"]),
             statistics=statistics,
             layers=dict(extra["layers"]),
             seq_len=int(extra["seq_len"]),
@@ -126,7 +126,7 @@ class Capture:
 def row(
     suite: str,
     step: int,
-    tokens_seen: int,
+    tokens_seen: int | None,
     probe: str,
     metric: str,
     value: float,

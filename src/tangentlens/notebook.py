@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from tangentlens.capture import LOSSES
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
@@ -111,10 +112,18 @@ class ResultTable:
         return rows[0]["value"]
 
 
+def _activation_probes() -> list[str]:
+    """The per-step probes that need no gradient (nor the tangent account, which does)."""
+    return [
+        p
+        for p in PER_STEP_PROBES
+        if not PROBE_NEEDS[p].gradients and p not in ("tangent_energy", "subspace_stability")
+    ]
+
+
 def default_probes(model: torch.nn.Module) -> tuple[str, ...]:
-    """Every per-step probe the model supports (those needing gradients need a loss head)."""
-    headless = not has_lm_head(model)
-    return tuple(p for p in PER_STEP_PROBES if not (headless and PROBE_NEEDS[p].gradients))
+    """Every per-step probe the model supports (the tangent account needs a loss head)."""
+    return tuple(PER_STEP_PROBES) if has_lm_head(model) else tuple(_activation_probes())
 
 
 def _probe_configs(
@@ -228,6 +237,7 @@ def _analysis_data(
     texts_or_tokens: Any,
     spec: DataSpec,
     frequencies: FrequencyTable | np.ndarray | None,
+    loss: str,
 ) -> AnalysisData:
     family = model_family(model)
     tokenizer = getattr(model, "tokenizer", None)
@@ -243,7 +253,6 @@ def _analysis_data(
         frequencies = FrequencyTable.from_rows(rows, vocab, special, causal=family != "encoder")
     elif not isinstance(frequencies, FrequencyTable):
         frequencies = FrequencyTable(np.asarray(frequencies))
-    loss = capture_loss(family, has_lm_head(model))
     return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
 
 
@@ -251,14 +260,25 @@ def _check_model(model: object) -> None:
     model_family(model)  # a HookedTransformer or HookedEncoder, else a clear error
 
 
-def _refuse_headless(model: torch.nn.Module, configs: Mapping[str, Any]) -> None:
+def _loss(model: torch.nn.Module, loss: str | None, configs: Mapping[str, Any]) -> str:
+    """The capture loss: the one given, else the model family's (none without a head); probes
+    needing gradients are refused without a loss."""
+    if loss is None:
+        loss = capture_loss(model_family(model), has_lm_head(model))
+    elif loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     needing = [p for p in configs if PROBE_NEEDS[p].gradients]
-    if needing and not has_lm_head(model):
-        raise ValueError(
-            f"probes {needing} need gradients of the model's loss, and this model has no "
-            "language-modelling head; activation-only probes: "
-            f"{[p for p in PER_STEP_PROBES if not PROBE_NEEDS[p].gradients]}"
+    if needing and loss == "none":
+        why = (
+            "no loss was chosen"
+            if has_lm_head(model)
+            else "the model has no language-modelling head"
         )
+        raise ValueError(
+            f"probes {needing} need gradients of the model's loss, and {why}; activation-only "
+            f"probes: {_activation_probes()}"
+        )
+    return loss
 
 
 def capture_model(
@@ -269,30 +289,32 @@ def capture_model(
     frequencies: FrequencyTable | np.ndarray | None = None,
     suite: str | None = None,
     step: int | None = None,
-    tokens_seen: int = 0,
+    tokens_seen: int | None = None,
+    loss: str | None = None,
     **settings: Any,
 ) -> Capture:
     """One capture of ``model`` over ``texts_or_tokens`` keeping what ``probes`` need (default:
     every per-step probe the model supports): activations and the gradients of the model's own
-    loss (next-token for decoders, MLM for encoders, none without a head) at every site, in
-    float64 moments per frequency bin, plus the sampled rows.
+    loss (``loss``, default next-token for decoders, MLM for encoders, none without a head) at
+    every site, in float64 moments per frequency bin, plus the sampled rows.
 
     ``texts_or_tokens``: a string, a list of strings (tokenised with ``model.tokenizer`` and
     packed into ``seq_len`` rows as the mini suites are trained, the first ``max_tokens``
     tokens kept) or token ids (sequences × positions, used as given). ``frequencies``: the
     token frequency table (or counts per type id) the bins come from; default: counted on these
     rows. ``suite``, ``step``, ``tokens_seen`` label the rows (default: the model's name and
-    checkpoint, as TransformerLens and tangentlens' suites record them); the step also seeds
-    the controls, as in a sweep. ``settings``: see the module docstring.
+    checkpoint, as TransformerLens and tangentlens' suites record them; ``tokens_seen``
+    unknown unless given); the step also seeds the controls, as in a sweep. ``settings``: see
+    the module docstring.
     """
     _check_model(model)
     configs = _probe_configs(probes, model)
-    _refuse_headless(model, configs)
+    loss = _loss(model, loss, configs)
     suite = suite or str(getattr(model.cfg, "model_name", None) or _LABEL)
     step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, settings, suite, has_tokens=has_tokens)
-    data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies)
+    data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies, loss)
     needs = needs_of(configs)
     sites = capture_sites(model, recipe)
     stats = capture_step(

