@@ -25,6 +25,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "frozen_parameters",
         ),
         ".reservoir": ("RowReservoir", "row_priorities"),
+        ".saving": ("load_statistics", "save_statistics"),
         ".sequence_energy": ("EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"),
         ".stream": ("CaptureStatistics", "capture_statistics", "combine_site_passes"),
     },
