@@ -127,13 +127,12 @@ def default_probes(model: torch.nn.Module) -> tuple[str, ...]:
 
 
 def _probe_configs(
-    probes: Sequence[str] | Mapping[str, Any] | None, model: torch.nn.Module | None
+    probes: Sequence[str] | Mapping[str, Any] | None, defaults: Sequence[str]
 ) -> dict[str, Any]:
-    """Probe name → config (defaults, a dict of the recipe's keys, or the config itself)."""
+    """Probe name → config (``defaults`` when None; settings as a dict of the recipe's keys, or
+    the config itself)."""
     if probes is None:
-        if model is None:
-            raise ValueError("name the probes to run on a capture: probes=[...]")
-        probes = default_probes(model)
+        probes = defaults
     if isinstance(probes, str):
         raise ValueError(f"probes must be a list of probe names, got the string {probes!r}")
     items = probes.items() if isinstance(probes, Mapping) else ((p, None) for p in probes)
@@ -308,7 +307,7 @@ def capture_model(
     the module docstring.
     """
     _check_model(model)
-    configs = _probe_configs(probes, model)
+    configs = _probe_configs(probes, default_probes(model))
     loss = _loss(model, loss, configs)
     suite = suite or str(getattr(model.cfg, "model_name", None) or _LABEL)
     step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
@@ -349,6 +348,23 @@ def _kept(capture: Capture) -> Needs:
         reservoir=config.reservoir_size > 0,
         attention=bool(capture.statistics.attention),
     )
+
+
+def _capture_probes(capture: Capture) -> tuple[str, ...]:
+    """The per-step probes a capture kept statistics for (the tangent account's companions only
+    with it)."""
+    kept = _kept(capture)
+    fits = [
+        p
+        for p in PER_STEP_PROBES
+        if all(
+            getattr(kept, f.name) or not getattr(PROBE_NEEDS[p], f.name)
+            for f in dataclasses.fields(Needs)
+        )
+    ]
+    if "tangent_energy" not in fits:
+        fits = [p for p in fits if p not in ("anisotropy_share", "subspace_stability")]
+    return tuple(fits)
 
 
 def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
@@ -395,7 +411,7 @@ def measure(
     """The per-step probes' rows for a model (captured here) or a :class:`Capture`.
 
     ``probes``: names, or ``{name: settings}`` with each probe's recipe keys (default: every
-    per-step probe the model supports; a capture must have kept what they need). ``proxies``:
+    per-step probe the model supports, or the capture kept statistics for). ``proxies``:
     your own tangent proxies, scored next to the fitted ones against the same matched-rank
     controls (see :mod:`tangentlens.probes.user_proxies`: a d × k basis orthonormalised with
     rank tolerance ``proxy_rtol``, a fitted tangentlens dictionary, or an SAELens SAE whose
@@ -411,13 +427,13 @@ def measure(
         if settings:
             raise ValueError(f"unknown settings {sorted(settings)} for measuring a capture")
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
-        configs = _probe_configs(probes, None)
+        configs = _probe_configs(probes, _capture_probes(capture))
         _check_capture(capture, configs)
     else:
         if texts_or_tokens is None:
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
         _check_model(model_or_capture)
-        configs = _probe_configs(probes, model_or_capture)
+        configs = _probe_configs(probes, default_probes(model_or_capture))
         _check_proxies_scored(proxies, configs)
         capture = capture_model(model_or_capture, texts_or_tokens, probes=probes, **settings)
         model_name = getattr(model_or_capture.cfg, "model_name", None)

@@ -351,3 +351,8 @@ def test_a_headless_encoder_runs_the_activation_probes_by_default(micro_pythia):
     assert math.isnan(table.value(probe="capture", metric="mean_loss"))
     with pytest.raises(ValueError, match="the model has no language-modelling head"):
         tl.measure(model, texts, probes=["tangent_energy"], seq_len=64)
+
+
+def test_a_capture_measures_by_default_what_it_kept(model, texts):
+    capture = tl.capture_model(model, texts[:20], probes=["cosine_drift", "qk_drift"], seq_len=32)
+    assert set(tl.measure(capture).to_pandas()["probe"]) == {"capture", "cosine_drift", "qk_drift"}
