@@ -65,7 +65,7 @@ MUTANTS ?=
 mutate: $(STAMP)
 	rm -rf $(MUTATE_DIR)/src $(MUTATE_DIR)/tests
 	mkdir -p $(MUTATE_DIR)
-	cp -a src tests pyproject.toml $(MUTATE_DIR)/
+	cp -a src tests pyproject.toml README.md $(MUTATE_DIR)/
 	cp -a probes $(MUTATE_DIR)/src/tangentlens/probes
 	find $(MUTATE_DIR)/src $(MUTATE_DIR)/tests -name __pycache__ -prune -exec rm -rf {} +
 	cd $(MUTATE_DIR) && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \

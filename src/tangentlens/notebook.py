@@ -313,6 +313,12 @@ def capture_model(
     step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, settings, suite, has_tokens=has_tokens)
+    width = texts_or_tokens.shape[-1] if has_tokens else None
+    if width is not None and settings.get("seq_len", width) != width:
+        raise ValueError(
+            f"seq_len = {settings['seq_len']} but the token ids are {width} wide: leave seq_len "
+            "out when giving token ids"
+        )
     data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies, loss)
     needs = needs_of(configs)
     sites = capture_sites(model, recipe)

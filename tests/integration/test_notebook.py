@@ -154,22 +154,37 @@ def _sae(hook: str | None, seed: int = 0):
     return StandardSAE(StandardSAEConfig(d_in=D, d_sae=64, metadata=metadata))
 
 
+def _planted_sae(rows: torch.Tensor):
+    """An SAE whose latents 1–3 fire on every row with small codes (0.01–0.03) and latent 0 on
+    the top 5 % of rows along a direction, with codes a thousand times larger; the rest never
+    fire. Most frequent: latents 1–3; largest mean activation: latent 0."""
+    sae = _sae(SITE, seed=1)
+    u = torch.nn.functional.normalize(torch.ones(D), dim=0)
+    threshold = torch.quantile(rows @ u, 0.95)
+    with torch.no_grad():
+        sae.W_enc.zero_()
+        sae.b_dec.zero_()
+        sae.b_enc.fill_(-1.0)
+        sae.W_enc[:, 0] = 1000 * u
+        sae.b_enc[0] = -1000 * threshold
+        sae.b_enc[1:4] = torch.tensor([0.01, 0.02, 0.03])
+    return sae
+
+
 def test_an_sae_spans_its_most_frequent_latents_on_the_captured_rows(capture):
-    sae = _sae(SITE)
-    fixed = resolve_proxies({"sae_mine": sae}, capture, rank=3)
-    assert list(fixed) == [SITE]  # its own hook only
     rows = capture.statistics.sites[SITE].reservoir.columns()["H"].float()
+    sae = _planted_sae(rows)
     with torch.no_grad():
         codes = sae.encode(rows)
-    frequency = (codes > 0).double().mean(0).numpy()
-    mean = codes.double().mean(0).numpy()
-    latents = np.lexsort((np.arange(64), -mean, -frequency))[:3]
-    directions = sae.W_dec.detach().double()[latents]
+    frequency, mean = (codes > 0).double().mean(0), codes.double().mean(0)
+    assert frequency[0] < 0.1 and mean[0] > 10 * mean[1:4].max()  # the plant holds
+    fixed = resolve_proxies({"sae_mine": sae}, capture, rank=3)
+    assert list(fixed) == [SITE]  # its own hook only
+    directions = sae.W_dec.detach().double()[1:4]  # the frequent latents, not the large one
     expected = torch.linalg.qr((directions / directions.norm(dim=1, keepdim=True)).T)[0]
     got = fixed[SITE]["sae_mine"].basis
-    assert torch.linalg.svdvals(expected.T @ got).min() == pytest.approx(
-        1.0, abs=1e-10
-    )  # same span
+    cosines = torch.linalg.svdvals(expected.T @ got)  # principal cosines: 1 for the same span
+    assert cosines.min() == pytest.approx(1.0, abs=1e-10)
     diagnostics = fixed[SITE]["sae_mine"].diagnostics
     assert diagnostics["sae_l0"] == pytest.approx(float((codes > 0).sum(1).double().mean()))
 
@@ -285,6 +300,9 @@ def test_a_capture_refuses_probes_it_did_not_keep_and_capture_settings(model, te
         tl.measure(model, 42, probes=["cosine_drift"])
     with pytest.raises(ValueError, match=re.escape("token ids must be in [0, 512)")):
         tl.measure(model, torch.full((2, 8), 600), probes=["cosine_drift"])
+    message = "seq_len = 16 but the token ids are 8 wide: leave seq_len out when giving token ids"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tl.measure(model, torch.full((2, 8), 5), probes=["cosine_drift"], seq_len=16)
 
 
 def test_token_ids_give_the_rows_of_the_texts_they_come_from(model, texts):
