@@ -27,16 +27,13 @@ from tangentlens.capture import LOSSES
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
-    document_encoder,
-    limit_tokens,
-    pack_rows,
     special_tokens_of,
 )
 from tangentlens.models import has_lm_head, model_family
 from tangentlens.probes.base import Capture, Needs
 from tangentlens.probes.configs import PROBE_NEEDS, needs_of
 from tangentlens.probes.user_proxies import resolve_proxies
-from tangentlens.sweep.data import AnalysisData, capture_loss
+from tangentlens.sweep.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.sweep.recipe import (
     PROBE_CONFIGS,
     CaptureSpec,
@@ -223,12 +220,8 @@ def _rows_of(
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         raise ValueError("the model has no tokenizer (model.tokenizer): pass token ids instead")
-    encode = document_encoder(tokenizer)
-    docs = [np.asarray(ids, dtype=np.int64) for ids in encode(list(texts))]
-    rows = pack_rows(docs, spec.seq_len, family=model_family(model), special=special)
-    if len(rows) == 0:
-        raise ValueError(f"the texts give no row of {spec.seq_len} tokens; lower seq_len")
-    return np.asarray(limit_tokens(rows, spec.max_tokens))
+    family = model_family(model)
+    return pack_texts(texts, tokenizer, family, special, spec.seq_len, spec.max_tokens)
 
 
 def _analysis_data(

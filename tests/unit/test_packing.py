@@ -73,6 +73,30 @@ def test_tokenize_corpus_encodes_every_document_in_batches():
         assert doc.tolist() == [ord(ch) for ch in text]
 
 
+@pytest.mark.parametrize("family", ["decoder", "encoder"])
+def test_tokenize_corpus_stops_once_the_rows_are_covered(family):
+    """With max_tokens, only the first batches are tokenised, and packing them gives exactly the
+    first rows of packing every document (the stream's cut is prefix-stable)."""
+    texts = ["".join(chr(97 + (i * 7 + j) % 26) for j in range(5 + i % 11)) for i in range(200)]
+    calls = []
+
+    def encode(batch):
+        calls.append(len(batch))
+        return [[ord(ch) for ch in t] for t in batch]
+
+    special = SpecialTokens(eos_id=0, cls_id=1, sep_id=2)
+    seq_len, rows = 16, 10
+    every = pack_rows(tokenize_corpus(texts, encode, 8), seq_len, family=family, special=special)
+    calls.clear()
+    docs = tokenize_corpus(texts, encode, 8, max_tokens=(rows + 1) * seq_len)
+    assert len(calls) < 200 // 8 and len(docs) == 8 * len(calls)  # stopped early
+    assert (
+        sum(len(d) + 1 for d in docs[:-8]) < (rows + 1) * seq_len <= sum(len(d) + 1 for d in docs)
+    )
+    first = pack_rows(docs, seq_len, family=family, special=special)
+    np.testing.assert_array_equal(first[:rows], every[:rows])
+
+
 def test_tokenize_corpus_rejects_bad_encoders_and_batch_sizes():
     corpus = Corpus("c", (Document("a", "x"), Document("b", "y")))
     with pytest.raises(ValueError, match="one list per text"):

@@ -131,11 +131,23 @@ def _check_positive(value: int, name: str) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def tokenize_corpus(corpus: Corpus, encode: BatchEncoder, batch_size: int = 64) -> list[np.ndarray]:
-    """Token ids of every document, in corpus order: a list of int64 arrays of shape (n_tok,)."""
+def tokenize_corpus(
+    corpus: Corpus | Sequence[str],
+    encode: BatchEncoder,
+    batch_size: int = 64,
+    *,
+    max_tokens: int | None = None,
+) -> list[np.ndarray]:
+    """Token ids of every document (a corpus or a list of texts), in order: a list of int64
+    arrays of shape (n_tok,). With ``max_tokens``, tokenising stops after the batch in which the
+    documents reach ``max_tokens`` tokens (one separator per document counted): packing the
+    result gives the first rows of packing every document."""
     _check_positive(batch_size, "batch_size")
-    texts = corpus.texts()
+    if max_tokens is not None:
+        _check_positive(max_tokens, "max_tokens")
+    texts = corpus.texts() if hasattr(corpus, "texts") else list(corpus)
     out: list[np.ndarray] = []
+    seen = 0
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
         encoded = encode(batch)
@@ -145,6 +157,9 @@ def tokenize_corpus(corpus: Corpus, encode: BatchEncoder, batch_size: int = 64) 
                 "it must return one list per text"
             )
         out.extend(np.asarray(ids, dtype=np.int64).reshape(-1) for ids in encoded)
+        seen += sum(len(ids) + 1 for ids in encoded)
+        if max_tokens is not None and seen >= max_tokens:
+            break
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tangentlens.data import (
+    Corpus,
     FrequencyBins,
     FrequencyTable,
     SpecialTokens,
@@ -36,6 +38,7 @@ __all__ = [
     "capture_loss",
     "data_sha256",
     "load_analysis_data",
+    "pack_texts",
     "prepare_analysis_data",
     "save_analysis_data",
 ]
@@ -71,15 +74,7 @@ def prepare_analysis_data(suite: Any, recipe: Recipe) -> AnalysisData:
         corpus = load_corpus(spec.corpus)
     tokenizer = suite.tokenizer()
     special = special_tokens_of(tokenizer, suite.family)
-    # tokenised and packed exactly as the mini suites are trained: documents without special
-    # tokens, the packer adds the row's [CLS] … [SEP] (encoders) or EOS between documents
-    docs = tokenize_corpus(corpus, document_encoder(tokenizer))
-    rows = pack_rows(docs, spec.seq_len, family=suite.family, special=special)
-    rows = limit_tokens(rows, spec.max_tokens)
-    if len(rows) == 0:
-        raise ValueError(
-            f"the analysis corpus gives no row of {spec.seq_len} tokens; lower data.seq_len"
-        )
+    rows = pack_texts(corpus, tokenizer, suite.family, special, spec.seq_len, spec.max_tokens)
     # counted over the positions a capture keeps (no EOS/BOS/CLS/SEP/PAD, no position 0 or
     # last position of a causal row), with the original tokens a capture bins by
     frequencies = FrequencyTable.from_rows(
@@ -92,6 +87,29 @@ def prepare_analysis_data(suite: Any, recipe: Recipe) -> AnalysisData:
         special=special,
         loss=capture_loss(suite.family, suite.has_lm_head),
     )
+
+
+def pack_texts(
+    texts: Corpus | Sequence[str],
+    tokenizer: Any,
+    family: str,
+    special: SpecialTokens,
+    seq_len: int,
+    max_tokens: int,
+) -> np.ndarray:
+    """The first ``max(1, max_tokens // seq_len)`` rows of ``seq_len`` tokens of ``texts``,
+    tokenised and packed exactly as the mini suites are trained (documents without special
+    tokens; the packer adds the row's [CLS] … [SEP] for encoders, EOS between documents for
+    decoders). Only as many texts are tokenised as those rows need."""
+    wanted = max(1, max_tokens // seq_len)
+    encode = document_encoder(tokenizer)
+    docs = tokenize_corpus(texts, encode, max_tokens=(wanted + 1) * seq_len)
+    rows = pack_rows(docs, seq_len, family=family, special=special)
+    if len(rows) == 0:
+        raise ValueError(
+            f"the texts give no row of {seq_len} tokens; lower seq_len (data.seq_len in a recipe)"
+        )
+    return np.asarray(limit_tokens(rows, max_tokens))
 
 
 def capture_loss(family: str, has_lm_head: bool) -> str:
