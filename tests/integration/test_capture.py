@@ -74,6 +74,30 @@ def test_decoder_gradients_match_autograd(tiny_decoder):
     assert batch.excluded["no_target"] == 3 and batch.excluded["position0"] == 3
 
 
+def test_soft_capped_logits_give_the_gradients_and_loss_of_autograd(tiny_decoder):
+    """The loss gradient written out (softmax − onehot, times the cap's tanh derivative) is the
+    gradient autograd takes through the model's own soft-capped logits."""
+    tokens = _tokens(4)
+    labels = torch.full_like(tokens, -100)
+    labels[:, :-1] = tokens[:, 1:]
+    config = CaptureConfig(sites=SITES, loss="next_token")
+    tiny_decoder.cfg.output_logits_soft_cap = 0.5  # small: the cap bends every logit
+    try:
+        batch = capture_batch(tiny_decoder, tokens, config, DECODER_SPECIAL)
+        ref = _reference_gradients(tiny_decoder, tokens, labels, SITES)
+        logits = tiny_decoder(tokens, return_type="logits").detach()
+    finally:
+        tiny_decoder.cfg.output_logits_soft_cap = -1.0
+    plain = capture_batch(tiny_decoder, tokens, config, DECODER_SPECIAL)
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum"
+    )
+    assert batch.loss == pytest.approx(float(loss), rel=1e-12)
+    for site in SITES:
+        assert _relative_error(batch.gradients[site], ref[site]) <= 1e-10, site
+        assert _relative_error(plain.gradients[site], ref[site]) > 1e-3  # the cap mattered
+
+
 def test_sum_gradient_does_not_depend_on_batch_size(tiny_decoder):
     tokens = _tokens(2, batch=4)
     config = CaptureConfig(sites=("blocks.0.hook_resid_post",))
