@@ -263,35 +263,6 @@ def test_loaded_capture_merges_like_a_fresh_one(setup, tmp_path):
         again.merge(setup.capture(second))
 
 
-def test_statistics_config_adopts_the_live_config(setup, tmp_path):
-    first, second = slice(0, 4), slice(4, None)
-    reference = setup.capture(first)
-    reference.merge(setup.capture(second))
-    save_statistics(setup.capture(first), tmp_path / "first.pt")
-    save_statistics(setup.capture(second), tmp_path / "second.pt")
-    live = setup.statistics
-    a, _ = load_statistics(tmp_path / "first.pt", statistics_config=live)
-    b, _ = load_statistics(tmp_path / "second.pt", statistics_config=live)
-    for loaded in (a, b):
-        assert loaded.statistics is live
-        for name, site in loaded.sites.items():
-            assert site.config is live
-            if name in ENERGY_SITES:
-                assert site.sequence_energy.projectors is live.sequence_energy.projectors[name]
-    a.merge(b)  # two separately saved halves
-    _assert_same(reference, a)
-    # a config that differs in one field or one projector value is refused
-    other_projectors = dict(live.sequence_energy.projectors)
-    other_projectors[ENERGY_SITES[0]] = _projectors(9)
-    other_energy = SequenceEnergyConfig(seq_len=SEQ_LEN, projectors=other_projectors)
-    for other in (
-        dataclasses.replace(live, seed=6),
-        dataclasses.replace(live, sequence_energy=other_energy),
-    ):
-        with pytest.raises(ValueError, match=r"first\.pt differs from the given statistics_conf"):
-            load_statistics(tmp_path / "first.pt", statistics_config=other)
-
-
 def test_a_saved_capture_loads_in_another_process(setup, tmp_path):
     stats = setup.capture()
     extra = {"seq_len": SEQ_LEN, "counts": np.arange(5)}

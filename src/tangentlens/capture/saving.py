@@ -23,16 +23,13 @@ code compares by identity stays shared inside one file (each site's ``config`` i
 ``statistics.sequence_energy.projectors``). Objects of two files, or of a file and of the live
 process, cannot be the same object: statistics that gather per-sequence energy sums (whose
 :class:`~tangentlens.capture.SequenceEnergyConfig` compares by identity) merge only with
-statistics captured with the very same config object. ``load_statistics(path,
-statistics_config=config)`` adopts a live ``config`` in place of the saved one when they are
-equal in value, so that separately saved captures, or a loaded capture and a new one, merge.
+statistics captured with the very same config object (a loaded capture's own).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import uuid
 from collections import Counter
@@ -191,11 +188,10 @@ def _array(value: np.ndarray | np.generic, where: str) -> torch.Tensor:
 
 
 class _Decoder:
-    """Rebuilds what :class:`_Encoder` wrote; ``seeds`` maps saved ids to live objects used in
-    their place (their saved state is not read)."""
+    """Rebuilds what :class:`_Encoder` wrote."""
 
-    def __init__(self, seeds: dict[int, object] | None = None) -> None:
-        self.objects: dict[int, object] = dict(seeds or {})
+    def __init__(self) -> None:
+        self.objects: dict[int, object] = {}
 
     def decode(self, node: Any) -> Any:
         if type(node) in _PRIMITIVES or isinstance(node, torch.Tensor):
@@ -220,8 +216,6 @@ class _Decoder:
         if kind == "ref":
             return self.objects[node["id"]]
         if kind == "object":
-            if node["id"] in self.objects:  # a seeded object
-                return self.objects[node["id"]]
             obj = self._build(node["class"], node["state"])
             self.objects[node["id"]] = obj
             return obj
@@ -243,42 +237,6 @@ class _Decoder:
         for attribute, factory in _TRANSIENT.get(cls, {}).items():
             setattr(obj, attribute, factory())
         return obj
-
-
-def _same(saved: Any, live: Any, ids: dict[int, int], back: dict[int, int]) -> bool:
-    """Whether two encodings hold equal values (tensors bit for bit, NaN equal to NaN) shared
-    alike; ``ids`` / ``back`` collect the saved object id ↔ live object id pairs."""
-    if type(saved) is not type(live):
-        return False
-    if isinstance(saved, torch.Tensor):
-        return _same_tensor(saved, live)
-    if type(saved) is float:
-        return saved == live or (math.isnan(saved) and math.isnan(live))
-    if type(saved) is list:
-        return len(saved) == len(live) and all(
-            _same(a, b, ids, back) for a, b in zip(saved, live, strict=True)
-        )
-    if type(saved) is dict:
-        if saved.keys() != live.keys():
-            return False
-        if saved.get("t") in ("object", "ref"):
-            mine, theirs = saved["id"], live["id"]
-            if ids.setdefault(mine, theirs) != theirs or back.setdefault(theirs, mine) != mine:
-                return False
-        return all(_same(saved[k], live[k], ids, back) for k in saved if k != "id")
-    return bool(saved == live)
-
-
-def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal dtype, shape and values (NaN equal to NaN)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if torch.equal(a, b):
-        return True
-    if not (a.is_floating_point() or a.is_complex()):
-        return False
-    nan = a.isnan()
-    return torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])
 
 
 def save_statistics(
@@ -320,22 +278,13 @@ def save_statistics(
         raise
 
 
-def load_statistics(
-    path: str | Path, *, statistics_config: StatisticsConfig | None = None
-) -> tuple[CaptureStatistics, dict[str, Any]]:
+def load_statistics(path: str | Path) -> tuple[CaptureStatistics, dict[str, Any]]:
     """The capture statistics and the ``extra`` dict saved by :func:`save_statistics` (read
     with ``torch.load(weights_only=True)``; tensors on the CPU, numpy arrays as numpy).
 
-    Args:
-        statistics_config: a live config to use in place of the saved one (in the capture, its
-            sites and their sequence-energy projectors) when they are equal in value — tensors
-            bit for bit. The loaded capture then merges with others loaded or captured with it;
-            without it, per-sequence energy sums (compared by identity) merge only with
-            statistics captured with the loaded ``statistics`` config. ValueError if they differ.
-
     Raises:
         ValueError: ``path`` is not a tangentlens capture statistics file, or holds another
-            format version, or differs from ``statistics_config``.
+            format version.
     """
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -356,23 +305,8 @@ def load_statistics(
             f"{path} holds capture statistics of format version {payload.get('version')!r}; "
             f"this tangentlens reads version {FORMAT_VERSION}"
         )
-    if statistics_config is not None and not isinstance(statistics_config, StatisticsConfig):
-        raise ValueError(
-            f"statistics_config must be a StatisticsConfig, got {type(statistics_config).__name__}"
-        )
-    seeds: dict[int, object] | None = {}
-    if statistics_config is not None:
-        try:
-            seeds = _seeds(payload, statistics_config)
-        except (KeyError, TypeError, AttributeError) as error:
-            raise _corrupt(path, error) from error
-        if seeds is None:
-            raise ValueError(
-                f"the statistics config saved in {path} differs from the given "
-                "statistics_config (compared field by field, tensors bit for bit)"
-            )
     try:
-        decoder = _Decoder(seeds)
+        decoder = _Decoder()
         statistics = decoder.decode(payload["statistics"])
         extra = decoder.decode(payload["extra"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -390,15 +324,3 @@ def _corrupt(path: str | Path, error: Exception) -> ValueError:
         f"{path} holds corrupt tangentlens capture statistics (format {FORMAT!r} version "
         f"{FORMAT_VERSION}): {type(error).__name__}: {error}"
     )
-
-
-def _seeds(payload: dict[str, Any], config: StatisticsConfig) -> dict[int, object] | None:
-    """Saved object id → object of the live ``config``, for every object of the saved
-    statistics config, or None when it differs from ``config`` (in value or sharing)."""
-    saved = payload["statistics"]["state"]["statistics"]
-    encoder = _Encoder()
-    live = encoder.encode(config, "statistics_config")
-    ids: dict[int, int] = {}
-    if not _same(saved, live, ids, {}):
-        return None
-    return {saved_id: encoder.objects[live_id] for saved_id, live_id in ids.items()}
