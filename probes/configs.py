@@ -18,6 +18,7 @@ from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES, TWONN
 __all__ = [
     "METHODS",
     "PROBE_NEEDS",
+    "TANGENT_COMPANIONS",
     "AnisotropyShareConfig",
     "CosineDriftConfig",
     "FrequencyGeometryConfig",
@@ -201,6 +202,10 @@ class Needs:
                 "bin_moments are per-bin gradient moments: they need bins=True and gradients=True"
             )
 
+    def missing(self, wanted: Needs) -> list[str]:
+        """The fields ``wanted`` needs and this does not hold."""
+        return [f for f in self.__dataclass_fields__ if getattr(wanted, f) and not getattr(self, f)]
+
     def union(self, other: Needs) -> Needs:
         return Needs(
             **{
@@ -222,6 +227,10 @@ PROBE_NEEDS: dict[str, Needs] = {
     "update_alignment": Needs(type_sums=True),
     "untrained_block": Needs(),
 }
+
+
+#: Probes that score the tangent_energy probe's proxies: they run only with it.
+TANGENT_COMPANIONS: tuple[str, ...] = ("anisotropy_share", "subspace_stability", "update_alignment")
 
 
 def needs_of(probes: Iterable[str]) -> Needs:

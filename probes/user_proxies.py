@@ -99,35 +99,38 @@ def _basis_of(value: object, name: str, site: str, width: int, rtol: float) -> t
 
 
 def _sae_proxy(
-    value: object, name: str, site: str | None, capture: Capture, rank: int, model_name: str | None
+    value: object,
+    name: str,
+    site: str | None,
+    capture: Capture,
+    widths: dict[str, int],
+    rank: int,
+    model_name: str | None,
 ) -> tuple[str, FixedProxy]:
     """An SAE's site and proxy: the span of its ``rank`` most frequent latents on the site's
-    sampled rows, with its explained variance and L0 there."""
+    sampled rows, with its explained variance and L0 there. ``site``: where it was given (a
+    captured site), None for its own hook."""
     sae = SAE.from_sae_lens(value.sae_ if isinstance(value, SAE) else value, rank)
     hook = sae.hook_name
-    if site is None:
-        if hook is None:
-            raise ValueError(
-                f"proxy {name!r}: the SAE names no hook (cfg.metadata.hook_name is None); give "
-                f"its site: proxies={{{name!r}: {{'blocks.L.hook_resid_post': sae}}}}"
-            )
-        site = hook
-    elif hook is not None and hook != site:
+    if hook is None and site is None:
+        raise ValueError(
+            f"proxy {name!r}: the SAE names no hook (cfg.metadata.hook_name is None); give "
+            f"its site: proxies={{{name!r}: {{'blocks.L.hook_resid_post': sae}}}}"
+        )
+    if hook is not None and site not in (None, hook):
         raise ValueError(
             f"proxy {name!r}: the SAE reads hook {hook!r} but is given for site {site!r}; an "
             "SAE measures the site it was trained on"
         )
-    widths = _widths(capture)
-    target = sae.check_target(widths, model_name) if hook is not None else site
-    if target not in widths:
+    if hook is not None:
+        target = sae.check_target(widths, model_name)  # captured, read whole, of its width
+    elif sae.d_in != widths[site]:
         raise ValueError(
-            f"proxy {name!r}: site {target!r} is not captured; captured: {sorted(widths)}"
+            f"proxy {name!r}: the SAE reads d_in = {sae.d_in}, but site {site!r} has width "
+            f"{widths[site]}"
         )
-    if sae.d_in != widths[target]:
-        raise ValueError(
-            f"proxy {name!r}: the SAE reads d_in = {sae.d_in}, but site {target!r} has width "
-            f"{widths[target]}"
-        )
+    else:
+        target = site
     reservoir = capture.statistics.sites[target].reservoir
     if reservoir is None or not len(reservoir):
         raise ValueError(
@@ -185,7 +188,7 @@ def resolve_proxies(
                 )
         for site, item in targets:
             if _is_sae(item):
-                site, proxy = _sae_proxy(item, name, site, capture, rank, model_name)
+                site, proxy = _sae_proxy(item, name, site, capture, widths, rank, model_name)
             else:
                 basis = _basis_of(item, name, site, widths[site], rtol)
                 proxy = FixedProxy(basis)

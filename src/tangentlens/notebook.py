@@ -15,7 +15,6 @@ Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_b
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ from tangentlens.data import (
 )
 from tangentlens.models import has_lm_head, model_family
 from tangentlens.probes.base import Capture, Needs
-from tangentlens.probes.configs import PROBE_NEEDS, needs_of
+from tangentlens.probes.configs import PROBE_NEEDS, TANGENT_COMPANIONS, needs_of
 from tangentlens.probes.user_proxies import resolve_proxies
 from tangentlens.sweep.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.sweep.recipe import (
@@ -109,18 +108,22 @@ class ResultTable:
         return rows[0]["value"]
 
 
-def _activation_probes() -> list[str]:
-    """The per-step probes that need no gradient (nor the tangent account, which does)."""
-    return [
-        p
-        for p in PER_STEP_PROBES
-        if not PROBE_NEEDS[p].gradients and p not in ("tangent_energy", "subspace_stability")
-    ]
+#: What a capture without a loss keeps: everything but gradients.
+_WITHOUT_GRADIENTS = Needs(bins=True, type_sums=True, reservoir=True, attention=True)
+
+
+def _runnable(kept: Needs) -> tuple[str, ...]:
+    """The per-step probes whose statistics ``kept`` holds (tangent_energy's companions only
+    with it)."""
+    fits = [p for p in PER_STEP_PROBES if not kept.missing(PROBE_NEEDS[p])]
+    if "tangent_energy" not in fits:
+        fits = [p for p in fits if p not in TANGENT_COMPANIONS]
+    return tuple(fits)
 
 
 def default_probes(model: torch.nn.Module) -> tuple[str, ...]:
     """Every per-step probe the model supports (the tangent account needs a loss head)."""
-    return tuple(PER_STEP_PROBES) if has_lm_head(model) else tuple(_activation_probes())
+    return tuple(PER_STEP_PROBES) if has_lm_head(model) else _runnable(_WITHOUT_GRADIENTS)
 
 
 def _probe_configs(
@@ -248,10 +251,6 @@ def _analysis_data(
     return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
 
 
-def _check_model(model: object) -> None:
-    model_family(model)  # a HookedTransformer or HookedEncoder, else a clear error
-
-
 def _loss(model: torch.nn.Module, loss: str | None, configs: Mapping[str, Any]) -> str:
     """The capture loss: the one given, else the model family's (none without a head); probes
     needing gradients are refused without a loss."""
@@ -268,7 +267,7 @@ def _loss(model: torch.nn.Module, loss: str | None, configs: Mapping[str, Any]) 
         )
         raise ValueError(
             f"probes {needing} need gradients of the model's loss, and {why}; activation-only "
-            f"probes: {_activation_probes()}"
+            f"probes: {list(_runnable(_WITHOUT_GRADIENTS))}"
         )
     return loss
 
@@ -299,8 +298,34 @@ def capture_model(
     unknown unless given); the step also seeds the controls, as in a sweep. ``settings``: see
     the module docstring.
     """
-    _check_model(model)
+    model_family(model)  # a HookedTransformer or HookedEncoder, else a clear error
     configs = _probe_configs(probes, default_probes(model))
+    return _capture(
+        model,
+        texts_or_tokens,
+        configs,
+        frequencies=frequencies,
+        suite=suite,
+        step=step,
+        tokens_seen=tokens_seen,
+        loss=loss,
+        **settings,
+    )
+
+
+def _capture(
+    model: torch.nn.Module,
+    texts_or_tokens: Any,
+    configs: dict[str, Any],
+    *,
+    frequencies: FrequencyTable | np.ndarray | None = None,
+    suite: str | None = None,
+    step: int | None = None,
+    tokens_seen: int | None = None,
+    loss: str | None = None,
+    **settings: Any,
+) -> Capture:
+    """:func:`capture_model` for the probes' resolved ``configs``."""
     loss = _loss(model, loss, configs)
     suite = suite or str(getattr(model.cfg, "model_name", None) or _LABEL)
     step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
@@ -349,31 +374,10 @@ def _kept(capture: Capture) -> Needs:
     )
 
 
-def _capture_probes(capture: Capture) -> tuple[str, ...]:
-    """The per-step probes a capture kept statistics for (the tangent account's companions only
-    with it)."""
-    kept = _kept(capture)
-    fits = [
-        p
-        for p in PER_STEP_PROBES
-        if all(
-            getattr(kept, f.name) or not getattr(PROBE_NEEDS[p], f.name)
-            for f in dataclasses.fields(Needs)
-        )
-    ]
-    if "tangent_energy" not in fits:
-        fits = [p for p in fits if p not in ("anisotropy_share", "subspace_stability")]
-    return tuple(fits)
-
-
 def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
     kept = _kept(capture)
     for name in configs:
-        missing = [
-            f.name
-            for f in dataclasses.fields(Needs)
-            if getattr(PROBE_NEEDS[name], f.name) and not getattr(kept, f.name)
-        ]
+        missing = kept.missing(PROBE_NEEDS[name])
         if missing:
             raise ValueError(
                 f"probe {name!r} needs {missing}, which this capture did not keep: capture with "
@@ -391,11 +395,6 @@ def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
                 "frequency_geometry's settings name types this capture did not track: capture "
                 "with the same probes={'frequency_geometry': …} settings"
             )
-
-
-def _check_proxies_scored(proxies: Mapping[str, Any] | None, configs: Mapping[str, Any]) -> None:
-    if proxies and "tangent_energy" not in configs:
-        raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
 
 
 def measure(
@@ -426,22 +425,23 @@ def measure(
         if settings:
             raise ValueError(f"unknown settings {sorted(settings)} for measuring a capture")
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
-        configs = _probe_configs(probes, _capture_probes(capture))
+        configs = _probe_configs(probes, _runnable(_kept(capture)))
         _check_capture(capture, configs)
     else:
         if texts_or_tokens is None:
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
-        _check_model(model_or_capture)
+        model_family(model_or_capture)  # a HookedTransformer or HookedEncoder
         configs = _probe_configs(probes, default_probes(model_or_capture))
-        _check_proxies_scored(proxies, configs)
-        capture = capture_model(model_or_capture, texts_or_tokens, probes=probes, **settings)
         model_name = getattr(model_or_capture.cfg, "model_name", None)
+    if proxies and "tangent_energy" not in configs:
+        raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
+    if not isinstance(model_or_capture, Capture):
+        capture = _capture(model_or_capture, texts_or_tokens, configs, **settings)
     fixed = None
     if proxies:
-        _check_proxies_scored(proxies, configs)
-        spec = configs["tangent_energy"]
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}
-        fixed = resolve_proxies(proxies, capture, rank=spec.rank, model_name=model_name, **options)
+        rank = configs["tangent_energy"].rank
+        fixed = resolve_proxies(proxies, capture, rank=rank, model_name=model_name, **options)
     recipe = Recipe(name="notebook", suite=SuiteSpec(name=capture.suite), probes=configs)
     rows, _ = step_rows(recipe, capture, fixed=fixed)
     return ResultTable(rows)

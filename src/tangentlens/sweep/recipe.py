@@ -27,6 +27,7 @@ from tangentlens.dictionaries.policy import FIT_POLICIES
 from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.probes.configs import (
     METHODS,
+    TANGENT_COMPANIONS,
     AnisotropyShareConfig,
     CosineDriftConfig,
     FrequencyGeometryConfig,
@@ -417,7 +418,7 @@ class Recipe:
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
 
     def __post_init__(self) -> None:
-        for name in ("anisotropy_share", "subspace_stability", "update_alignment"):
+        for name in TANGENT_COMPANIONS:
             if name in self.probes and "tangent_energy" not in self.probes:
                 raise ValueError(
                     f"probes.{name} needs probes.tangent_energy (it uses the same proxies)"
