@@ -79,10 +79,6 @@ class Capture:
     seq_len: int
     frequencies: FrequencyTable | None = None
 
-    @property
-    def label(self) -> StepLabel:
-        return StepLabel(self.suite, self.step, self.tokens_seen, self.layers)
-
     def save(self, path: str | Path) -> Path:
         """Write the capture to ``path`` (a torch file, read back with ``weights_only=True``);
         written atomically. Returns the path."""
