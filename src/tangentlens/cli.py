@@ -53,6 +53,7 @@ def _memory_lines(recipe: Recipe) -> str:
 def _sweep(args: argparse.Namespace) -> None:
     # validation and planning import no model library: a typo is reported at once
     from tangentlens.report.console import console
+    from tangentlens.sweep.executors import check_executor
     from tangentlens.sweep.recipe import load_recipe
     from tangentlens.sweep.runner import plan_sweep
 
@@ -64,6 +65,8 @@ def _sweep(args: argparse.Namespace) -> None:
         console.print(plan.render(_same_run(out, recipe)), soft_wrap=True, markup=False)
         console.print(_memory_lines(recipe), soft_wrap=True, markup=False)
         return
+
+    check_executor(recipe, detach=args.detach)  # before a suite is trained or --out is made
 
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
     from tangentlens.report.progress import sweep_progress, training_progress

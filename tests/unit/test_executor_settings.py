@@ -1,14 +1,42 @@
-"""What travels with a unit to its worker, and the resources each engine is asked for."""
+"""What travels with a unit to its worker, the resources each engine is asked for, and the
+refusal of an executor this machine cannot run. Nothing here needs Slurm on the host: the Slurm
+commands are stand-ins on a PATH of the test's own (and never run)."""
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from tangentlens.sweep.executors import execute
+from tangentlens.cli import main
+from tangentlens.sweep.executors import SLURM_TOOLS, check_executor
 from tangentlens.sweep.executors.base import concurrent_units, unit_cpus, worker_env
 from tangentlens.sweep.recipe import load_recipe
+
+
+def _path_with(tmp_path: Path, tools: tuple[str, ...]) -> str:
+    """A PATH of one folder holding stand-ins for ``tools`` (and nothing else)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for tool in tools:
+        script = folder / tool
+        script.write_text("#!/bin/sh\necho 'not a real Slurm' >&2\nexit 1\n")
+        script.chmod(0o755)
+    return str(folder)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sbatch, srun and squeue on PATH, whatever the host has (submitit looks for srun)."""
+    monkeypatch.setenv("PATH", _path_with(tmp_path, SLURM_TOOLS))
+
+
+@pytest.fixture
+def no_slurm(tmp_path, monkeypatch):
+    """A PATH without any Slurm command, whatever the host has."""
+    monkeypatch.setenv("PATH", _path_with(tmp_path, ()))
 
 
 def test_worker_env_carries_offline_mode_caches_and_thread_pools(monkeypatch):
@@ -33,7 +61,9 @@ def test_units_get_at_least_their_threads_and_workers_fill_the_cores(monkeypatch
     assert concurrent_units(recipe) == 5
 
 
-def test_slurm_jobs_carry_the_environment_resources_and_sbatch_options(monkeypatch, tmp_path):
+def test_slurm_jobs_carry_the_environment_resources_and_sbatch_options(
+    fake_slurm, monkeypatch, tmp_path
+):
     pytest.importorskip("submitit")
     from tangentlens.sweep.executors.submitit import _additional, _executor
 
@@ -65,10 +95,15 @@ def test_slurm_jobs_carry_the_environment_resources_and_sbatch_options(monkeypat
     assert "dependency" not in _additional(recipe)
 
 
-def test_detach_needs_slurm():
+def test_detach_needs_slurm(tmp_path):
+    from tangentlens.sweep.runner import run_sweep
+
     recipe = load_recipe("quickstart", ["executor.kind='ray'"])
     with pytest.raises(ValueError, match=r"--detach .* needs executor.kind = 'slurm', got 'ray'"):
-        execute(recipe, None, Path("."), print, detach=True)  # type: ignore[arg-type]
+        check_executor(recipe, detach=True)
+    with pytest.raises(ValueError, match=r"--detach .* needs executor.kind = 'slurm', got 'ray'"):
+        run_sweep(recipe, tmp_path / "run", detach=True)  # refused before anything is made
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_failed_submitit_job_reports_the_units_error_and_log(tmp_path):
@@ -96,3 +131,58 @@ def test_a_failed_submitit_job_reports_the_units_error_and_log(tmp_path):
     done = SubmititBackend._finished(backend, unit, FailedJob(), 0.0, None)  # type: ignore[arg-type]
     assert done.error == "ValueError: bad site"
     assert done.log == str(tmp_path / "logs" / "step-00000010.log")
+
+
+ALTERNATIVES = "executor.kind = 'local' | 'ray' | 'submitit-local'"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Training a suite or running a sweep fails the test: a refusal must come before both."""
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a suite was trained or a sweep started before the executor check")
+
+    suites = types.ModuleType("tangentlens.models.suites")
+    suites.MINI_SUITE_CONFIGS = {"mini-pythia": None}  # type: ignore[attr-defined]
+    suites.ensure_mini_suite = ran  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tangentlens.models.suites", suites)
+    monkeypatch.setattr("tangentlens.sweep.runner.run_sweep", ran)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--set", "executor.kind='slurm'"],
+        ["--executor", "slurm"],
+        ["--executor", "slurm", "--detach"],
+    ],
+)
+def test_slurm_without_its_commands_is_one_line_exit_2_and_no_run_directory(
+    no_slurm, nothing_runs, capsys, tmp_path, argv
+):
+    out = tmp_path / "run"
+    assert main(["sweep", "--recipe", "quickstart", "--out", str(out), *argv]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error, error
+    assert error.startswith("error: executor.kind = 'slurm' needs Slurm's sbatch, srun, squeue")
+    assert "not found: sbatch, srun, squeue;" in error
+    assert "scripts/slurm_localhost.sh start" in error and ALTERNATIVES in error
+    assert not out.exists()
+
+
+def test_the_slurm_check_names_only_the_missing_commands(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _path_with(tmp_path, ("sbatch",)))
+    recipe = load_recipe("quickstart", ["executor.kind='slurm'"])
+    with pytest.raises(ValueError, match=r"on PATH, not found: srun, squeue; start a local"):
+        check_executor(recipe)
+
+
+def test_the_slurm_check_passes_with_the_commands_and_other_kinds_need_none(
+    fake_slurm, tmp_path, monkeypatch
+):
+    check_executor(load_recipe("quickstart", ["executor.kind='slurm'"]))
+    check_executor(load_recipe("quickstart", ["executor.kind='slurm'"]), detach=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    for kind in ("local", "ray", "submitit-local"):
+        check_executor(load_recipe("quickstart", [f"executor.kind='{kind}'"]))

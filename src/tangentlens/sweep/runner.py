@@ -111,11 +111,12 @@ def run_sweep(
     from tangentlens.dictionaries import check_pretrained
     from tangentlens.models import PythiaSuite, open_suite
     from tangentlens.sweep.data import DATA_FILE, data_sha256
-    from tangentlens.sweep.executors import execute
+    from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
 
     emit = on_event or (lambda event: None)
+    check_executor(recipe, detach=detach)  # before a suite is trained or the run directory made
     plan = plan_sweep(recipe)
     pretrained = getattr(recipe.probes.get("tangent_energy"), "pretrained_sae", None)
     if pretrained is not None:  # a release or SAE id the registry lacks: before any unit

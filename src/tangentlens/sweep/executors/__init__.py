@@ -13,6 +13,7 @@ imported only when chosen.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,29 @@ from tangentlens.sweep.executors.base import UnitEvent, UnitFailure, schedule
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
-__all__ = ["EXECUTOR_KINDS", "execute"]
+__all__ = ["EXECUTOR_KINDS", "SLURM_TOOLS", "check_executor", "execute"]
+
+#: The Slurm commands the ``slurm`` executor runs: submission, the job step, the queue.
+SLURM_TOOLS: tuple[str, ...] = ("sbatch", "srun", "squeue")
+
+
+def check_executor(recipe: Recipe, *, detach: bool = False) -> None:
+    """Refuse, before a run directory is made, what this machine cannot run: ``--detach`` off
+    Slurm, or ``executor.kind = 'slurm'`` without :data:`SLURM_TOOLS` on PATH (ValueError)."""
+    kind = recipe.executor.kind
+    if detach and kind != "slurm":
+        raise ValueError(
+            f"--detach submits dependent Slurm jobs: it needs executor.kind = 'slurm', got {kind!r}"
+        )
+    if kind != "slurm":
+        return
+    missing = [tool for tool in SLURM_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise ValueError(
+            f"executor.kind = 'slurm' needs Slurm's {', '.join(SLURM_TOOLS)} on PATH, not found: "
+            f"{', '.join(missing)}; start a local cluster with `scripts/slurm_localhost.sh start`, "
+            "or use executor.kind = 'local' | 'ray' | 'submitit-local'"
+        )
 
 
 def execute(
@@ -34,11 +57,6 @@ def execute(
     """Run the pending units of ``plan`` in ``root`` on ``recipe.executor``; returns the units
     that failed (after retries) or were not run because a dependency failed."""
     spec = recipe.executor
-    if detach and spec.kind != "slurm":
-        raise ValueError(
-            f"--detach submits dependent Slurm jobs: it needs executor.kind = 'slurm', got "
-            f"{spec.kind!r}"
-        )
     if spec.kind == "local":
         from tangentlens.sweep.executors.local import LocalBackend
 
