@@ -19,9 +19,11 @@ control mean and std with ddof 1, ``z = (x_T − mean) / std``, permutation p-va
   The shrinkage covariance C0 is the site's gradient covariance over all tokens (for the "all"
   bin this makes IsoScore* plain IsoScore); ``zeta`` as Rudman & Eickhoff (0.2).
 
-Control frames: frame ``j`` is the Haar draw the tangent-energy probe scores as its control ``j``,
-``complement_frames(proxy, rank, ·, seed_key(controls, step, layer, bin))`` with the tangent-energy
-config's ``seed``; the spectral share uses frames ``0 … draws − 1``, ΔIsoScore* frames
+Control frames: frame ``j`` is the exchangeable Haar draw the tangent-energy probe scores as its
+headline control ``j`` (``tangent_energy.exchangeable_frames``: k-frames in ``span(m̂)⊥``, seeded
+from ``seed_key(controls, step, layer, bin)`` with the tangent-energy config's ``seed``), so both
+p-values are calibrated under "the proxy is a random set of directions in ``span(m̂)⊥``"
+(METHODS.md §1.2): the spectral share uses frames ``0 … draws − 1``, ΔIsoScore* frames
 ``0 … isoscore_draws − 1`` (a prefix of the same seeded sequence, extended past ``draws`` when
 ``isoscore_draws > draws``).
 """
@@ -32,15 +34,10 @@ from typing import Any
 
 import torch
 
-from tangentlens.metrics import (
-    compare_anisotropy_share,
-    compare_delta_isoscore_star,
-    complement_basis,
-    complement_frames,
-)
+from tangentlens.metrics import compare_anisotropy_share, compare_delta_isoscore_star
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
 from tangentlens.probes.configs import PROBE_NEEDS, AnisotropyShareConfig
-from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
+from tangentlens.probes.tangent_energy import TangentEnergyConfig, exchangeable_frames, seed_key
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]
@@ -69,14 +66,13 @@ def rows(
         c0 = site.g.covariance()
         for method, proxy in proxies[site_name].items():
             rank = proxy.shape[1]
-            complement = complement_basis(proxy)  # one QR for every bin's controls
             for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
                 if acc.count < 3 or acc.second_moment is None:
                     continue
                 if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                     continue  # no gradient here; tangent_energy reports the NaN
                 key = seed_key(controls, data.step, layer, bin_index)
-                frames = complement_frames(proxy, rank, n_frames, key, complement=complement)
+                frames = exchangeable_frames(proxies[site_name], method, n_frames, key)
                 spectral = compare_anisotropy_share(
                     acc.second_moment / acc.count, proxy, frames[: controls.draws]
                 )

@@ -2,15 +2,28 @@
 in each tangent proxy against matched-rank random controls, overall and per frequency bin.
 
 Per site, proxy method and frequency bin (``all`` and each bin), from the accumulated gradient
-moment of that bin: ``energy_fraction`` (with a bootstrap interval over the sampled sequences),
-the controls' ``energy_control_mean/std/min/max``, the closed-form ``energy_null_mean``,
-``energy_ratio``, ``energy_enrichment``, ``energy_z`` and ``energy_p_value``; with
-``data_matched_m`` set, ``data_matched_energy_ratio`` and ``data_matched_energy_p_value`` against
-frames inside the top-m PCA span of the activations. Control draws are seeded from
-``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the embedding and for "all").
-``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals (studentized, resampling
-sequences) that describe the reported values, which use every kept token. Their source
-(:func:`interval_source`):
+moment of that bin, ``energy_fraction`` ``E(T)`` (with a bootstrap interval) and
+``energy_enrichment`` ``E(T)/(k/d)``, then the proxy against two control families
+(:mod:`tangentlens.metrics.controls`), drawn from the same seeded Gaussians:
+
+* **exchangeable** (the headline): Haar k-frames in ``span(m̂)⊥``, m̂ the mean direction that was
+  projected out of the proxy (in ℝ^d for ``mean_direction`` itself, or when no m̂ was projected
+  out). Exchangeable with a proxy whose span is uniform in ``span(m̂)⊥``, so ``energy_p_value``
+  is calibrated under "the proxy is a random set of directions": ``energy_control_mean/std/min/
+  max``, ``energy_null_mean`` (their exact mean ``k/(d − 1) · (1 − E(m̂))``), ``energy_ratio``,
+  ``energy_z``, ``energy_p_value``;
+* **complement** (the paper's "normal directions"): Haar k-frames in ``span(T, m̂)⊥``,
+  ``energy_complement_control_mean``, ``energy_complement_null_mean`` (``k/(d − 1 − k_T) ·
+  (1 − E(T) − E(m̂))``), ``energy_complement_ratio``, ``energy_complement_p_value``. Not
+  calibrated: the controls share a fixed energy budget with the proxy.
+
+With ``data_matched_m`` set, frames inside the top-m PCA span of the activations: outside m̂
+(``data_matched_energy_ratio``, ``data_matched_energy_p_value``, calibrated against a proxy
+uniform in that span) and outside the proxy and m̂ (``data_matched_complement_energy_*``).
+Control draws are seeded from ``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the
+embedding and for "all"). ``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals
+(studentized, resampling sequences) that describe the reported values, which use every kept
+token. Their source (:func:`interval_source`):
 
 * ``"all_sequences"`` — when the proxies were known before the step was captured (fit policy
   ``frozen_early``) and the capture gathered per-sequence energy sums with the projectors of
@@ -27,6 +40,7 @@ Every interval contains its own point value.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -40,15 +54,17 @@ from tangentlens.capture import (
 from tangentlens.checks import check_count
 from tangentlens.dictionaries import PCA
 from tangentlens.metrics import (
+    EnergyComparison,
     bootstrap_ratio,
     compare_energy,
-    complement_basis,
-    complement_frames,
+    control_frames,
     data_matched_frames,
+    exclusion_basis,
     group_sums,
 )
-from tangentlens.probes.base import Capture, Needs, bin_label, make_row, measurement
+from tangentlens.probes.base import Capture, Needs, make_row, measurement
 from tangentlens.probes.configs import PROBE_NEEDS, TangentEnergyConfig
+from tangentlens.probes.proxies import MEAN_DIRECTION
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -56,6 +72,9 @@ __all__ = [
     "INTERVAL_SAMPLE",
     "NAME",
     "TangentEnergyConfig",
+    "complement_excluded",
+    "exchangeable_excluded",
+    "exchangeable_frames",
     "interval_source",
     "needs",
     "rows",
@@ -89,6 +108,28 @@ def seed_key(
     )
 
 
+def exchangeable_excluded(proxies: Mapping[str, Basis], method: str) -> Basis | None:
+    """What the exchangeable (headline) controls of ``proxies[method]`` avoid: the mean
+    direction m̂ that was projected out of it (``proxies["mean_direction"]``, d × 1); None for
+    m̂'s own proxy and when the proxies hold no m̂ (nothing was projected out)."""
+    return None if method == MEAN_DIRECTION else proxies.get(MEAN_DIRECTION)
+
+
+def complement_excluded(proxies: Mapping[str, Basis], method: str) -> Basis:
+    """What the complement controls of ``proxies[method]`` avoid: ``span(T, m̂)`` (d × (k_T + 1)),
+    or ``span(T)`` where :func:`exchangeable_excluded` is None."""
+    return exclusion_basis(proxies[method], exchangeable_excluded(proxies, method))
+
+
+def exchangeable_frames(
+    proxies: Mapping[str, Basis], method: str, draws: int, key: Sequence[int]
+) -> torch.Tensor:
+    """The exchangeable control frames ``(draws, d, k)`` of ``proxies[method]`` for seed ``key``:
+    the frames the headline metrics, the intervals and the anisotropy share score."""
+    d, rank = proxies[method].shape
+    return control_frames(d, rank, draws, key, excluded=exchangeable_excluded(proxies, method))
+
+
 def _sampled_gradients(
     site: SiteStatistics, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
@@ -119,13 +160,10 @@ def sequence_energy_config(
     for site, methods in proxies.items():
         layer = layers[site]
         keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
-        frames = {}
-        for method, proxy in methods.items():
-            complement = complement_basis(proxy)
-            frames[method] = [
-                complement_frames(proxy, proxy.shape[1], config.draws, key, complement=complement)
-                for key in keys
-            ]
+        frames = {
+            method: [exchangeable_frames(methods, method, config.draws, key) for key in keys]
+            for method in methods
+        }
         projectors[site] = EnergyProjectors.from_frames(
             methods, frames, provenance=(config.draws, tuple(keys))
         )
@@ -239,100 +277,117 @@ def _check_sums(
         )
 
 
+def _energy_rows(
+    data: Capture,
+    headline: EnergyComparison,
+    complement: EnergyComparison,
+    ci: dict[str, tuple[float, float]],
+    common: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """One measurement's rows: the proxy's energy against both control families."""
+    values = [
+        ("energy_fraction", headline.energy_fraction),
+        ("energy_control_mean", headline.control_mean),
+        ("energy_control_std", headline.control_std),
+        ("energy_control_min", headline.control_min),
+        ("energy_control_max", headline.control_max),
+        ("energy_null_mean", headline.null_mean),
+        ("energy_enrichment", headline.energy_enrichment),
+        ("energy_z", headline.energy_z),
+        ("energy_p_value", headline.energy_p_value),
+        ("energy_ratio", headline.energy_ratio),
+        ("energy_complement_control_mean", complement.control_mean),
+        ("energy_complement_null_mean", complement.null_mean),
+        ("energy_complement_ratio", complement.energy_ratio),
+        ("energy_complement_p_value", complement.energy_p_value),
+    ]
+    return [
+        make_row(data, NAME, metric, value, ci=ci.get(metric), **common) for metric, value in values
+    ]
+
+
+def _data_matched_rows(
+    data: Capture,
+    moment: torch.Tensor,
+    proxy: Basis,
+    pca_span: Basis,
+    families: dict[str, Basis | None],
+    draws: int,
+    key: tuple[int, ...],
+    common: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The proxy against frames inside the PCA span, outside each family's excluded subspace
+    (``families``: metric infix → excluded basis)."""
+    out = []
+    for infix, excluded in families.items():
+        frames = data_matched_frames(pca_span, proxy.shape[1], draws, key, excluded=excluded)
+        result = compare_energy(moment, proxy, frames, excluded)
+        out.append(
+            make_row(data, NAME, f"data_matched_{infix}energy_ratio", result.energy_ratio, **common)
+        )
+        out.append(
+            make_row(
+                data, NAME, f"data_matched_{infix}energy_p_value", result.energy_p_value, **common
+            )
+        )
+    return out
+
+
 def rows(
     data: Capture, proxies: dict[str, dict[str, Basis]], config: TangentEnergyConfig
 ) -> list[dict[str, Any]]:
-    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases."""
+    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
+    ``mean_direction``, m̂, where m̂ was projected out of the others: see
+    :func:`exchangeable_excluded`)."""
     out: list[dict[str, Any]] = []
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies:
             continue
         layer = data.layers.get(site_name)
-        energy = _checked_sequence_energy(
-            site, site_name, proxies[site_name], config, data.step, layer
-        )
+        by_method = proxies[site_name]
+        energy = _checked_sequence_energy(site, site_name, by_method, config, data.step, layer)
         sample = None
         if config.bootstrap and energy is None:
             sample = _sampled_gradients(site, data.seq_len)
-        moments = [(None, site.g), *enumerate(site.g_bins)]
         pca_span = None
         if config.data_matched_m is not None:
             h = site.h
             m = config.data_matched_m
             pca_span = PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
-        for method, proxy in proxies[site_name].items():
-            rank = proxy.shape[1]
-            complement = complement_basis(proxy)  # one QR for every bin's controls
-            for bin_index, acc in moments:
+        for method, proxy in by_method.items():
+            d, rank = proxy.shape
+            families = {
+                "": exchangeable_excluded(by_method, method),
+                "complement_": complement_excluded(by_method, method),
+            }
+            for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
                 if acc.count == 0 or acc.second_moment is None:
                     continue
+                common = measurement(site_name, method, rank, bin_index, acc.count)
                 if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                     # no gradient reached these tokens: the energy fraction is undefined
-                    freq_bin = bin_label(bin_index)
-                    out.append(
-                        make_row(
-                            data,
-                            NAME,
-                            "energy_fraction",
-                            math.nan,
-                            site=site_name,
-                            method=method,
-                            rank=rank,
-                            freq_bin=freq_bin,
-                            n_tokens=acc.count,
-                        )
-                    )
+                    out.append(make_row(data, NAME, "energy_fraction", math.nan, **common))
                     continue
                 key = seed_key(config, data.step, layer, bin_index)
-                frames = complement_frames(proxy, rank, config.draws, key, complement=complement)
-                result = compare_energy(acc.second_moment, proxy, frames)
-                common = measurement(site_name, method, rank, bin_index, acc.count)
+                frames = exchangeable_frames(by_method, method, config.draws, key)
+                headline = compare_energy(acc.second_moment, proxy, frames, families[""])
+                excluded = families["complement_"]
+                complement = compare_energy(
+                    acc.second_moment,
+                    proxy,
+                    control_frames(d, rank, config.draws, key, excluded=excluded),
+                    excluded,
+                )
                 if energy is not None:
                     sums = energy.sums(method, bin_index)
-                    _check_sums(sums, result.energy_fraction, site_name)
+                    _check_sums(sums, headline.energy_fraction, site_name)
                 else:
                     sums = _sampled_interval(sample, proxy, frames, bin_index)
-                ci = _intervals(sums, result.energy_fraction, result.energy_ratio, config)
-                out.append(
-                    make_row(
-                        data,
-                        NAME,
-                        "energy_fraction",
-                        result.energy_fraction,
-                        ci=ci.get("energy_fraction"),
-                        **common,
-                    )
-                )
-                for metric, value in (
-                    ("energy_control_mean", result.control_mean),
-                    ("energy_control_std", result.control_std),
-                    ("energy_control_min", result.control_min),
-                    ("energy_control_max", result.control_max),
-                    ("energy_null_mean", result.null_mean),
-                    ("energy_enrichment", result.energy_enrichment),
-                    ("energy_z", result.energy_z),
-                    ("energy_p_value", result.energy_p_value),
-                ):
-                    out.append(make_row(data, NAME, metric, value, **common))
-                out.append(
-                    make_row(
-                        data,
-                        NAME,
-                        "energy_ratio",
-                        result.energy_ratio,
-                        ci=ci.get("energy_ratio"),
-                        **common,
-                    )
-                )
+                ci = _intervals(sums, headline.energy_fraction, headline.energy_ratio, config)
+                out += _energy_rows(data, headline, complement, ci, common)
                 if pca_span is not None:
-                    matched = data_matched_frames(proxy, pca_span, rank, config.draws, key)
-                    dm = compare_energy(acc.second_moment, proxy, matched)
-                    out.append(
-                        make_row(data, NAME, "data_matched_energy_ratio", dm.energy_ratio, **common)
-                    )
-                    out.append(
-                        make_row(
-                            data, NAME, "data_matched_energy_p_value", dm.energy_p_value, **common
-                        )
-                    )
+                    out += _data_matched_rows(
+                        data, acc.second_moment, proxy, pca_span, families, config.draws, key,
+                        common,
+                    )  # fmt: skip
     return out

@@ -1,7 +1,9 @@
 """Update alignment (METHODS.md §1.7): does what changed between the previous selected step s and
 this one s′ fall in the tangent proxy? Two kinds of update rows, each scored like gradient energy
-against the same seeded controls (``*_energy_fraction``, ``*_energy_ratio``, ``*_energy_p_value``,
-one row set per site and proxy method):
+against the tangent-energy probe's exchangeable controls (Haar k-frames in ``span(m̂)⊥``, m̂ the
+mean direction projected out of the scoring proxies; seeded as the energy's "all" bin at s′), so
+the p-value is calibrated under "the proxy is a random set of directions" (``*_energy_fraction``,
+``*_energy_ratio``, ``*_energy_p_value``, one row set per site and proxy method):
 
 * ``embedding_update`` — ``ΔW_E`` restricted to the token types of the analysis data, in the
   embedding site's proxy (needs ``capture.embed = true``);
@@ -10,10 +12,10 @@ one row set per site and proxy method):
 
 The proxies must come from data of step s or earlier: a proxy fitted after the update contains
 its directions and scores it high by construction. The sweep passes step s's own proxies under
-``per_checkpoint`` and the frozen proxies under ``frozen_early``; a transition that ends inside
-the frozen fit window (s′ ≤ the window's last checkpoint) was seen by that fit, so its rows are
-named ``embedding_update_in_window_*`` / ``centroid_update_in_window_*`` and stay out of the
-headline metrics.
+``per_checkpoint`` and the frozen proxies under ``frozen_early``; a transition that starts before
+the frozen fit window's last checkpoint (s < the window's end, so the fit saw data after s — also
+when s′ lies past the end) is named ``embedding_update_in_window_*`` /
+``centroid_update_in_window_*`` and stays out of the headline metrics.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
-from tangentlens.metrics import complement_frames, update_alignment
+from tangentlens.metrics import update_alignment
 from tangentlens.probes.base import Needs, StepLabel, make_row
 from tangentlens.probes.configs import PROBE_NEEDS, UpdateAlignmentConfig
-from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
+from tangentlens.probes.tangent_energy import (
+    TangentEnergyConfig,
+    exchangeable_excluded,
+    exchangeable_frames,
+    seed_key,
+)
 from tangentlens.typing import Basis
 
 __all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows", "tracked_types"]
@@ -63,13 +70,9 @@ def _score(
     keys = TangentEnergyConfig(seed=config.seed)
     out = []
     for method, proxy in proxies.items():
-        frames = complement_frames(
-            proxy,
-            proxy.shape[1],
-            config.draws,
-            seed_key(keys, data.step, data.layers.get(site), None),
-        )
-        result = update_alignment(delta, proxy, frames)
+        key = seed_key(keys, data.step, data.layers.get(site), None)
+        frames = exchangeable_frames(proxies, method, config.draws, key)
+        result = update_alignment(delta, proxy, frames, exchangeable_excluded(proxies, method))
         common = {
             "site": site,
             "method": method,
@@ -95,8 +98,9 @@ def rows(
     in_window: bool = False,
 ) -> list[dict[str, Any]]:
     """Score the update ending at ``data.step``. ``proxies`` ``{site: {method: basis}}`` must be
-    fitted on data of the previous step or earlier; ``in_window``: the transition ends inside
-    the frozen fit window (rows named ``*_update_in_window_*``). ``embedding_delta``:
+    fitted on data of the previous step or earlier; ``in_window``: the proxies saw data after
+    the previous step (a frozen fit window that ends after it; rows named
+    ``*_update_in_window_*``). ``embedding_delta``:
     ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site, the change of the
     tracked types' centroids (m × d, float64)."""
     suffix = "_in_window" if in_window else ""

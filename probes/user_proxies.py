@@ -17,7 +17,8 @@ or to a mapping ``{site: one of those}`` for a proxy per site. A basis or dictio
 without sites applies to every captured site of its width; an SAE applies to its own hook.
 Every proxy is checked against the capture: its width against the site's, its hook against the
 captured sites, its rank against the complement the matched-rank controls are drawn from
-(``k ≤ d − k``). Like every fitted proxy, the mean direction m̂ is then projected out of it
+(``k ≤ d − 1 − k``: the complement controls avoid the proxy and m̂). Like every fitted proxy,
+the mean direction m̂ is then projected out of it
 (:func:`tangentlens.probes.proxies.add_fixed_proxy`).
 """
 
@@ -207,9 +208,9 @@ def _declared_width(value: object) -> int | None:
 
 def _check_complement(name: str, site: str, basis: torch.Tensor) -> None:
     d, k = basis.shape
-    if k > d - k:
+    if k > d - 1 - k:
         raise ValueError(
-            f"proxy {name!r} at {site!r} has rank {k} in width {d}: its matched-rank controls "
-            f"are {k}-frames in the {d - k}-dimensional complement, so the rank must be at most "
-            f"{d // 2}"
+            f"proxy {name!r} at {site!r} has rank {k} in width {d}: its complement controls "
+            f"are {k}-frames outside the proxy and the mean direction, a "
+            f"{d - 1 - k}-dimensional space, so the rank must be at most {(d - 1) // 2}"
         )

@@ -130,7 +130,15 @@ def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(cap
     expected = float(torch.trace(q.T @ g @ q) / torch.trace(g))
     assert _energy(table, "planted") == pytest.approx(expected, rel=1e-10)
     assert _energy(table, "planted") > _energy(table, "planted", "energy_control_max")
-    assert _energy(table, "planted", "energy_null_mean") == pytest.approx(4 / 28 * (1 - expected))
+    # exchangeable controls in m̂⊥: k/(d − 1) · (1 − E(m̂)); complement controls in span(T, m̂)⊥:
+    # k/(d − 1 − k) · (1 − E(T) − E(m̂))
+    e_m = float(m @ g @ m / torch.trace(g))
+    assert _energy(table, "planted", "energy_null_mean") == pytest.approx(
+        4 / 31 * (1 - e_m), rel=1e-10
+    )
+    assert _energy(table, "planted", "energy_complement_null_mean") == pytest.approx(
+        4 / 27 * (1 - expected - e_m), rel=1e-10
+    )
     assert _energy(table, "planted", "energy_p_value") == pytest.approx(1 / 41)
     z = _energy(table, "random", "energy_z")
     assert abs(z) < 3 and _energy(table, "random", "energy_p_value") > 0.05
@@ -198,10 +206,10 @@ def test_an_sae_spans_its_most_frequent_latents_on_the_captured_rows(capture):
             "pass a d × k basis",
         ),
         (
-            {"mine": {SITE: torch.randn(D, 20)}},
-            "proxy 'mine' at 'blocks.1.hook_resid_post' has rank 20 in width 32: its matched-rank "
-            "controls are 20-frames in the 12-dimensional complement, so the rank must be at most "
-            "16",
+            {"mine": {SITE: torch.randn(D, 16)}},
+            "proxy 'mine' at 'blocks.1.hook_resid_post' has rank 16 in width 32: its complement "
+            "controls are 16-frames outside the proxy and the mean direction, a 15-dimensional "
+            "space, so the rank must be at most 15",
         ),
         (
             {"mine": torch.randn(D + 1, 2)},

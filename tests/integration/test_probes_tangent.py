@@ -39,8 +39,11 @@ def test_tangent_energy_rows(micro_step_data):
                 mean = table[(site, method, b, "energy_control_mean")]["value"]
                 std = table[(site, method, b, "energy_control_std")]["value"]
                 assert 0 < e["value"] < 1 and 1 / 31 <= p <= 1
-                assert null == pytest.approx(4 / (d - 4) * (1 - e["value"]))
+                # no m̂ projected out (mean_direction = False): exchangeable frames in ℝ^d
+                assert null == pytest.approx(4 / d, rel=1e-12)
                 assert abs(mean - null) < 5 * std / math.sqrt(30) + 1e-12
+                complement = table[(site, method, b, "energy_complement_null_mean")]["value"]
+                assert complement == pytest.approx(4 / (d - 4) * (1 - e["value"]), rel=1e-10)
                 assert e["layer"] == sites.index(site) and e["rank"] == 4
                 ratio = table[(site, method, b, "energy_ratio")]
                 # every interval describes (and contains) its own reported value

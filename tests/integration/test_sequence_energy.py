@@ -20,7 +20,6 @@ from tangentlens.data import (
     pack_causal,
     tokenize_corpus,
 )
-from tangentlens.metrics import complement_frames
 from tangentlens.models import residual_sites
 from tangentlens.probes import tangent_energy
 from tangentlens.probes.base import Capture
@@ -87,13 +86,13 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
     g, sequence, token_bin = torch.cat(g_rows), torch.cat(seq_rows), torch.cat(bin_rows)
     assert energy.sequences.tolist() == torch.unique(sequence).tolist()
     one_hot = (sequence[:, None] == energy.sequences[None, :]).double()  # (rows, S)
-    for j, proxy in enumerate(proxies[site].values()):
+    for j, (method, proxy) in enumerate(proxies[site].items()):
         for slot, bin_index in enumerate([None, *range(N_BINS)]):
             mask = torch.ones_like(sequence, dtype=torch.bool)
             if bin_index is not None:
                 mask = token_bin == bin_index
             key = tangent_energy.seed_key(config, data.step, layer, bin_index)
-            frames = complement_frames(proxy, proxy.shape[1], config.draws, key)
+            frames = tangent_energy.exchangeable_frames(proxies[site], method, config.draws, key)
             x = g * mask[:, None]
             total = one_hot.T @ (x**2).sum(dim=1)
             inside = one_hot.T @ ((x @ proxy.double()) ** 2).sum(dim=1)

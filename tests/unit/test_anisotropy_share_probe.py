@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tangentlens.capture.accumulators import MomentAccumulator
-from tangentlens.metrics import anisotropy_shares_spectral, complement_frames
+from tangentlens.metrics import anisotropy_shares_spectral, control_frames
 from tangentlens.probes import anisotropy_share
 from tangentlens.probes.base import Capture
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
@@ -73,26 +73,41 @@ def _planted_bins() -> list[torch.Tensor]:
 
 
 def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value():
-    rows = anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, CONFIG, CONTROLS)
+    """The proxies hold m̂ (⟂ T, as after projection): the headline controls are Haar k-frames in
+    m̂⊥ — exchangeable with a random proxy, so they may overlap T — drawn with the energy's seeds.
+    """
+    m_hat = control_frames(D, 1, 1, (8,), excluded=T)[0]
+    proxies = {SITE: {"pca": T, "mean_direction": m_hat}}
+    rows = anisotropy_share.rows(_step(_planted_bins()), proxies, CONFIG, CONTROLS)
+    assert {r["method"] for r in rows} == {"pca", "mean_direction"}
     got = _table(rows)
-    assert {r["layer"] for r in rows} == {LAYER} and {r["rank"] for r in rows} == {K}
-    assert {r["n_tokens"] for r in rows if r["freq_bin"] == "0"} == {N}
+    frames = {
+        b: control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, b), excluded=m_hat)
+        for b in (0, 1)
+    }
     # bin 0: the uncentred second moment is ≈ I + 16 t₁t₁ᵀ: its excess lies in the proxy. (The
     # covariance, ≈ I, has no excess there: the centred share read ≈ 0.1, the noise's share.)
     assert got[("pca", "0", "anisotropy_share_spectral")] == pytest.approx(1.0, abs=2e-3)
+    held = (frames[0].transpose(1, 2) @ T1).pow(2).sum(dim=1)  # ‖Nⱼᵀt₁‖²: each control's share
     assert got[("pca", "0", "anisotropy_share_spectral_control_mean")] == pytest.approx(
-        0.0, abs=2e-3
+        float(held.mean()), abs=2e-3
     )
     assert got[("pca", "0", "anisotropy_share_spectral_p_value")] == 1 / 100
-    assert got[("pca", "0", "anisotropy_share_spectral_z")] > 100
-    # bin 1: exact design, second moment I + 8 t₂t₂ᵀ: share exactly 1, every control exactly 0
+    # bin 1: exact design, second moment I + 8 t₂t₂ᵀ: share exactly 1 and each control's exactly
+    # ‖Nⱼᵀt₂‖², on average k/(d − 1) (Haar in m̂⊥)
+    held = (frames[1].transpose(1, 2) @ T2).pow(2).sum(dim=1)
+    mean, std = float(held.mean()), float(held.std())
     assert got[("pca", "1", "anisotropy_share_spectral")] == pytest.approx(1.0, abs=1e-12)
     assert got[("pca", "1", "anisotropy_share_spectral_control_mean")] == pytest.approx(
-        0.0, abs=1e-12
+        mean, rel=1e-10
     )
     assert got[("pca", "1", "anisotropy_share_spectral_control_std")] == pytest.approx(
-        0.0, abs=1e-12
+        std, rel=1e-10
     )
+    assert got[("pca", "1", "anisotropy_share_spectral_z")] == pytest.approx(
+        (1 - mean) / std, rel=1e-9
+    )
+    assert abs(mean - K / (D - 1)) < 4 * std / math.sqrt(CONTROLS.draws)
     assert got[("pca", "1", "anisotropy_share_spectral_p_value")] == 1 / 100
     # ΔIsoScore* (ζ = 0: IsoScore of the bin covariance ∝ I + 8 t₂t₂ᵀ); removing the proxy leaves
     # an isotropic (d − k)-dim cloud. Closed form; p at its floor 1/(isoscore_draws + 1) = 1/20.
@@ -100,8 +115,8 @@ def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value()
     after = _isoscore([1.0] * (D - K) + [0.0] * K)
     assert got[("pca", "1", "delta_isoscore_star")] == pytest.approx(after - before, rel=1e-9)
     assert got[("pca", "1", "delta_isoscore_star_p_value")] == 1 / 20
-    assert got[("pca", "1", "delta_isoscore_star_control_mean")] < 0  # removes isotropic dirs
-    assert got[("pca", "1", "delta_isoscore_star_z")] > 10
+    assert got[("pca", "1", "delta_isoscore_star_control_mean")] < after - before
+    assert got[("pca", "1", "delta_isoscore_star_z")] > 3
 
 
 def test_metric_names_and_one_row_each():
@@ -122,13 +137,13 @@ def test_a_random_subspace_in_place_of_the_proxy_reads_at_control_level():
     )
     got = _table(rows)
     # the second moment ≈ I + 16 t₁t₁ᵀ: any frame Q holds ≈ ‖Qᵀt₁‖² of the excess, and a Haar
-    # frame in R's complement holds k/(d − k) · (1 − ‖Rᵀt₁‖²) on average
+    # frame in ℝ^d (no m̂ among the proxies) holds k/d of it on average
     held = float((R.T @ T1).pow(2).sum())
     share = got[("random", "0", "anisotropy_share_spectral")]
     assert share == pytest.approx(held, abs=5e-3)
     mean = got[("random", "0", "anisotropy_share_spectral_control_mean")]
     std = got[("random", "0", "anisotropy_share_spectral_control_std")]
-    assert mean == pytest.approx(K / (D - K) * (1 - held), abs=4 * std / math.sqrt(99) + 5e-3)
+    assert mean == pytest.approx(K / D, abs=4 * std / math.sqrt(99) + 5e-3)
     assert got[("random", "0", "anisotropy_share_spectral_p_value")] > 0.05
     assert abs(got[("random", "0", "anisotropy_share_spectral_z")]) < 2
     assert got[("random", "0", "delta_isoscore_star_p_value")] > 0.05
@@ -138,7 +153,8 @@ def test_controls_are_the_tangent_energy_frames():
     step = _step(_planted_bins())
     got = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, CONFIG, CONTROLS))
     acc = step.statistics.sites[SITE].g_bins[0]
-    frames = complement_frames(T, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 0))
+    # no m̂ among the proxies: the exchangeable frames are Haar in all of ℝ^d
+    frames = control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 0))
     shares = anisotropy_shares_spectral(acc.second_moment / acc.count, frames)
     assert got[("pca", "0", "anisotropy_share_spectral_control_mean")] == pytest.approx(
         float(shares.mean()), rel=1e-12

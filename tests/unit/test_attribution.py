@@ -11,12 +11,13 @@ from tangentlens.metrics import (
     compare_anisotropy_share,
     compare_delta_isoscore_star,
     compare_energy,
-    complement_frames,
+    control_frames,
     data_matched_frames,
     delta_isoscore_star,
     energy_fraction,
     energy_fraction_from_moment,
     energy_fractions_from_moment,
+    exclusion_basis,
     null_energy_mean,
     principal_angles,
     span_basis,
@@ -60,8 +61,8 @@ def test_energy_fraction_matches_numpy_and_the_moment_form():
 def test_planted_share_is_recovered_and_p_value_is_minimal():
     G, T = _planted_gradients(0.6)
     M = G.T @ G
-    controls = complement_frames(T, K, draws=99, seed_key=(0, 1000, 3, 0))
-    result = compare_energy(M, T, controls)
+    controls = control_frames(D, K, draws=99, seed_key=(0, 1000, 3, 0), excluded=T)
+    result = compare_energy(M, T, controls, T)
     assert result.energy_fraction == pytest.approx(0.6, rel=1e-10)
     assert result.energy_p_value == pytest.approx(1 / 100)
     assert result.draws == 99 and result.rank == K and result.d == D
@@ -78,8 +79,8 @@ def test_isotropic_gradients_sit_at_chance_and_match_the_closed_form():
     gen = torch.Generator().manual_seed(5)
     G = torch.randn(200_000, D, generator=gen, dtype=torch.float64)
     T = _basis(D, K, 11)
-    controls = complement_frames(T, K, draws=400, seed_key=(1,))
-    result = compare_energy(G.T @ G, T, controls)
+    controls = control_frames(D, K, draws=400, seed_key=(1,), excluded=T)
+    result = compare_energy(G.T @ G, T, controls, T)
     assert result.energy_fraction == pytest.approx(K / D, rel=0.03)
     assert result.control_mean == pytest.approx(result.null_mean, rel=0.01)
     assert 0.05 < result.energy_p_value < 0.95
@@ -87,7 +88,7 @@ def test_isotropic_gradients_sit_at_chance_and_match_the_closed_form():
 
 def test_control_frames_are_haar_in_the_complement_and_seeded_per_draw():
     T = _basis(D, K, 3)
-    frames = complement_frames(T, 6, draws=2000, seed_key=(7, 2, 1, 0))
+    frames = control_frames(D, 6, draws=2000, seed_key=(7, 2, 1, 0), excluded=T)
     eye = torch.eye(6, dtype=torch.float64)
     assert frames.shape == (2000, D, 6)
     torch.testing.assert_close(frames[17].T @ frames[17], eye)
@@ -97,9 +98,9 @@ def test_control_frames_are_haar_in_the_complement_and_seeded_per_draw():
     expected = 6 / (D - K) * (torch.eye(D, dtype=torch.float64) - T @ T.T)
     assert float((mean_projector - expected).abs().max()) < 0.02
     # one draw is reproducible alone; different keys differ
-    again = complement_frames(T, 6, draws=18, seed_key=(7, 2, 1, 0))
+    again = control_frames(D, 6, draws=18, seed_key=(7, 2, 1, 0), excluded=T)
     assert torch.equal(again[17], frames[17])
-    other = complement_frames(T, 6, draws=1, seed_key=(7, 2, 1, 1))
+    other = control_frames(D, 6, draws=1, seed_key=(7, 2, 1, 1), excluded=T)
     assert not torch.allclose(other[0], frames[0])
 
 
@@ -107,19 +108,23 @@ def test_data_matched_frames_lie_in_the_pca_span_minus_the_proxy():
     T = _basis(D, K, 1)
     V = span_basis(torch.cat([T[:, :2].T, _basis(D, 10, 2).T]))  # PCA span shares 2 proxy dirs
     assert V.shape[1] == 12
-    frames = data_matched_frames(T, V, 8, draws=10, seed_key=(0,))  # 12 − k_T dimensions
+    frames = data_matched_frames(V, 8, draws=10, seed_key=(0,), excluded=T)  # 12 − rank(TᵀV)
     assert float((T.T @ frames).abs().max()) < 1e-12
     inside = V @ V.T @ frames
     torch.testing.assert_close(inside, frames)
-    with pytest.raises(ValueError, match="only 8 dimensions orthogonal to the proxy"):
-        data_matched_frames(T, V, 9, draws=1, seed_key=(0,))
+    with pytest.raises(ValueError, match="only 8 dimensions outside the excluded subspace"):
+        data_matched_frames(V, 9, draws=1, seed_key=(0,), excluded=T)
+    # without an excluded subspace: Haar in the whole PCA span, mean projector (k/m) V Vᵀ
+    many = data_matched_frames(V, 3, draws=3000, seed_key=(1,))
+    mean_projector = torch.einsum("jdk,jek->de", many, many) / 3000
+    assert float((mean_projector - 3 / 12 * V @ V.T).abs().max()) < 0.02
 
 
 def test_spectral_share_known_answers():
     T = _basis(D, K, 4)
     C = torch.eye(D, dtype=torch.float64) + 5 * T @ T.T  # all excess variance inside T
     assert anisotropy_share_spectral(C, T) == pytest.approx(1.0, abs=1e-12)
-    N = complement_frames(T, K, 1, (0,))[0]
+    N = control_frames(D, K, 1, (0,), excluded=T)[0]
     assert anisotropy_share_spectral(C, N) == pytest.approx(0.0, abs=1e-12)
     half = span_basis(torch.cat([T[:, :2], N[:, :2]], dim=1).T)
     assert anisotropy_share_spectral(C, half) == pytest.approx(0.5, abs=1e-12)
@@ -139,13 +144,13 @@ def test_spectral_share_uses_the_uncentred_second_moment():
     mean gradient m t̂ in T: GᵀG/n = I + a n̂n̂ᵀ + m² t̂t̂ᵀ exactly, so with e = (a + m²)/d the
     share of T is (m² − e) / ((m² − e) + (a − e)). The covariance (I + a n̂n̂ᵀ) gives 0."""
     T = _basis(D, K, 12)
-    n_hat = complement_frames(T, 1, 1, (5,))[0][:, 0]
+    n_hat = control_frames(D, 1, 1, (5,), excluded=T)[0][:, 0]
     a, m = 2.0, 4.0
     root = torch.eye(D, dtype=torch.float64) + (math.sqrt(1 + a) - 1) * torch.outer(n_hat, n_hat)
     G = _exact_rows(4000, root, seed=13) + m * T[:, 1]
     e = (a + m**2) / D
     expected = (m**2 - e) / ((m**2 - e) + (a - e))  # 0.9148…
-    controls = complement_frames(T, K, 49, (0, 10, 1, 0))
+    controls = control_frames(D, K, 49, (0, 10, 1, 0), excluded=T)
     result = compare_anisotropy_share(G.T @ G, T, controls)
     assert result.value == pytest.approx(expected, rel=1e-10)
     assert compare_anisotropy_share(G.T @ G / 4000, T, controls).value == pytest.approx(
@@ -166,7 +171,7 @@ def test_isotropic_noise_plus_a_mean_gradient_in_the_proxy_has_share_near_one():
     gen = torch.Generator().manual_seed(14)
     T = _basis(D, K, 15)
     G = torch.randn(20_000, D, generator=gen, dtype=torch.float64) + 5.0 * T[:, 0]
-    result = compare_anisotropy_share(G.T @ G, T, complement_frames(T, K, 99, (2,)))
+    result = compare_anisotropy_share(G.T @ G, T, control_frames(D, K, 99, (2,), excluded=T))
     assert result.value == pytest.approx(1.0, abs=1e-3)
     assert result.control_mean == pytest.approx(0.0, abs=1e-3)
     assert result.p_value == 1 / 100
@@ -198,7 +203,7 @@ def test_control_statistics_have_known_values():
 def test_compare_delta_isoscore_star_against_the_closed_form():
     T = _basis(D, K, 6)
     C = torch.eye(D, dtype=torch.float64) + 20 * T @ T.T
-    controls = complement_frames(T, K, 19, (0, 1, 2, 3))
+    controls = control_frames(D, K, 19, (0, 1, 2, 3), excluded=T)
     result = compare_delta_isoscore_star(C, T, controls, torch.eye(D, dtype=torch.float64), 0.0)
 
     # ζ = 0: plain IsoScore. Removing T leaves eigenvalues (1 × (d − k), 0 × k)
@@ -222,7 +227,7 @@ def test_delta_isoscore_star_rewards_removing_the_anisotropic_directions():
     T = _basis(D, K, 6)
     C = torch.eye(D, dtype=torch.float64) + 20 * T @ T.T
     C0 = torch.eye(D, dtype=torch.float64)
-    N = complement_frames(T, K, 1, (0,))[0]
+    N = control_frames(D, K, 1, (0,), excluded=T)[0]
     gain_proxy = delta_isoscore_star(C, T, C0)
     gain_control = delta_isoscore_star(C, N, C0)
     assert gain_proxy > 0.5 > gain_control
@@ -249,13 +254,15 @@ def test_bad_input():
     with pytest.raises(ValueError, match="zero trace"):
         energy_fraction_from_moment(torch.zeros(D, D), T)
     with pytest.raises(ValueError, match="matched rank"):
-        compare_energy(torch.eye(D), T, complement_frames(T, K + 1, 2, (0,)))
-    with pytest.raises(ValueError, match=r"k must be ≤ d − k_T = 44"):
-        complement_frames(T, 45, 1, (0,))
+        compare_energy(torch.eye(D), T, control_frames(D, K + 1, 2, (0,), excluded=T), T)
+    with pytest.raises(ValueError, match=r"k must be ≤ 44 \(the dimension of the subspace"):
+        control_frames(D, 45, 1, (0,), excluded=T)
     with pytest.raises(ValueError, match="integers ≥ 0"):
-        complement_frames(T, 2, 1, (-1,))
-    with pytest.raises(ValueError, match=r"\[1, 44\]"):
+        control_frames(D, 2, 1, (-1,), excluded=T)
+    with pytest.raises(ValueError, match=r"k in \[1, d − r\], got r = 4, k = 45"):
         null_energy_mean(45, D, K, 0.5)
+    with pytest.raises(ValueError, match="not orthogonal to the excluded subspace"):
+        compare_energy(torch.eye(D), T, control_frames(D, K, 2, (0,)), T)
     assert float(principal_angles(T, T).max()) < 1e-7
 
 
@@ -267,7 +274,7 @@ def test_batched_shares_equal_single_calls():
     A = torch.randn(D, D, generator=gen, dtype=torch.float64)
     C = A @ A.T + 5 * T @ T.T
     C0 = torch.eye(D, dtype=torch.float64) + 0.1 * A @ A.T / D
-    frames = torch.cat([T[None], complement_frames(T, K, 4, (3,))])
+    frames = torch.cat([T[None], control_frames(D, K, 4, (3,), excluded=T)])
     spectral = anisotropy_shares_spectral(C, frames)
     delta = delta_isoscores_star(C, frames, C0, 0.3)
     for j, frame in enumerate(frames):
@@ -279,19 +286,63 @@ def test_batched_shares_equal_single_calls():
         assert float(delta[j]) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_a_precomputed_complement_basis_gives_the_same_frames():
-    from tangentlens.metrics import complement_basis
-
-    proxy = torch.linalg.qr(torch.randn(12, 3, dtype=torch.float64))[0]
-    complement = complement_basis(proxy)
-    assert complement.shape == (12, 9)
-    assert float((proxy.T @ complement).abs().max()) < 1e-12
+def test_frames_depend_on_the_excluded_span_not_on_its_basis():
+    """METHODS §1.2: Gaussian frames projected with I − P and orthonormalised — the same span in
+    another (non-orthogonal-mixed, re-orthonormalised) basis gives the same frames."""
+    proxy = _basis(D, 3, 21)
+    mixed = span_basis((proxy @ torch.tensor([[2.0, 1, 0], [0, 1, 0], [1, 0, -3]]).double()).T)
+    assert float((mixed - proxy).abs().max()) > 0.1  # another basis …
+    assert float(principal_angles(mixed, proxy).max()) < 1e-7  # … of the same span
     for key in [(0, 1, 2, 0), (0, 1, 2, 3)]:
         torch.testing.assert_close(
-            complement_frames(proxy, 3, 5, key, complement=complement),
-            complement_frames(proxy, 3, 5, key),
+            control_frames(D, 3, 5, key, excluded=mixed),
+            control_frames(D, 3, 5, key, excluded=proxy),
             rtol=0,
-            atol=0,
+            atol=1e-12,
         )
-    with pytest.raises(ValueError, match=r"complement must be the proxy's complement basis"):
-        complement_frames(proxy, 3, 5, (0,), complement=complement[:, :8])
+        m = torch.linalg.qr(torch.randn(D, 1, dtype=torch.float64))[0]
+        torch.testing.assert_close(
+            control_frames(D, 3, 5, key, excluded=exclusion_basis(mixed, m)),
+            control_frames(D, 3, 5, key, excluded=exclusion_basis(m, proxy)),
+            rtol=0,
+            atol=1e-12,
+        )
+
+
+def test_exclusion_basis_spans_every_given_basis_once():
+    T = _basis(D, K, 22)
+    m = _basis(D, 1, 23)
+    both = exclusion_basis(T, m, None)
+    assert both.shape == (D, K + 1)
+    torch.testing.assert_close(both.T @ both, torch.eye(K + 1, dtype=torch.float64))
+    joint = torch.cat([T, m], dim=1)
+    torch.testing.assert_close(both @ both.T @ joint, joint)  # the span holds T and m
+    overlapping = exclusion_basis(T, T[:, :1])  # a direction given twice counts once
+    assert overlapping.shape == (D, K)
+    assert exclusion_basis(T) is not None and torch.equal(exclusion_basis(T), T)
+    with pytest.raises(ValueError, match="must all have 48 rows"):
+        exclusion_basis(T, _basis(D + 1, 1, 0))
+
+
+def test_closed_form_null_mean_follows_the_excluded_subspace():
+    """k/(d − r) · (1 − E(X)) for Haar frames outside X, r = rank X: sampled means agree for X
+    = nothing, m̂, and span(T, m̂) on anisotropic gradients with a share along m̂."""
+    gen = torch.Generator().manual_seed(31)
+    T = _basis(D, K, 32)
+    m = control_frames(D, 1, 1, (33,), excluded=T)[0]
+    G = torch.randn(20_000, D, generator=gen, dtype=torch.float64) * torch.linspace(
+        0.2, 2, D, dtype=torch.float64
+    )
+    G = G + 3.0 * m[:, 0]
+    M = G.T @ G
+    e_t, e_m = energy_fraction_from_moment(M, T), energy_fraction_from_moment(M, m)
+    for excluded, expected in (
+        (None, K / D),
+        (m, K / (D - 1) * (1 - e_m)),
+        (exclusion_basis(T, m), K / (D - 1 - K) * (1 - e_t - e_m)),
+    ):
+        frames = control_frames(D, K, 4000, (34,), excluded=excluded)
+        result = compare_energy(M, T, frames, excluded)
+        assert result.null_mean == pytest.approx(expected, rel=1e-12)
+        se = result.control_std / math.sqrt(4000)
+        assert abs(result.control_mean - expected) < 4 * se

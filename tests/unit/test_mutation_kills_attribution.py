@@ -13,7 +13,7 @@ from tangentlens.metrics import (
     anisotropy_share_spectral,
     bootstrap_ratio,
     compare_energy,
-    complement_frames,
+    control_frames,
     energy_fraction,
     frequency_distance_correlation,
     null_energy_mean,
@@ -47,9 +47,17 @@ def test_energy_fraction_messages_name_the_argument():
 
 
 def test_null_energy_mean_bounds():
-    assert null_energy_mean(4, 10, 6, 0.5) == pytest.approx(4 / 4 * 0.5)  # k = d − k_T allowed
-    with pytest.raises(ValueError, match=r"k must be in \[1, d − k_T\] = \[1, 4\], got 0"):
+    assert null_energy_mean(4, 10, 6, 0.5) == pytest.approx(4 / 4 * 0.5)  # k = d − r allowed
+    assert null_energy_mean(3, 10, 0, 0.0) == pytest.approx(3 / 10)  # nothing excluded
+    message = r"need 0 ≤ excluded rank r < d = 10 and k in \[1, d − r\], got r = {}, k = {}"
+    with pytest.raises(ValueError, match=message.format(6, 0)):
         null_energy_mean(0, 10, 6, 0.5)
+    with pytest.raises(ValueError, match=message.format(6, 5)):
+        null_energy_mean(5, 10, 6, 0.5)
+    with pytest.raises(ValueError, match=message.format(10, 1)):
+        null_energy_mean(1, 10, 10, 0.5)
+    with pytest.raises(ValueError, match=message.format(-1, 1)):
+        null_energy_mean(1, 10, -1, 0.5)
 
 
 def test_compare_energy_degenerate_controls():
@@ -58,20 +66,23 @@ def test_compare_energy_degenerate_controls():
     # all the energy in the proxy: every control holds none, the ratio is infinite
     M = torch.zeros(d, d, dtype=torch.float64)
     M[0, 0] = M[1, 1] = 1.0
-    frames = complement_frames(proxy, k, 5, (0,))
-    result = compare_energy(M, proxy, frames)
+    eye = torch.eye(d, dtype=torch.float64)
+    frames = torch.stack([eye[:, [2, 3]], eye[:, [4, 5]], eye[:, [3, 5]], eye[:, [2, 4]]])
+    frames = torch.cat([frames, control_frames(d, k, 1, (0,), excluded=proxy)])
+    frames[-1] = eye[:, [5, 2]]  # coordinate frames: no control holds any energy, exactly
+    result = compare_energy(M, proxy, frames, proxy)
     assert result.energy_ratio == math.inf and result.energy_z == math.inf
     assert result.energy_p_value == pytest.approx(1 / 6)
     # one control: no spread, z is ±inf by the sign of the difference, p counts that control
-    one = compare_energy(torch.eye(d, dtype=torch.float64), proxy, frames[:1])
+    one = compare_energy(torch.eye(d, dtype=torch.float64), proxy, frames[:1], proxy)
     assert one.control_std == 0.0 and one.energy_z == 0.0  # isotropic: proxy = control
     below = torch.diag(torch.tensor([0.1, 0.1, 1, 1, 1, 1], dtype=torch.float64))
-    low = compare_energy(below, proxy, frames[:1])
+    low = compare_energy(below, proxy, frames[:1], proxy)
     assert low.control_std == 0.0 and low.energy_z == -math.inf and low.energy_p_value == 1.0
     with pytest.raises(ValueError, match=r"^proxy "):
-        compare_energy(torch.eye(d), torch.ones(d, k), frames)
+        compare_energy(torch.eye(d), torch.ones(d, k), frames, proxy)
     with pytest.raises(ValueError, match=r"controls must be \(draws, 6, 2\)"):
-        compare_energy(torch.eye(d), proxy, frames[:, :, :1])
+        compare_energy(torch.eye(d), proxy, frames[:, :, :1], proxy)
 
 
 def test_spectral_share_of_an_exactly_isotropic_moment_is_undefined():

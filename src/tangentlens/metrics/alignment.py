@@ -45,9 +45,10 @@ def centroid_shift(
 
 
 def update_alignment(
-    delta: ArrayLike, proxy: ArrayLike, controls: torch.Tensor
+    delta: ArrayLike, proxy: ArrayLike, controls: torch.Tensor, excluded: ArrayLike | None
 ) -> EnergyComparison:
     """Energy of the update rows ``delta`` (m × d) in the proxy (d × k) against the control
-    frames (draws × d × k): :func:`compare_energy` on ``ΔᵀΔ``."""
+    frames (draws × d × k) drawn outside ``excluded`` (d × r or None): :func:`compare_energy` on
+    ``ΔᵀΔ``."""
     D = to_float64(check_matrix(delta, "delta"))
-    return compare_energy(D.T @ D, proxy, controls)
+    return compare_energy(D.T @ D, proxy, controls, excluded)

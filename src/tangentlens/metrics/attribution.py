@@ -5,8 +5,10 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
 * energy fraction ``E(Q) = ‖G Q‖²_F / ‖G‖²_F`` — pooled over tokens; equal to
   ``tr(Qᵀ M Q) / tr(M)`` with the accumulated second moment ``M = GᵀG``, so any number of
   subspaces is scored from one d × d matrix. Chance level ``k/d``;
-* the closed-form null mean of Haar controls in the proxy's complement:
-  ``E[E(N)] = k/(d − k_T) · (1 − E(T))``;
+* the closed-form null mean of Haar k-frames in the complement of an excluded subspace X of rank
+  r: ``E[E(N)] = k/(d − r) · (1 − E(X))`` — for the exchangeable controls of a proxy with the mean
+  direction projected out X = span(m̂), for its complement controls X = span(T, m̂)
+  (:mod:`tangentlens.metrics.controls`);
 * :func:`compare_energy` — the proxy against its controls: ratio, enrichment ``E/(k/d)``,
   z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
 * spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
@@ -55,6 +57,9 @@ __all__ = [
 
 Frames = Float[torch.Tensor, "draws d k"]
 
+#: Largest |Xᵀ N| entry tolerated between a control frame and the subspace it excludes.
+_ORTHOGONAL_ATOL = 1e-8
+
 
 def _moment(M: ArrayLike, name: str = "M") -> Moment:
     S = to_float64(check_square(M, name))
@@ -95,12 +100,16 @@ def energy_fraction_from_moment(M: ArrayLike, Q: ArrayLike) -> float:
     return float(energy_fractions_from_moment(S, B[None])[0])
 
 
-def null_energy_mean(k: int, d: int, proxy_rank: int, proxy_energy: float) -> float:
-    """Exact mean energy of a Haar k-frame in the complement of a rank-``proxy_rank`` proxy
-    holding ``proxy_energy``: ``k / (d − k_T) · (1 − E(T))``."""
-    if not 0 < k <= d - proxy_rank:
-        raise ValueError(f"k must be in [1, d − k_T] = [1, {d - proxy_rank}], got {k}")
-    return k / (d - proxy_rank) * (1.0 - proxy_energy)
+def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float) -> float:
+    """Exact mean energy fraction of a Haar k-frame in the complement of a subspace of rank
+    ``excluded_rank`` holding ``excluded_energy`` of the gradient energy:
+    ``k / (d − r) · (1 − E(X))`` (the frame's expected projector is ``k/(d − r) · (I − P_X)``)."""
+    if not 0 <= excluded_rank < d or not 0 < k <= d - excluded_rank:
+        raise ValueError(
+            f"need 0 ≤ excluded rank r < d = {d} and k in [1, d − r], got r = {excluded_rank}, "
+            f"k = {k}"
+        )
+    return k / (d - excluded_rank) * (1.0 - excluded_energy)
 
 
 @dataclass(frozen=True)
@@ -122,12 +131,16 @@ class EnergyComparison:
     d: int
 
 
-def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyComparison:
+def compare_energy(
+    M: ArrayLike, proxy: ArrayLike, controls: Frames, excluded: ArrayLike | None
+) -> EnergyComparison:
     """Score the proxy ``Q_T`` (d × k) and its control frames ``(draws, d, k)`` from ``M = GᵀG``.
 
-    ``energy_ratio = E(T) / mean E(N)``; ``energy_enrichment = E(T) / (k/d)``;
-    ``energy_z = (E(T) − mean) / std`` (std with ddof = 1; ``inf`` when the controls do not vary);
-    ``energy_p_value = (1 + #{E(N) ≥ E(T)}) / (1 + draws)``; ``null_mean`` the closed form.
+    ``excluded`` (d × r orthonormal, or None): the subspace the controls were drawn outside of
+    (checked: every frame must be orthogonal to it); it gives the closed-form ``null_mean`` =
+    ``k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / mean E(N)``;
+    ``energy_enrichment = E(T) / (k/d)``; ``energy_z = (E(T) − mean) / std`` (std with ddof = 1;
+    ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)}) / (1 + draws)``.
     """
     S = _moment(M)
     T = check_basis(proxy, "proxy", d=S.shape[0])
@@ -135,6 +148,14 @@ def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyCo
     C = to_float64(torch.as_tensor(controls))
     if C.ndim != 3 or C.shape[1:] != (d, k):
         raise ValueError(f"controls must be (draws, {d}, {k}) (matched rank), got {tuple(C.shape)}")
+    X = None if excluded is None else check_basis(excluded, "excluded", d=d)
+    if X is not None:
+        leak = float((X.T.to(C.device) @ C).abs().max())
+        if leak > _ORTHOGONAL_ATOL:
+            raise ValueError(
+                f"the controls are not orthogonal to the excluded subspace (max |Xᵀ N| = "
+                f"{leak:.2g}): draw them with tangentlens.metrics.control_frames(excluded=...)"
+            )
     e_t = energy_fraction_from_moment(S, T)
     e_n = energy_fractions_from_moment(S, C)
     against = _against_controls(torch.cat([torch.tensor([e_t], dtype=e_n.dtype), e_n.cpu()]))
@@ -145,7 +166,12 @@ def compare_energy(M: ArrayLike, proxy: ArrayLike, controls: Frames) -> EnergyCo
         control_std=against.control_std,
         control_min=float(e_n.min()),
         control_max=float(e_n.max()),
-        null_mean=null_energy_mean(k, d, k, e_t),
+        null_mean=null_energy_mean(
+            k,
+            d,
+            0 if X is None else X.shape[1],
+            0.0 if X is None else energy_fraction_from_moment(S, X),
+        ),
         energy_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
         energy_z=against.z,

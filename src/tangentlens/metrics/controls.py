@@ -1,15 +1,31 @@
 """Matched-rank random control subspaces for the tangent account (METHODS.md §1.2).
 
-* :func:`complement_frames` — Haar-random k-frames inside the orthogonal complement of the proxy
-  ``T``: ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P_T) M``, QR with the signs of ``diag(R)`` made
-  positive (so the frame is Haar-distributed on the complement's Stiefel manifold);
-* :func:`data_matched_frames` — random k-frames inside the top-m PCA span of ``H`` and orthogonal
-  to the proxy, ruling out "gradients just live where the variance is".
+A proxy ``T`` (d × k_T) that had the mean direction m̂ projected out of it is scored against two
+families of Haar-random k-frames, each drawn from a span alone (never from the basis given for
+it):
 
-Each draw has its own generator seeded from ``(*seed_key, draw)`` through ``numpy``'s
-``SeedSequence`` — e.g. ``seed_key = (seed, step, layer, bin + 1)`` with bin 0 meaning "all" — so
-any single draw can be reproduced alone and the global RNG is never touched. Frames are float64
-``(draws, d, k)`` tensors.
+* **exchangeable** — Haar k-frames in ``span(m̂)⊥`` (in ℝ^d when no m̂ was projected out). They
+  are exchangeable with a proxy whose span is uniform in ``span(m̂)⊥``, so the permutation
+  p-value against them is exactly calibrated under the null "the proxy is a random set of
+  directions" (``P(p ≤ α) = ⌊α(B + 1)⌋/(B + 1)`` for B draws); their exact mean energy is
+  ``k/(d − 1) · (1 − E(m̂))``. The headline metrics use them;
+* **complement** — Haar k-frames in ``span(T, m̂)⊥``, the "normal directions" of Bernas et al.
+  Their mean energy is ``k/(d − 1 − k_T) · (1 − E(T) − E(m̂))``. They share a fixed energy budget
+  with the proxy (a random proxy that catches more energy leaves less to its controls), so their
+  p-value is *not* calibrated (P(p ≤ 0.05) ≈ 0.07–0.12 at d = 64–128, k = 16): reported under
+  ``*_complement_*`` names.
+
+:func:`control_frames` draws either family from the subspace to exclude; :func:`exclusion_basis`
+builds that subspace's basis from several bases (e.g. ``T`` and ``m̂``);
+:func:`data_matched_frames` draws frames inside the top-m PCA span of ``H`` minus an excluded
+subspace (ruling out "gradients just live where the variance is"). Every frame is
+``M ~ N(0, 1)^{d×k}`` projected onto the allowed subspace, then orthonormalised by QR with the
+signs of ``diag(R)`` made positive — Haar-distributed on that subspace's Stiefel manifold, and a
+function of the subspace only: the same span given in another basis gives the same frames (up to
+rounding). Each draw has its own generator seeded from ``(*seed_key, draw)`` through ``numpy``'s
+``SeedSequence`` — e.g. ``seed_key = (seed, step, layer, bin + 1)`` with bin 0 meaning "all" —
+so any single draw can be reproduced alone and the global RNG is never touched; both families of
+one key start from the same Gaussian draws. Frames are float64 ``(draws, d, k)`` tensors.
 """
 
 from __future__ import annotations
@@ -22,12 +38,14 @@ from jaxtyping import Float
 from tangentlens.checks import check_count
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.seeding import seeded_generator
+from tangentlens.typing import Basis
 
-__all__ = ["complement_basis", "complement_frames", "data_matched_frames", "draw_generator"]
+__all__ = ["control_frames", "data_matched_frames", "draw_generator", "exclusion_basis"]
 
 Frames = Float[torch.Tensor, "draws d k"]
 
-#: Cosines of principal angles above this count as overlap between the PCA span and the proxy.
+#: Singular values (relative to 1) above this count as a direction of the excluded span, and
+#: cosines of principal angles above it as overlap between the PCA span and the excluded span.
 _OVERLAP_TOL = 1e-10
 
 
@@ -36,76 +54,92 @@ def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
     return seeded_generator(*seed_key, draw)
 
 
-def _haar_in(W: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
-    """``draws`` Haar k-frames inside ``span(W)`` (W: d × m orthonormal, m ≥ k): Gaussian
-    m × k draws (one generator each), one batched QR, signs of ``diag(R)`` made positive."""
-    g = torch.stack(
+def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
+    """``draws`` standard Gaussian d × k matrices, one generator each (float64)."""
+    return torch.stack(
         [
-            torch.randn(W.shape[1], k, generator=draw_generator(seed_key, j), dtype=torch.float64)
+            torch.randn(d, k, generator=draw_generator(seed_key, j), dtype=torch.float64)
             for j in range(draws)
         ]
     )
-    q, r = torch.linalg.qr(g)
-    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]
-    return W @ q
 
 
-def complement_basis(proxy: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis (d × (d − k_T)) of ``span(proxy)^⊥``: one d × d QR, so a caller
-    drawing controls for one proxy under several seed keys computes it once."""
-    T = check_basis(proxy, "proxy")
-    d, k_t = T.shape
-    full, _ = torch.linalg.qr(torch.cat([T, torch.eye(d, dtype=T.dtype)], dim=1))  # d × d
-    return full[:, k_t:]  # the first k_T columns span T
+def _orthonormalise(projected: Frames) -> Frames:
+    """Batched QR with the signs of ``diag(R)`` made positive (Haar on the subspace)."""
+    q, r = torch.linalg.qr(projected)
+    return q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]
 
 
-def complement_frames(
-    proxy: torch.Tensor,
+def exclusion_basis(basis: torch.Tensor, *more: torch.Tensor | None) -> Basis:
+    """An orthonormal basis (d × r, float64) of the span of ``basis`` and of every further basis
+    (d × kᵢ each; None entries are skipped) — e.g. ``exclusion_basis(T, m̂)`` for the complement
+    family."""
+    given = [check_basis(b, "excluded basis") for b in (basis, *more) if b is not None]
+    d = given[0].shape[0]
+    if any(b.shape[0] != d for b in given):
+        raise ValueError(f"excluded bases must all have {d} rows, got {[b.shape for b in given]}")
+    if len(given) == 1:
+        return given[0]
+    u, s, _ = torch.linalg.svd(torch.cat(given, dim=1), full_matrices=False)
+    return u[:, s > _OVERLAP_TOL * float(s[0])]
+
+
+def control_frames(
+    d: int,
     k: int,
     draws: int,
     seed_key: Sequence[int],
     *,
-    complement: torch.Tensor | None = None,
+    excluded: torch.Tensor | None = None,
 ) -> Frames:
-    """Haar k-frames in the orthogonal complement of ``span(proxy)`` (proxy: d × k_T orthonormal).
+    """Haar k-frames in ``span(excluded)⊥`` (``excluded``: d × r orthonormal, or None for all of
+    ℝ^d): ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P) M``, QR with a sign fix. ``k ≤ d − r``.
 
-    Equivalent to projecting Gaussian frames with ``I − P_T`` and orthonormalising; drawn in
-    coordinates of an orthonormal basis of the complement, so the result is exactly orthogonal
-    to the proxy. ``k ≤ d − k_T``. ``complement``: :func:`complement_basis` of this proxy, when
-    the caller already has it (same frames, one QR fewer).
+    Exchangeable controls of a proxy with m̂ projected out: ``excluded = m̂`` (d × 1); its
+    complement controls: ``excluded = exclusion_basis(T, m̂)``.
     """
-    T = check_basis(proxy, "proxy")
-    d, k_t = T.shape
+    d = check_count(d, "d", minimum=1)
     k = check_count(k, "k", minimum=1)
     draws = check_count(draws, "draws", minimum=1)
-    if k > d - k_t:
-        raise ValueError(f"k must be ≤ d − k_T = {d - k_t} (the complement's dimension), got {k}")
-    if complement is None:
-        complement = complement_basis(T)
-    elif complement.shape != (d, d - k_t):
+    B = None if excluded is None else check_basis(excluded, "excluded", d=d)
+    room = d - (0 if B is None else B.shape[1])
+    if k > room:
         raise ValueError(
-            f"complement must be the proxy's complement basis ({d}, {d - k_t}), got "
-            f"{tuple(complement.shape)}"
+            f"k must be ≤ {room} (the dimension of the subspace the controls are drawn in: d "
+            f"minus the excluded rank), got {k}"
         )
-    return _haar_in(complement, k, draws, seed_key)
+    g = _gaussians(d, k, draws, seed_key)
+    if B is not None:
+        g = g - B @ (B.T @ g)
+    return _orthonormalise(g)
 
 
 def data_matched_frames(
-    proxy: torch.Tensor, pca_basis: torch.Tensor, k: int, draws: int, seed_key: Sequence[int]
+    pca_basis: torch.Tensor,
+    k: int,
+    draws: int,
+    seed_key: Sequence[int],
+    *,
+    excluded: torch.Tensor | None = None,
 ) -> Frames:
-    """Haar k-frames inside the top-m PCA span of ``H`` (``pca_basis``: d × m, orthonormal) and
-    orthogonal to the proxy: the subspace ``span(V) ∩ span(T)^⊥``, of dimension
-    ``m − rank(TᵀV) ≥ m − k_T``, which must be ≥ k."""
-    T = check_basis(proxy, "proxy")
-    V = check_basis(pca_basis, "pca_basis", d=T.shape[0])
+    """Haar k-frames inside ``span(V) ∩ span(excluded)⊥`` (``pca_basis`` V: d × m orthonormal, the
+    top-m PCA span of ``H``; ``excluded``: d × r orthonormal or None), of dimension
+    ``m − rank(excludedᵀV) ≥ m − r``, which must be ≥ k. Gaussian d × k draws projected onto that
+    subspace and orthonormalised, so the frames depend on the two spans only."""
+    V = check_basis(pca_basis, "pca_basis")
+    d, m = V.shape
     k = check_count(k, "k", minimum=1)
     draws = check_count(draws, "draws", minimum=1)
-    _, s, vh = torch.linalg.svd(T.T @ V, full_matrices=True)  # vh: m × m
-    overlap = int((s > _OVERLAP_TOL).sum())
-    W = V @ vh[overlap:].T  # orthonormal basis of span(V) ∩ span(T)^⊥
+    W = V
+    if excluded is not None:
+        B = check_basis(excluded, "excluded", d=d)
+        _, s, vh = torch.linalg.svd(B.T @ V, full_matrices=True)  # vh: m × m
+        overlap = int((s > _OVERLAP_TOL).sum())
+        W = V @ vh[overlap:].T  # orthonormal basis of span(V) ∩ span(B)^⊥
     if W.shape[1] < k:
         raise ValueError(
-            f"the top-{V.shape[1]} PCA span has only {W.shape[1]} dimensions orthogonal to the "
-            f"proxy, fewer than k = {k}; use a larger m (m ≥ k + k_T = {k + T.shape[1]} suffices)"
+            f"the top-{m} PCA span has only {W.shape[1]} dimensions outside the excluded "
+            f"subspace, fewer than k = {k}; use a larger m (m ≥ k + the excluded rank suffices)"
         )
-    return _haar_in(W, k, draws, seed_key)
+    g = _gaussians(d, k, draws, seed_key)
+    return _orthonormalise(W @ (W.T @ g))

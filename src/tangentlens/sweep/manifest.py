@@ -22,8 +22,12 @@ ESTIMATORS: dict[str, str] = {
     "fit_window": "frozen_early: the suite's checkpoints with step ≤ early_fraction × final step, "
     "at most window_checkpoints, evenly spaced in step",
     "update_alignment": "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: "
-    "s's own fit; frozen_early: the frozen proxies, *_update_in_window_* when s′ ≤ the window's "
-    "last checkpoint); centroid differences in float64",
+    "s's own fit; frozen_early: the frozen proxies, *_update_in_window_* when s < the window's "
+    "last checkpoint); centroid differences in float64; exchangeable controls",
+    "controls": "exchangeable (headline metrics): Haar k-frames in span(m̂)⊥, m̂ the mean "
+    "direction projected out of the proxy (ℝ^d for mean_direction itself), p calibrated under a "
+    "proxy uniform in span(m̂)⊥; complement (*_complement_*): Haar k-frames in span(T, m̂)⊥; "
+    "Gaussian d × k draws projected onto the allowed subspace, so frames depend on spans only",
     "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
     "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
     "steps (per site, at the last step); n_tokens = number of points",
@@ -38,7 +42,7 @@ ESTIMATORS: dict[str, str] = {
     "default the first selected; held_out: its fitting half), chosen once; the proxy is the "
     "orthonormalised span of their decoder rows, m̂ projected out as for every method",
     "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
-    "on the covariance; controls = tangent_energy's frames",
+    "on the covariance; controls = tangent_energy's exchangeable frames",
     "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
     "positions": "one kept-position set for every statistic and the token frequencies; masked-LM: "
     "every non-special original position ([MASK] inputs included), binned by the original token, "
