@@ -3,6 +3,7 @@ brute-force reference, equal-spread null against a label-permutation band, plant
 level), curvature visibility and bootstrap intervals against brute force and known answers."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,11 +28,14 @@ from tangentlens.probes.base import Capture
 # ------------------------------------------------------------------ frequency and spread
 
 
-def _zipf_stream(seed, *, vocab=3000, n=40_000, d=768, beta=0.0, tau=0.0):
+def _zipf_stream(seed, *, vocab=3000, n=40_000, d=768, beta=0.0, tau=0.0, seq_len=None):
     """A stream of ``n`` tokens drawn with Zipf probabilities ``p_t ∝ 1/rank`` and, per occurrence,
     an isotropic Gaussian row around its type's random centroid with per-coordinate variance
     ``σ²_t = exp(−β (log p_t − mean log p) + τ z_t)``: β = τ = 0 is the equal-spread null,
-    β > 0 plants spread shrinking with frequency. Returns tokens, rows and ``σ²_t``."""
+    β > 0 plants spread shrinking with frequency. With ``seq_len``, occurrences sit at uniform
+    positions and their variance is ``σ²_t / (pos + 1)`` (heteroscedastic, as causal context
+    averaging makes it; drawn last, so the streams without it are unchanged). Returns tokens,
+    rows and ``σ²_t``."""
     rng = np.random.default_rng(seed)
     p = 1.0 / np.arange(1, vocab + 1)
     p /= p.sum()
@@ -40,6 +44,8 @@ def _zipf_stream(seed, *, vocab=3000, n=40_000, d=768, beta=0.0, tau=0.0):
     centres = rng.normal(size=(vocab, d)) * 3.0
     H = rng.standard_normal(size=(n, d))
     H *= np.sqrt(var)[tokens, None]
+    if seq_len is not None:
+        H /= np.sqrt(rng.integers(0, seq_len, size=n) + 1.0)[:, None]
     H += centres[tokens]
     return tokens, H, var
 
@@ -230,18 +236,19 @@ def test_frequency_spread_inputs_are_validated():
 _SITE = "blocks.0.hook_resid_post"
 
 
-def _step_data(tokens, H, vocab, *, constant_site=False):
-    """Capture of one synthetic step: the rows streamed into a site's statistics (type sums and a
-    reservoir holding every row, no bins, so no curvature rows) and the stream's own frequency
-    table.
-    ``constant_site`` adds an embedding-like site where every occurrence of a type is one
+def _step_data(tokens, H, vocab, *, constant_site=False, reservoir_size=None, type_ids=None):
+    """Capture of one synthetic step: the rows streamed into a site's statistics (type sums of
+    every type, or of ``type_ids``, and a reservoir holding every row — or a uniform sample of
+    ``reservoir_size`` rows —, no bins, so no curvature rows) and the stream's own frequency
+    table. ``constant_site`` adds an embedding-like site where every occurrence of a type is one
     vector."""
     config = StatisticsConfig(
         gradients=False,
         n_bins=0,
         type_sums=True,
         vocab_size=vocab,
-        reservoir_size=int(tokens.size),
+        type_ids=type_ids,
+        reservoir_size=int(tokens.size) if reservoir_size is None else reservoir_size,
     )
     sites = {_SITE: SiteStatistics(H.shape[1], config)}
     if constant_site:
@@ -270,10 +277,17 @@ def _step_data(tokens, H, vocab, *, constant_site=False):
     )
 
 
-def _probe_values(data, min_count=2):
-    config = frequency_geometry.FrequencyGeometryConfig(min_count=min_count)
+def _probe_values(data, min_count=2, **settings):
+    config = frequency_geometry.FrequencyGeometryConfig(min_count=min_count, **settings)
     out = frequency_geometry.rows(data, config)
     return {(r["site"], r["metric"]): r for r in out}
+
+
+_NULL = (
+    "freq_distance_spearman_null_mean",
+    "freq_distance_spearman_null_std",
+    "freq_distance_spearman_excess",
+)
 
 
 def test_probe_equal_spread_lies_inside_the_permutation_band_and_matches_brute_force():
@@ -295,7 +309,17 @@ def test_probe_equal_spread_lies_inside_the_permutation_band_and_matches_brute_f
     s_lo, s_hi = _band(null_spearman, 0.99)
     assert p_lo < pearson["value"] < p_hi
     assert s_lo < spearman["value"] < s_hi
-    assert {metric for _, metric in table} == {"freq_distance_pearson", "freq_distance_spearman"}
+    # the Spearman's shuffle null (new rows; the two correlations are unchanged): homoscedastic
+    # Gaussian occurrences at d = 256 leave the ranks a shift of ≈ +0.01, which the null carries
+    null_mean, null_std, excess = (table[(_SITE, m)]["value"] for m in _NULL)
+    assert excess == pytest.approx(spearman["value"] - null_mean, abs=1e-12)
+    assert 0 < null_mean < 0.05 and abs(excess) < 3 * null_std
+    assert null_std == pytest.approx(np.std(null_spearman), rel=0.5)  # a label-shuffle's spread
+    assert {metric for _, metric in table} == {
+        "freq_distance_pearson",
+        "freq_distance_spearman",
+        *_NULL,
+    }
     assert {site for site, _ in table} == {_SITE}  # the constant site has no spread to correlate
 
 
@@ -315,6 +339,157 @@ def test_probe_planted_spread_gives_the_planted_negative_correlation():
     assert table[(_SITE, "freq_distance_spearman")]["value"] == pytest.approx(
         truth_spearman, abs=0.03
     )
+    # the null of these homoscedastic d = 256 clouds keeps a rank shift of ≈ +0.01 only: the
+    # excess reads the planted Spearman, a little below it
+    null_mean = table[(_SITE, "freq_distance_spearman_null_mean")]["value"]
+    assert 0 < null_mean < 0.05
+    assert table[(_SITE, "freq_distance_spearman_excess")]["value"] == pytest.approx(
+        truth_spearman - null_mean, abs=0.03
+    )
+
+
+def _replayed_null(data, tokens, H, config):
+    """The probe's shuffle null by brute force, from the explicit rows: numpy centroids, the
+    reservoir's rows (as the float32 it stores) minus their centroid, ×√(n/(n − 1)); per
+    replicate the same seeded index draws, type after type in id order, ``np.var(ddof=1)`` of
+    each type's drawn rows and scipy's Spearman. Returns the replicates' Spearman and the pool
+    size."""
+    from tangentlens.seeding import seeded_generator
+
+    vocab = data.frequencies.vocab_size
+    count = np.bincount(tokens, minlength=vocab)
+    centroids = np.zeros((vocab, H.shape[1]))
+    np.add.at(centroids, tokens, H)
+    centroids /= np.maximum(count, 1)[:, None]
+    kept = np.flatnonzero(count >= config.min_count)
+    ids = data.statistics.sites[_SITE].reservoir.ids.numpy()
+    ids = np.sort(ids)
+    ids = ids[count[tokens[ids]] >= config.min_count]
+    t = tokens[ids]
+    stored = H[ids].astype(np.float32).astype(np.float64)
+    pool = (stored - centroids[t]) * np.sqrt(count[t] / (count[t] - 1))[:, None]
+    lf = np.log(count[kept] / tokens.size)
+    n = count[kept]
+    ends = np.cumsum(n)
+    replicates = []
+    for b in range(config.null_draws):
+        generator = seeded_generator(config.seed, data.step, data.layers[_SITE] + 1, b)
+        index = torch.randint(len(pool), (int(n.sum()),), generator=generator).numpy()
+        spread = [
+            np.var(pool[index[hi - m : hi]], axis=0, ddof=1).sum()
+            for m, hi in zip(n, ends, strict=True)
+        ]
+        replicates.append(spearmanr(lf, spread)[0])
+    return np.array(replicates), len(pool)
+
+
+def test_probe_shuffle_null_replays_by_brute_force():
+    """Heteroscedastic occurrences, a 4096-row reservoir sample: the null rows equal a brute-force
+    replay of the same null with the same seeds (mean, std with ddof 1, excess)."""
+    vocab = 3000
+    tokens, H, _ = _zipf_stream(13, vocab=vocab, d=24, seq_len=128)
+    data = _step_data(tokens, H, vocab, reservoir_size=4096)
+    config = frequency_geometry.FrequencyGeometryConfig(min_count=5, null_draws=12, seed=3)
+    out = frequency_geometry.rows(data, config)
+    table = {r["metric"]: r for r in out}
+    replicates, pool = _replayed_null(data, tokens, H, config)
+    assert 3000 < pool < 4096  # the sample's rows of types seen ≥ 5 times
+    assert table[_NULL[0]]["value"] == pytest.approx(replicates.mean(), abs=1e-9)
+    assert table[_NULL[1]]["value"] == pytest.approx(np.std(replicates, ddof=1), abs=1e-9)
+    observed = table["freq_distance_spearman"]["value"]
+    assert table[_NULL[2]]["value"] == pytest.approx(observed - replicates.mean(), abs=1e-9)
+    assert observed > 0.15  # heteroscedastic occurrences: the raw ranks' bias…
+    assert abs(table[_NULL[2]]["value"]) < 2.5 * table[_NULL[1]]["value"]  # …and the null's
+    assert abs(table["freq_distance_pearson"]["value"]) < 0.06
+    assert {r["n_tokens"] for r in out} == {int((np.bincount(tokens) >= 5).sum())}
+    again = frequency_geometry.rows(data, config)
+    assert again == out  # seeded: the same rows
+    other = {
+        r["metric"]: r["value"] for r in frequency_geometry.rows(data, replace(config, seed=4))
+    }
+    assert other[_NULL[0]] != table[_NULL[0]]["value"]
+    assert other["freq_distance_pearson"] == table["freq_distance_pearson"]["value"]
+
+
+def _direct_null_mean(tokens, var, *, d, seq_len, min_count, reps, seed):
+    """The null's population version, simulated directly: every type seen ≥ ``min_count`` times
+    gets its ``n_t`` occurrences afresh from the stream's pooled residual distribution — a source
+    token drawn from the stream, a uniform position, Gaussian noise of variance
+    ``σ²_source / (pos + 1)`` — and the Spearman of log-frequency with their Bessel spread, averaged
+    over ``reps`` replicates."""
+    rng = np.random.default_rng(seed)
+    count = np.bincount(tokens, minlength=var.size)
+    kept = np.flatnonzero(count >= min_count)
+    n = count[kept]
+    label = np.repeat(np.arange(kept.size), n)
+    rhos = []
+    for _ in range(reps):
+        source = tokens[rng.integers(0, tokens.size, size=label.size)]
+        scale = var[source] / (rng.integers(0, seq_len, size=label.size) + 1)
+        X = rng.standard_normal((label.size, d)) * np.sqrt(scale)[:, None]
+        S = np.zeros((kept.size, d))
+        np.add.at(S, label, X)
+        Q = np.bincount(label, weights=(X**2).sum(axis=1), minlength=kept.size)
+        rhos.append(spearmanr(np.log(n), (Q - (S**2).sum(axis=1) / n) / (n - 1))[0])
+    return float(np.mean(rhos))
+
+
+@pytest.mark.parametrize(("beta", "tolerance"), [(0.0, 0.03), (0.5, 0.045)])
+def test_probe_null_mean_matches_a_direct_simulation_of_the_null(beta, tolerance):
+    """The probe's null mean (sampled residual pool, rescaled) against fresh occurrences from the
+    pooled residual distribution itself (2 seeds, d = 32, heteroscedastic). Equal spread: they
+    agree (here +0.232 against +0.225; over 20 seeds +0.228 against +0.227, sd of the difference
+    0.014). Spread ∝ f^−0.5 (a pool that mixes types of different spreads): the pool's residuals
+    of rare, wide types average over few occurrences, so their tails are a little light and the
+    null mean reads lower (here +0.216 against +0.232; 20 seeds +0.217 against +0.234, sd 0.021)
+    — the approximation the module docstring states. Without the centroid subtraction the pool
+    would hold the centroids' spread and the null mean would read −0.01."""
+    vocab, d, seq_len = 3000, 32, 128
+    probe, direct = [], []
+    for seed in (21, 22):
+        tokens, H, var = _zipf_stream(seed, vocab=vocab, d=d, beta=beta, seq_len=seq_len)
+        data = _step_data(tokens, H, vocab, reservoir_size=4096)
+        table = _probe_values(data, min_count=5, null_draws=30)
+        probe.append(table[(_SITE, _NULL[0])]["value"])
+        direct.append(
+            _direct_null_mean(tokens, var, d=d, seq_len=seq_len, min_count=5, reps=30, seed=seed)
+        )
+    assert 0.18 < np.mean(direct) < 0.28
+    assert np.mean(probe) == pytest.approx(np.mean(direct), abs=tolerance)
+
+
+def test_probe_null_is_the_same_when_only_the_frequent_types_are_tracked():
+    """The sweep keeps type sums of the types seen ≥ min_count times only (``tracked_types``):
+    every row, the null's included, equals the rows of sums over the whole vocabulary."""
+    vocab = 3000
+    tokens, H, _ = _zipf_stream(15, vocab=vocab, d=16, seq_len=64)
+    config = frequency_geometry.FrequencyGeometryConfig(min_count=5, null_draws=8)
+    full = frequency_geometry.rows(_step_data(tokens, H, vocab, reservoir_size=2048), config)
+    ids = frequency_geometry.tracked_types(config, np.bincount(tokens, minlength=vocab))
+    subset = _step_data(tokens, H, vocab, reservoir_size=2048, type_ids=tuple(ids.tolist()))
+    assert len(full) == 5 and frequency_geometry.rows(subset, config) == full
+
+
+def test_probe_omits_the_null_rows_without_enough_sampled_residuals():
+    """No reservoir, fewer than max(2d, 256) sampled rows of correlated types, or null_draws = 0:
+    the two correlations alone, with the same values."""
+    vocab = 3000
+    tokens, H, _ = _zipf_stream(14, vocab=vocab, d=16, seq_len=64)
+    full = _probe_values(_step_data(tokens, H, vocab, reservoir_size=2048), min_count=5)
+    assert set(_NULL) <= {metric for _, metric in full}
+    cases = [
+        _probe_values(_step_data(tokens, H, vocab, reservoir_size=240), min_count=5),
+        _probe_values(_step_data(tokens, H, vocab, reservoir_size=2048), 5, null_draws=0),
+    ]
+    no_reservoir = _step_data(tokens, H, vocab, reservoir_size=0)
+    cases.append(_probe_values(no_reservoir, min_count=5))
+    for table in cases:
+        assert {metric for _, metric in table} == {
+            "freq_distance_pearson",
+            "freq_distance_spearman",
+        }
+        for metric in ("freq_distance_pearson", "freq_distance_spearman"):
+            assert table[(_SITE, metric)]["value"] == full[(_SITE, metric)]["value"]
 
 
 # ------------------------------------------------------------------ curvature visibility

@@ -37,16 +37,20 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         ".bootstrap": ("RatioInterval", "bootstrap_ratio", "group_sums"),
         ".controls": (
-            "complement_basis",
-            "complement_frames",
+            "control_frames",
             "data_matched_frames",
             "draw_generator",
+            "exclusion_basis",
         ),
         ".curvature": ("LocalSpectra", "local_spectra", "pooled_visibility"),
         ".frequency": (
+            "SpearmanNull",
+            "centroid_residuals",
             "centroid_spread_from_sums",
             "centroids_from_sums",
             "frequency_distance_correlation",
+            "frequency_spearman_null",
+            "shuffled_spreads",
         ),
         ".geometry": (
             "Correlation",
