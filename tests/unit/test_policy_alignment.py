@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tangentlens.dictionaries import early_window, in_window
-from tangentlens.metrics import centroid_shift, complement_frames, update_alignment
+from tangentlens.metrics import centroid_shift, control_frames, update_alignment
 from tangentlens.models.schedule import PYTHIA_STEPS, log_spaced_schedule
 
 
@@ -22,8 +22,13 @@ def test_frozen_early_window_follows_training_progress_not_the_selection():
 
 
 def test_transitions_inside_the_window():
+    """A transition s → s′ is in-window when s < the window's last checkpoint: the frozen proxy
+    saw data after s (METHODS §1.7) — also when s′ lies past the window's end."""
     window = (0, 8, 16, 300)
-    assert in_window(300, window) and in_window(16, window)
+    assert in_window(16, window)  # 16 → 300: both inside
+    assert in_window(200, window)  # 200 → 400 straddles the end: the fit saw step 300
+    assert in_window(299, window)
+    assert not in_window(300, window)  # 300 → 400: the fit saw nothing after 300 (boundary)
     assert not in_window(400, window)
     assert not in_window(0, ())
 
@@ -49,7 +54,8 @@ def test_centroid_shift_and_update_alignment():
     shift = centroid_shift(count_a, sum_a, count_b, sum_b)
     assert shift.shape == (2, d)  # types 0 and 2 are seen at both steps
     torch.testing.assert_close(shift, moves[[0, 2]])
-    result = update_alignment(shift, proxy, complement_frames(proxy, k, 19, (0,)))
+    frames = control_frames(d, k, 19, (0,), excluded=proxy)
+    result = update_alignment(shift, proxy, frames, proxy)
     assert result.energy_fraction == pytest.approx(1.0, abs=1e-12)
     assert result.energy_p_value == pytest.approx(1 / 20)
     with pytest.raises(ValueError, match="no token type"):
@@ -91,3 +97,39 @@ def test_update_alignment_reads_chance_for_random_updates_and_high_for_planted_o
         "centroid_update_in_window_energy_ratio",
         "centroid_update_in_window_energy_p_value",
     }
+
+
+def test_update_alignment_controls_avoid_the_mean_direction():
+    """Updates with 70 % of their energy along m̂ (the drift) and a proxy uniform in m̂⊥ (the
+    null): against controls in m̂⊥ the ratio reads 1 on average; controls free to fall along m̂
+    would read (1 − f)(d − k)/((d − 1) − k(1 − f)) ≈ 0.35 (the flipped conclusion of issue 20)."""
+    from tangentlens.probes import update_alignment as probe
+    from tangentlens.probes.base import StepLabel
+
+    gen = torch.Generator().manual_seed(8)
+    d, k, f = 32, 4, 0.7
+    m = torch.linalg.qr(torch.randn(d, 1, generator=gen, dtype=torch.float64))[0]
+    config = probe.UpdateAlignmentConfig(draws=99)
+    ratios, leaky = [], []
+    for trial in range(60):
+        noise = torch.randn(200, d, generator=gen, dtype=torch.float64)
+        noise = noise - noise @ m @ m.T
+        along = torch.randn(200, 1, generator=gen, dtype=torch.float64) @ m.T
+        delta = (
+            along * (f / float(along.pow(2).sum())) ** 0.5
+            + noise * ((1 - f) / float(noise.pow(2).sum())) ** 0.5
+        )
+        proxy = torch.randn(d, k, generator=gen, dtype=torch.float64)
+        proxy = torch.linalg.qr(proxy - m @ (m.T @ proxy))[0]
+        data = StepLabel("s", trial, 0, layers={"site": 1})
+        proxies = {"site": {"pca": proxy, "mean_direction": m}}
+        rows = probe.rows(data, proxies, None, {"site": delta}, config)
+        got = {(r["method"], r["metric"]): r["value"] for r in rows}
+        ratios.append(got[("pca", "centroid_update_energy_ratio")])
+        frames = control_frames(d, k, 99, (trial,), excluded=proxy)
+        leaky.append(update_alignment(delta, proxy, frames, proxy).energy_ratio)
+    ratios = torch.tensor(ratios)
+    assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / 60**0.5
+    assert float(torch.tensor(leaky).mean()) == pytest.approx(
+        (1 - f) * (d - k) / ((d - 1) - k * (1 - f)), abs=0.05
+    )

@@ -7,8 +7,9 @@
   ``max_checkpoints`` of them (default 8), chosen evenly spaced in step (:func:`early_window`);
 * ``per_checkpoint`` — fit at each step on that step's own activations.
 
-An update ``s → s′`` is scored inside the window (:func:`in_window`) when ``s′`` is at most the
-window's last step: the frozen proxy was fitted on data that already contains it.
+An update ``s → s′`` is scored inside the window (:func:`in_window`) when ``s`` is before the
+window's last step: the frozen proxy was fitted on data from after ``s`` — the update itself when
+``s′`` is in the window too, part of it when the transition straddles the window's end.
 """
 
 from __future__ import annotations
@@ -78,7 +79,14 @@ def _closest_increasing(candidates: list[int], n: int) -> list[int]:
     return chosen[::-1]
 
 
-def in_window(step: int, window: Sequence[int]) -> bool:
-    """Whether the update that ends at ``step`` lies inside the fit ``window`` (``step ≤`` its
-    last checkpoint): a proxy fitted on that window has seen the update."""
-    return bool(window) and step <= max(window)
+def in_window(start: int, window: Sequence[int]) -> bool:
+    """Whether the update that starts at step ``start`` (s of ``s → s′``) is inside the fit
+    ``window``: ``start <`` its last checkpoint, so a proxy fitted on that window has seen data
+    from after ``start`` (the update, or the part of it before the window's end). An update
+    starting at the window's last checkpoint is not inside: the fit saw nothing after it.
+
+    >>> window = (0, 100, 200, 300)
+    >>> in_window(200, window), in_window(300, window)  # 200 → 400 straddles the end; 300 → 400
+    (True, False)
+    """
+    return bool(window) and start < max(window)

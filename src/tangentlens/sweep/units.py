@@ -476,8 +476,8 @@ def _transition_rows(
 ) -> list[dict[str, Any]]:
     """The update from the step saved in ``before`` to the one in ``now``, scored in proxies
     fitted on data of the earlier step or before (its own fit, or the ``frozen`` window's, then
-    marked when the later step is inside the ``window``), and the angles between the two steps'
-    refits; keyed at the later step."""
+    marked when the earlier step is before the ``window``'s end), and the angles between the
+    two steps' refits; keyed at the later step."""
     data = StepLabel(recipe.suite.name, now["step"], now["tokens_seen"], now["layers"])
     rows: list[dict[str, Any]] = []
     if "subspace_stability" in recipe.probes:
@@ -495,7 +495,7 @@ def _transition_rows(
             (now["embed_site"], delta_embed),
             deltas,
             recipe.probes["update_alignment"],
-            in_window=in_window(now["step"], window),
+            in_window=in_window(before["step"], window),
         )
     return rows
 
