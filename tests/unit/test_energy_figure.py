@@ -37,6 +37,11 @@ def _controls(method: str, b: str) -> tuple[float, float, float]:
     return 0.5 * mean, mean, 1.5 * mean
 
 
+def _ratio(method: str, b: str, step: int = 40) -> float:
+    """The energy ratio: the fraction over the controls' mean."""
+    return _fraction(method, b, step=step) / _controls(method, b)[1]
+
+
 def _rows(
     site: str = DEEP, layer: int | None = 2, step: int = 40, *, ci: bool = True
 ) -> list[dict[str, Any]]:
@@ -64,7 +69,7 @@ def _rows(
                 ("energy_control_min", low),
                 ("energy_control_mean", mean),
                 ("energy_control_max", high),
-                ("energy_ratio", 3.0),
+                ("energy_ratio", _ratio(method, b, step)),
             ):
                 out.append(
                     row("pythia-14m", step, step * 2048, "tangent_energy", metric, v, **cell)
@@ -264,11 +269,77 @@ def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
     rows = _rows(step=0) + _rows(step=40) + _rows("hook_embed", None)
     assert figures._tangent_energy(rows, tmp_path / "te.png")
     (fig,) = closed
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles == [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"]
+    titles = [ax.get_title() for ax in fig.axes]  # fractions above, ratios below
+    assert titles == [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"] + [""] * len(BINS)
     assert "layer 2" in fig.get_suptitle()  # the deepest layer, not the embedding
     assert not figures._tangent_energy(rows[:0], tmp_path / "none.png")
     # a method has the same colour in both energy figures
     lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
     for method, bars in _bars(energy_by_bin(rows, step=40).axes[0]).items():
         assert to_rgba(lines[f"{method} proxy"]) == bars.patches[0].get_facecolor()
+
+
+FEW_BINS = ["0", "all"]  # two panels: a 13-panel figure takes seconds to lay out
+
+
+def _run_figure(rows: list[dict[str, Any]], tmp_path, monkeypatch) -> Any:
+    """The run figure ``_tangent_energy`` draws from the ``FEW_BINS`` rows (kept open)."""
+    closed = []
+    monkeypatch.setattr(figures.plt, "close", closed.append)
+    rows = [r for r in rows if r["freq_bin"] in FEW_BINS]
+    assert figures._tangent_energy(rows, tmp_path / "te.png")
+    (fig,) = closed
+    return fig
+
+
+def _init_lines(ax: Axes) -> dict[str, Any]:
+    """The step-0 baseline lines by method."""
+    suffix = " at step 0 (init)"
+    return {
+        line.get_label().removesuffix(suffix): line
+        for line in ax.get_lines()
+        if line.get_label().endswith(suffix)
+    }
+
+
+def _line(ax: Axes, label: str) -> Any:
+    (line,) = [x for x in ax.get_lines() if x.get_label() == label]
+    return line
+
+
+def test_the_run_figure_draws_the_energy_ratio_with_each_proxys_step_0_ratio_marked(
+    tmp_path, monkeypatch
+):
+    fig = _run_figure(_rows(step=0) + _rows(step=40) + _rows(step=400), tmp_path, monkeypatch)
+    fractions, ratios = fig.axes[: len(FEW_BINS)], fig.axes[len(FEW_BINS) :]
+    for top, bottom, b in zip(fractions, ratios, FEW_BINS, strict=True):
+        assert not _init_lines(top)
+        lines = _init_lines(bottom)
+        assert set(lines) == set(METHODS)
+        for method, line in lines.items():
+            proxy = _line(bottom, f"{method} proxy")
+            assert list(proxy.get_xdata()) == [0, 40, 400]
+            assert list(proxy.get_ydata()) == pytest.approx(
+                [_ratio(method, b, s) for s in (0, 40, 400)]
+            )
+            # a dotted horizontal line across the panel at the step-0 ratio, in the method's colour
+            assert list(line.get_ydata()) == pytest.approx([_ratio(method, b, step=0)] * 2)
+            assert list(line.get_xdata()) == [0, 1]
+            assert line.get_linestyle() == ":"
+            assert (
+                line.get_color() == proxy.get_color() == _line(top, f"{method} proxy").get_color()
+            )
+        assert list(_line(bottom, "null (ratio 1)").get_ydata()) == [1.0, 1.0]
+    assert bottom.get_yscale() == "log" and bottom.get_xscale() == "symlog"
+    legend = [t.get_text() for t in ratios[0].get_legend().get_texts()]
+    assert "pca at step 0 (init)" in legend and "null (ratio 1)" in legend
+    assert "ratio" in ratios[0].get_ylabel()
+
+
+def test_the_run_figure_draws_no_baseline_without_step_0_or_with_step_0_alone(
+    tmp_path, monkeypatch
+):
+    for rows in (_rows(step=40) + _rows(step=400), _rows(step=0)):
+        fig = _run_figure(rows, tmp_path, monkeypatch)
+        assert all(not _init_lines(ax) for ax in fig.axes)
+        monkeypatch.undo()

@@ -25,12 +25,24 @@ def test_findings_hold_on_rows_that_show_them():
         for s, v in [(0, 10), (10, 20), (100, 12)]
     ]
     rows += [
-        _row("tangent_energy", "energy_ratio", s, v) for s, v in [(0, 9.0), (10, 3.0), (100, 1.2)]
+        _row("tangent_energy", "energy_ratio", s, v) for s, v in [(0, 2.0), (10, 3.0), (100, 1.2)]
     ]
-    rows += [_row("frequency_geometry", "freq_distance_spearman", 100, -0.5)]
+    rows += [_row("frequency_geometry", "freq_distance_pearson", 100, -0.5)]
     findings = reproduction_summary(rows)
     assert [f.holds for f in findings] == [True, True, True, True]
     assert "peak at L1" in findings[0].evidence
+    assert "over steps [10]: 3.00" in findings[2].evidence  # step 0 is the baseline, not "early"
+
+
+def test_an_energy_ratio_already_high_at_initialisation_is_not_credited_to_training():
+    rows = [
+        _row("tangent_energy", "energy_ratio", s, v) for s, v in [(0, 9.0), (10, 3.0), (100, 1.2)]
+    ]
+    (energy,) = reproduction_summary(rows)
+    assert not energy.holds
+    assert energy.evidence == (
+        "mean energy ratio over steps [10]: 3.00; at step 100: 1.20; at step 0 (init): 9.00"
+    )
 
 
 def test_findings_that_do_not_hold_are_reported_as_such():
@@ -51,11 +63,13 @@ def test_findings_that_do_not_hold_are_reported_as_such():
         for s, v in [(0, 50.0), (10, 40.0), (100, 2.0)]
     ]
     rows += [
-        _row("frequency_geometry", "freq_distance_spearman", s, v)
+        _row("frequency_geometry", "freq_distance_pearson", s, v)
         for s, v in [(0, 0.01), (100, 0.2)]
     ]
     findings = reproduction_summary(rows)
     assert [f.holds for f in findings] == [False, False, False, False]
-    assert "mean direction m̂, rank 1: 50.00 at step 0, 2.00 at step 100" in findings[2].evidence
-    assert "at step 0: 0.01" in findings[3].evidence
+    assert (
+        "mean direction m̂, rank 1: 50.00 at step 0 (init), 2.00 at step 100" in findings[2].evidence
+    )
+    assert "at step 0 (init): 0.01" in findings[3].evidence
     assert reproduction_summary([]) == []

@@ -1,7 +1,10 @@
 """PNG figures of a run, written to ``RUN_DIR/figures``:
 
-* ``tangent_energy.png`` — energy fraction of each proxy against the controls' band (min–max,
-  and mean) over steps, one panel per frequency bin, at the deepest captured layer;
+* ``tangent_energy.png`` — top row: energy fraction of each proxy against the controls' band
+  (min–max, and mean) over steps; bottom row: the energy ratio (proxy over its controls' mean)
+  against the null's 1, with a dotted line per proxy at its step-0 ratio (random weights already
+  read ≠ 1: the baseline training is read against); one column per frequency bin, at the deepest
+  captured layer;
 * ``anisotropy_depth.png`` — centred and cosine anisotropy against depth, one line per step;
 * ``twonn.png`` — TwoNN intrinsic dimension over steps, one line per layer;
 * ``qk_drift.png`` — cos(m_Q, m_K) and attention entropy over steps (mean over heads).
@@ -27,6 +30,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from tangentlens.report.baseline import INIT_STEP, step_label
 from tangentlens.sweep.store import read_results
 
 __all__ = ["energy_by_bin", "write_figures"]
@@ -85,6 +89,46 @@ def _method_colors(energy: list[Row]) -> dict[str, str]:
     return {method: f"C{i}" for i, method in enumerate(sorted({r["method"] for r in energy}))}
 
 
+def _by_step(rows: list[Row], method: str, metric: str) -> dict[int, float]:
+    """``{step: mean value}`` of the method's ``metric`` rows."""
+    return dict(_series(rows, _ENERGY_PROBE, metric, "method")[method])
+
+
+def _energy_over_steps(ax: Axes, rows: list[Row], method: str, color: str) -> None:
+    """One proxy method: its energy fraction over steps, its own controls' band and mean (ranks
+    differ: mean_direction is rank 1)."""
+    value = _by_step(rows, method, "energy_fraction")
+    low, mean, high = (
+        _by_step(rows, method, f"energy_control_{m}") for m in ("min", "mean", "max")
+    )
+    steps = sorted(value)
+    ax.plot(steps, [value[s] for s in steps], "o-", color=color, label=f"{method} proxy")
+    ax.fill_between(
+        steps,
+        [low[s] for s in steps],
+        [high[s] for s in steps],
+        color=color,
+        alpha=0.15,
+        label=f"{method} controls (min–max)",
+    )
+    ax.plot(steps, [mean[s] for s in steps], "--", color=color, linewidth=0.8)
+
+
+def _ratio_over_steps(ax: Axes, rows: list[Row], method: str, color: str) -> None:
+    """One proxy method: its energy ratio over steps and a dotted line at its step-0 ratio."""
+    ratio = _by_step(rows, method, "energy_ratio")
+    steps = sorted(ratio)
+    ax.plot(steps, [ratio[s] for s in steps], "o-", color=color, label=f"{method} proxy")
+    if INIT_STEP in ratio and len(steps) > 1:
+        ax.axhline(
+            ratio[INIT_STEP],
+            color=color,
+            linestyle=":",
+            linewidth=1.2,
+            label=f"{method} at step {step_label(INIT_STEP)}",
+        )
+
+
 def _tangent_energy(rows: list[Row], path: Path) -> bool:
     energy = _energy_rows(rows)
     if not energy:
@@ -93,33 +137,23 @@ def _tangent_energy(rows: list[Row], path: Path) -> bool:
     energy = [r for r in energy if r["layer"] == deepest]
     bins = sorted({r["freq_bin"] for r in energy}, key=_bin_order)
     colors = _method_colors(energy)
-    fig, axes = plt.subplots(1, len(bins), figsize=(3.2 * len(bins), 3.4), sharey=True)
-    axes = axes if len(bins) > 1 else [axes]
-    for ax, b in zip(axes, bins, strict=True):
-        cell = [r for r in energy if r["freq_bin"] == b]
+    fig, (top, bottom) = plt.subplots(
+        2, len(bins), figsize=(3.2 * len(bins), 6.4), sharey="row", squeeze=False
+    )
+    for j, b in enumerate(bins):
         for method, color in colors.items():
-            picked = [r for r in cell if r["method"] == method]
-            value = dict(_series(picked, "tangent_energy", "energy_fraction", "method")[method])
-            low = dict(_series(picked, "tangent_energy", "energy_control_min", "method")[method])
-            high = dict(_series(picked, "tangent_energy", "energy_control_max", "method")[method])
-            mean = dict(_series(picked, "tangent_energy", "energy_control_mean", "method")[method])
-            steps = sorted(value)
-            ax.plot(steps, [value[s] for s in steps], "o-", color=color, label=f"{method} proxy")
-            # each proxy against its own controls: ranks differ (mean_direction is rank 1)
-            ax.fill_between(
-                steps,
-                [low[s] for s in steps],
-                [high[s] for s in steps],
-                color=color,
-                alpha=0.15,
-                label=f"{method} controls (min–max)",
-            )
-            ax.plot(steps, [mean[s] for s in steps], "--", color=color, linewidth=0.8)
-        ax.set_title("all tokens" if b == "all" else f"frequency bin {b}")
-        ax.set_yscale("log")
-        _steps_axis(ax)
-    axes[0].set_ylabel(_ENERGY_LABEL)
-    axes[0].legend(fontsize=7)
+            picked = [r for r in energy if r["freq_bin"] == b and r["method"] == method]
+            _energy_over_steps(top[j], picked, method, color)
+            _ratio_over_steps(bottom[j], picked, method, color)
+        bottom[j].axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
+        top[j].set_title("all tokens" if b == "all" else f"frequency bin {b}")
+        for ax in (top[j], bottom[j]):
+            ax.set_yscale("log")
+            _steps_axis(ax)
+    top[0].set_ylabel(_ENERGY_LABEL)
+    bottom[0].set_ylabel("energy ratio (proxy / controls' mean)")
+    top[0].legend(fontsize=7)
+    bottom[0].legend(fontsize=7)
     fig.suptitle(f"Tangent energy vs matched-rank controls ({_layer_name(deepest)})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -1,5 +1,9 @@
 """Rich tables of a run's results: headline metrics over steps and layers (or frequency bins),
-compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-renders them."""
+compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-renders them.
+
+Step 0 (random weights) is the first row of each table, labelled ``0 (init)``: the baseline the
+later steps are read against (:mod:`tangentlens.report.baseline`); a run without step 0 says so
+in one line above the tables."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tangentlens.report.baseline import baseline_notice, step_label
 from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.sweep.store import read_results
 
@@ -52,7 +57,7 @@ def _pivot(
     for c in columns:
         table.add_column(column_label(c), justify="right")
     for step in steps:
-        table.add_row(str(step), *(cell(grid.get((step, c), [])) for c in columns))
+        table.add_row(step_label(step), *(cell(grid.get((step, c), [])) for c in columns))
     return table
 
 
@@ -75,17 +80,19 @@ def _layer_label(layer: Any) -> str:
     return "emb" if layer is None else f"L{layer}"
 
 
-def _header_lines(run_dir: Path) -> list[str]:
-    """From the run's manifest: the frozen-early fit window, and checkpoints whose weights are
-    identical (a suite serving the same weights at two steps), the memory plan."""
+def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
+    """A run without step 0 (no baseline at initialisation); from the run's manifest: the
+    frozen-early fit window, and checkpoints whose weights are identical (a suite serving the
+    same weights at two steps), the memory plan."""
     manifest_path = Path(run_dir) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    lines = []
+    notice = baseline_notice(rows)
+    lines = [f"[yellow]{notice}[/]"] if notice else []
     window = manifest.get("fit_window")
     if window:
         lines.append(
             f"[dim]frozen-early proxies fitted on checkpoints {', '.join(map(str, window))}; "
-            f"update alignment of transitions ending at step ≤ {window[-1]} is reported as "
+            f"update alignment of transitions starting before step {window[-1]} is reported as "
             "*_in_window_*[/]"
         )
     integrity = manifest.get("integrity", {})
@@ -113,7 +120,7 @@ def _header_lines(run_dir: Path) -> list[str]:
 def render_report(run_dir: str | Path, console: Console) -> None:
     """Print the headline tables of the run in ``run_dir``."""
     rows = read_results(run_dir).to_pylist()
-    header = _header_lines(Path(run_dir))
+    header = _header_lines(Path(run_dir), rows)
     for line in header:
         console.print(line, soft_wrap=True)
     if header:
@@ -135,7 +142,12 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
         ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over heads"),
         ("qk_drift", "attention_entropy", "attention entropy (nats), mean over heads"),
-        ("frequency_geometry", "freq_distance_spearman", "Spearman(log freq, centroid distance)"),
+        ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
+        (
+            "frequency_geometry",
+            "freq_distance_spearman_excess",
+            "Spearman(log freq, s²) minus its shuffle null",
+        ),
     ]
     for probe, metric, title in layer_metrics:
         if probe in probes:
