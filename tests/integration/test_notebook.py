@@ -98,6 +98,17 @@ def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):
     pca = _energy(table, "pca")
     assert _energy(table, "mine") == pytest.approx(pca, abs=1e-12)
     assert _energy(table, "mixed") == pytest.approx(pca, abs=1e-12)
+    # same span, same controls: every tangent_energy row of the copies equals the PCA proxy's,
+    # control statistics, p-values and both families included (the frames depend on the span)
+    energy = table.where(probe="tangent_energy", site=SITE)
+    by_method: dict[str, dict] = {}
+    for r in energy.to_pylist():
+        by_method.setdefault(r["method"], {})[(r["freq_bin"], r["metric"])] = r["value"]
+    assert len(by_method["pca"]) > 20
+    for copy in ("mine", "mixed"):
+        assert by_method[copy].keys() == by_method["pca"].keys()
+        for key, value in by_method["pca"].items():
+            assert by_method[copy][key] == pytest.approx(value, rel=1e-10, abs=1e-13), (copy, key)
     assert (
         table.where(method="mine", metric="energy_fraction", site=SITE).to_pylist()[0]["rank"] == 4
     )
