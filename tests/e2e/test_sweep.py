@@ -42,6 +42,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
         "fit-proxies",
         "step-00000000",
         "step-00000004",
+        "step-00000010",
         "step-00000040",
         "untrained-block",
     ]
@@ -64,15 +65,19 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     metrics = {(r["probe"], r["method"], r["metric"]) for r in rows}
     assert ("subspace_stability", "seminmf~seed1", "principal_angle_max") in metrics
     assert ("update_alignment", "pca", "embedding_update_energy_ratio") in metrics
+    # 0 → 4 and 4 → 10 start inside the fit window (0 … 10); 10 → 40 starts at its end
+    in_window = {r["step"] for r in rows if "_in_window_" in r["metric"]}
+    headline = {r["step"] for r in rows if r["metric"] == "centroid_update_energy_ratio"}
+    assert in_window == {4, 10} and headline == {40}
     assert ("update_alignment", "seminmf", "centroid_update_energy_p_value") in metrics
     energy = [r for r in rows if r["metric"] == "energy_p_value"]
     assert energy and all(1 / 21 <= r["value"] <= 1 for r in energy)
     assert {r["freq_bin"] for r in energy} == {"all", "0", "1", "2"}
     manifest = json.loads((finished_run / "manifest.json").read_text())
-    assert manifest["finished"] and manifest["steps"] == [0, 4, 40]
+    assert manifest["finished"] and manifest["steps"] == [0, 4, 10, 40]
     assert manifest["recipe"]["probes"]["tangent_energy"]["fit_policy"] == "frozen_early"
     assert manifest["versions"]["torch"].startswith("2.13")
-    assert set(manifest["weights_hashes"]) == {"0", "4", "40"}
+    assert set(manifest["weights_hashes"]) == {"0", "4", "10", "40"}
     masked = manifest["masked_tokens"]["40"]
     assert masked["position0"] == masked["no_target"] == 2048 // 32
     assert (finished_run / "state" / "proxies.pt").exists()
@@ -83,7 +88,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert not (finished_run / ".lock").exists()
     plan_only = ["sweep", "--recipe", MICRO, "--plan-only", "--out", str(finished_run)]
     assert main(plan_only) == 0
-    assert "step-<step> × 3         after data, fit-proxies           3/3 done" in (
+    assert "step-<step> × 4         after data, fit-proxies           4/4 done" in (
         capsys.readouterr().out
     )
     assert main([*plan_only, "--set", "probes.tangent_energy.rank=3"]) == 0
@@ -136,10 +141,10 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / ".lock").exists()  # a killed sweep leaves its lock…
-    assert len(list((out / "results").glob("*.parquet"))) < 8
+    assert len(list((out / "results").glob("*.parquet"))) < 7  # not every part
     assert main(["sweep", "--recipe", MICRO, "--out", str(out)]) == 2  # …and its run: resume it
     assert main(["sweep", "--recipe", MICRO, "--out", str(out), "--resume"]) == 0
-    sweeps.assert_same_table(out, finished_run, parts=6)  # no temporary file left behind
+    sweeps.assert_same_table(out, finished_run, parts=7)  # no temporary file left behind
 
 
 def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
@@ -166,9 +171,9 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
     }
     assert all(0.4 * n_kept[s] < scored[s] < 0.6 * n_kept[s] for s in scored)  # the second half
     state = out / "state"
-    saved = {s: torch.load(state / f"step-{s:08d}.pt") for s in (4, 40)}
-    before, after = saved[4]["centroids"], saved[40]["centroids"]
-    proxies = {s: saved[s]["proxies"] for s in (4, 40)}
+    saved = {s: torch.load(state / f"step-{s:08d}.pt") for s in (10, 40)}
+    before, after = saved[10]["centroids"], saved[40]["centroids"]
+    proxies = {s: saved[s]["proxies"] for s in (10, 40)}
     site, checked = "blocks.1.hook_resid_post", 0
     (ids_a, old), (ids_b, new) = before[site], after[site]
     at_a = {i: n for n, i in enumerate(ids_a.tolist())}
@@ -183,7 +188,7 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
             and r["method"] == method
             and r["metric"] == "centroid_update_energy_fraction"
         ]
-        expected = energy_fraction(delta, proxies[4][site][method])
+        expected = energy_fraction(delta, proxies[10][site][method])
         assert row["value"] == pytest.approx(expected, rel=1e-9)
         assert abs(expected - energy_fraction(delta, proxies[40][site][method])) > 1e-3
         checked += 1
