@@ -188,3 +188,35 @@ def test_config_validation():
         anisotropy_share.AnisotropyShareConfig(zeta=1.5)
     with pytest.raises(TypeError, match="seed"):
         anisotropy_share.AnisotropyShareConfig(seed=1)  # type: ignore[call-arg]
+
+
+def test_rows_are_labelled_and_cells_below_three_tokens_or_without_gradient_are_skipped():
+    """Row labels (probe, site, layer, rank, n_tokens per bin); a bin of exactly 3 tokens is
+    scored, one of 2 is not, a zero-gradient bin is skipped without stopping at it, gradients of
+    tiny norm (trace ≪ 1) are still scored, and a site without gradients does not stop the
+    sites after it."""
+    gen = torch.Generator().manual_seed(21)
+    small = 1e-3 * torch.randn(40, D, generator=gen, dtype=torch.float64)
+    bins = [
+        torch.zeros(5, D, dtype=torch.float64),  # bin 0: no gradient
+        small[:3],  # bin 1: exactly three tokens
+        small[3:5],  # bin 2: two tokens
+        small[5:],  # bin 3
+    ]
+    step = _step(bins)
+    without_gradient = SimpleNamespace(g=None, g_bins=[])
+    sites = {"blocks.0.hook_resid_post": without_gradient, SITE: step.statistics.sites[SITE]}
+    data = Capture("planted", STEP, 0, SimpleNamespace(sites=sites), {SITE: LAYER}, 8)
+    rows = anisotropy_share.rows(data, {name: {"pca": T} for name in sites}, CONFIG, CONTROLS)
+    assert {r["freq_bin"] for r in rows} == {"all", "1", "3"}
+    counts = {"all": 45, "1": 3, "3": 35}
+    for r in rows:
+        assert r["probe"] == "anisotropy_share" and r["site"] == SITE and r["layer"] == LAYER
+        assert r["rank"] == K and r["n_tokens"] == counts[r["freq_bin"]]
+    acc = step.statistics.sites[SITE].g_bins[1]
+    frames = control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 1))
+    shares = anisotropy_shares_spectral(acc.second_moment / acc.count, frames)
+    got = _table(rows)
+    assert got[("pca", "1", "anisotropy_share_spectral_control_mean")] == pytest.approx(
+        float(shares.mean()), rel=1e-10
+    )

@@ -133,3 +133,45 @@ def test_update_alignment_controls_avoid_the_mean_direction():
     assert float(torch.tensor(leaky).mean()) == pytest.approx(
         (1 - f) * (d - k) / ((d - 1) - k * (1 - f)), abs=0.05
     )
+
+
+def test_tracked_types_are_the_most_frequent_seen_types_ties_by_id():
+    from tangentlens.probes import update_alignment as probe
+
+    counts = [0, 5, 1, 5, 0, 9, 1, 2]
+    config = probe.UpdateAlignmentConfig(centroid_types=6)
+    # 9 (id 5), 5 (ids 1, 3: by id), 2 (id 7), 1 (ids 2, 6): a type seen once is tracked
+    assert probe.tracked_types(config, counts).tolist() == [5, 1, 3, 7, 2, 6]
+    every = probe.UpdateAlignmentConfig(centroid_types=20)
+    assert probe.tracked_types(every, counts).tolist() == [5, 1, 3, 7, 2, 6]  # unseen: never
+    assert probe.tracked_types(every, [0.0, 2.0, 1.0]).tolist() == [1, 2]
+
+
+def test_update_rows_equal_an_independent_recomputation_with_their_seed_key():
+    """A one-row update at layer 3 of step 12: its ratio and p-value are those of the frames
+    drawn from (seed, 12, 4, 0) in m̂⊥; its labels are the site's."""
+    from tangentlens.probes import update_alignment as probe
+    from tangentlens.probes.base import StepLabel
+
+    gen = torch.Generator().manual_seed(9)
+    d, k = 16, 3
+    m = torch.linalg.qr(torch.randn(d, 1, generator=gen, dtype=torch.float64))[0]
+    proxy = torch.randn(d, k, generator=gen, dtype=torch.float64)
+    proxy = torch.linalg.qr(proxy - m @ (m.T @ proxy))[0]
+    delta = torch.randn(1, d, generator=gen, dtype=torch.float64)
+    config = probe.UpdateAlignmentConfig(draws=30, seed=2)
+    data = StepLabel("s", 12, 1200, layers={"site": 3})
+    rows = probe.rows(data, {"site": {"pca": proxy, "mean_direction": m}}, None,
+                      {"site": delta}, config)  # fmt: skip
+    got = {(r["method"], r["metric"]): r for r in rows}
+    frames = control_frames(d, k, 30, (2, 12, 4, 0), excluded=m)
+    e_t = float((delta @ proxy).pow(2).sum() / delta.pow(2).sum())
+    e_n = (delta @ frames).pow(2).sum(dim=(1, 2)) / delta.pow(2).sum()
+    row = got[("pca", "centroid_update_energy_ratio")]
+    assert row["value"] == pytest.approx(e_t / float(e_n.mean()), rel=1e-10)
+    assert got[("pca", "centroid_update_energy_p_value")]["value"] == pytest.approx(
+        (1 + int((e_n >= e_t).sum())) / 31
+    )
+    assert row["probe"] == "update_alignment" and row["layer"] == 3 and row["n_tokens"] == 1
+    assert row["rank"] == k and row["step"] == 12 and row["tokens_seen"] == 1200
+    assert probe.rows(data, {"site": {"pca": proxy}}, None, {"site": 0 * delta}, config) == []

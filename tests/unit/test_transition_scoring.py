@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tangentlens.probes.configs import UpdateAlignmentConfig
+from tangentlens.probes.configs import SubspaceStabilityConfig, UpdateAlignmentConfig
 from tangentlens.sweep.recipe import CaptureSpec, Recipe, TangentSpec
 from tangentlens.sweep.units import _transition_rows
 
@@ -132,11 +132,14 @@ def test_a_transition_is_in_window_when_the_frozen_fit_saw_data_after_its_start(
         probes={
             "tangent_energy": TangentSpec(methods=("pca",), rank=2, fit_policy="frozen_early"),
             "update_alignment": UpdateAlignmentConfig(draws=19),
+            "subspace_stability": SubspaceStabilityConfig(),
         },
     )
     before, now = _states()
     before["step"], now["step"] = s, s_prime
-    frozen = before["proxies"]
+    # the frozen proxies span R's last two columns: neither step's own refit
+    R = _frame()
+    frozen = {EMBED: {"pca": R[:, 4:6].contiguous()}, SITE: {"pca": R[:, 4:6].contiguous()}}
     rows = _transition_rows(recipe, before, now, frozen, (0, 100, 200, 300))
     metrics = {r["metric"] for r in rows if r["probe"] == "update_alignment"}
     inside = {m for m in metrics if "_in_window_" in m}
@@ -144,4 +147,9 @@ def test_a_transition_is_in_window_when_the_frozen_fit_saw_data_after_its_start(
     fraction = "centroid_update{}_energy_fraction".format("_in_window" if marked else "")
     value = next(r["value"] for r in rows if r["metric"] == fraction and r["site"] == SITE)
     centroid = np.array([CENTROID_C[5], CENTROID_C[9]])
-    assert value == pytest.approx(_fraction(centroid, slice(0, 2)), rel=1e-12)
+    assert value == pytest.approx(_fraction(centroid, slice(4, 6)), rel=1e-12)
+    # the refits of s and s′ (R's columns 0, 1 and 2, 3) are orthogonal: 90° between them
+    angles = [r for r in rows if r["probe"] == "subspace_stability"]
+    assert {(r["site"], r["method"]) for r in angles} == {(EMBED, "pca@prev"), (SITE, "pca@prev")}
+    assert all(r["value"] == pytest.approx(90.0) and r["step"] == s_prime for r in angles)
+    assert {r["metric"] for r in angles} == {"principal_angle_mean", "principal_angle_max"}
