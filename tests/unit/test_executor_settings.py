@@ -50,7 +50,7 @@ def test_worker_env_carries_offline_mode_caches_and_thread_pools(monkeypatch):
 
 
 def test_units_get_at_least_their_threads_and_workers_fill_the_cores(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("tangentlens.sweep.executors.base.usable_cpus", lambda: 8)
     recipe = load_recipe("quickstart", ["capture.threads=2"])
     assert unit_cpus(recipe) == 2 and concurrent_units(recipe) == 4
     recipe = load_recipe("quickstart", ["capture.threads=2", "executor.cpus_per_unit=3"])

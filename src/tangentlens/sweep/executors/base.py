@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tangentlens.runtime import runtime_env, usable_cpus
 from tangentlens.sweep.plan import Plan, Unit
 from tangentlens.sweep.recipe import Recipe
 
@@ -52,15 +53,19 @@ def unit_cpus(recipe: Recipe) -> int:
 
 
 def concurrent_units(recipe: Recipe) -> int:
-    """How many units run at once on one machine: ``executor.workers``, else as many as its
-    cores hold at :func:`unit_cpus` each."""
-    return recipe.executor.workers or max((os.cpu_count() or 1) // unit_cpus(recipe), 1)
+    """How many units run at once on one machine: ``executor.workers``, else as many as the
+    CPUs this process may use (:func:`tangentlens.runtime.usable_cpus`: affinity and cgroup
+    quota) hold at :func:`unit_cpus` each."""
+    return recipe.executor.workers or max(usable_cpus() // unit_cpus(recipe), 1)
 
 
 def worker_env(threads: int) -> dict[str, str]:
-    """The environment every unit runs with: :data:`WORKER_ENV_VARS` as set here, and the
-    recipe's thread count for the OpenMP / MKL / OpenBLAS pools."""
+    """The environment every unit runs with: :data:`WORKER_ENV_VARS` as set here, the threading
+    runtime's defaults (:func:`tangentlens.runtime.runtime_env`: a passive OpenMP wait policy,
+    so a unit beside other work does not spin on their cores) and the recipe's thread count
+    for the OpenMP / MKL / OpenBLAS pools."""
     env = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+    env.update(runtime_env())
     for pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[pool] = str(threads)
     return env
