@@ -44,7 +44,7 @@ def _site(seed: int, *, activations_only: bool = False):
     return site, stats
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def rows():
     sites = {}
     for i, name in enumerate(SITES):
