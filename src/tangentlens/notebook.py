@@ -1,12 +1,13 @@
 """Probes on a model in memory: one call from a model and text (or token ids) to a results table.
 
-:func:`measure` runs the per-step probes on any TransformerLens ``HookedTransformer`` or
-``HookedEncoder`` and returns the rows a sweep writes for one step, as a :class:`ResultTable`
-(``.to_pandas()``, ``.to_arrow()``). :func:`capture_model` does the forward/backward pass once and
-returns a :class:`~tangentlens.probes.base.Capture` that every probe (and :func:`measure`) can
-reuse, and that saves and reloads. Both build the settings as a recipe does and run the sweep's
-own step code (:mod:`tangentlens.sweep.step`): on the same model, tokens and settings a notebook
-measurement and a sweep step give the same numbers.
+:func:`measure` runs the per-step probes on any TransformerLens ``HookedTransformer``,
+``HookedEncoder`` or ``TransformerBridge`` (a decoder, or a BERT masked-LM encoder; see
+:mod:`tangentlens.models.lens`) and returns the rows a sweep writes for one step, as a
+:class:`ResultTable` (``.to_pandas()``, ``.to_arrow()``). :func:`capture_model` does the
+forward/backward pass once and returns a :class:`~tangentlens.probes.base.Capture` that every
+probe (and :func:`measure`) can reuse, and that saves and reloads. Both build the settings as a
+recipe does and run the sweep's own step code (:mod:`tangentlens.sweep.step`): on the same model,
+tokens and settings a notebook measurement and a sweep step give the same numbers.
 
 Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
 ``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes`` (its
@@ -28,7 +29,7 @@ from tangentlens.data import (
     SpecialTokens,
     special_tokens_of,
 )
-from tangentlens.models import has_lm_head, model_family
+from tangentlens.models import LensModel, has_lm_head, lens_model
 from tangentlens.probes.base import Capture, Needs
 from tangentlens.probes.configs import PROBE_NEEDS, TANGENT_COMPANIONS, needs_of
 from tangentlens.probes.user_proxies import resolve_proxies
@@ -41,7 +42,13 @@ from tangentlens.sweep.recipe import (
     SuiteSpec,
     build_section,
 )
-from tangentlens.sweep.step import PER_STEP_PROBES, capture_sites, capture_step, step_rows
+from tangentlens.sweep.step import (
+    PER_STEP_PROBES,
+    capture_sites,
+    capture_step,
+    check_attention,
+    step_rows,
+)
 from tangentlens.sweep.store import SCHEMA
 
 __all__ = [
@@ -121,7 +128,7 @@ def _runnable(kept: Needs) -> tuple[str, ...]:
     return tuple(fits)
 
 
-def default_probes(model: torch.nn.Module) -> tuple[str, ...]:
+def default_probes(model: Any) -> tuple[str, ...]:
     """Every per-step probe the model supports (the tangent account needs a loss head)."""
     return tuple(PER_STEP_PROBES) if has_lm_head(model) else _runnable(_WITHOUT_GRADIENTS)
 
@@ -199,7 +206,7 @@ def _recipe(
 
 
 def _rows_of(
-    model: torch.nn.Module, texts_or_tokens: Any, spec: DataSpec, special: SpecialTokens
+    model: LensModel, texts_or_tokens: Any, spec: DataSpec, special: SpecialTokens
 ) -> np.ndarray:
     """Token rows (n × seq_len): token ids as given, or texts packed as a suite is trained."""
     if isinstance(texts_or_tokens, torch.Tensor | np.ndarray):
@@ -211,8 +218,8 @@ def _rows_of(
                 "token ids must be a non-empty 2-D integer tensor (sequences × positions), got "
                 f"shape {rows.shape} and dtype {rows.dtype}"
             )
-        if rows.min() < 0 or rows.max() >= model.cfg.d_vocab:
-            raise ValueError(f"token ids must be in [0, {model.cfg.d_vocab}) (the vocabulary)")
+        if rows.min() < 0 or rows.max() >= model.d_vocab:
+            raise ValueError(f"token ids must be in [0, {model.d_vocab}) (the vocabulary)")
         return rows.astype(np.int64)
     texts = [texts_or_tokens] if isinstance(texts_or_tokens, str) else texts_or_tokens
     if not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
@@ -220,49 +227,48 @@ def _rows_of(
             "expected texts (a string or a list of strings) or token ids (a 2-D integer tensor), "
             f"got {type(texts_or_tokens).__name__}"
         )
-    tokenizer = getattr(model, "tokenizer", None)
+    tokenizer = model.tokenizer
     if tokenizer is None:
         raise ValueError("the model has no tokenizer (model.tokenizer): pass token ids instead")
-    family = model_family(model)
-    return pack_texts(texts, tokenizer, family, special, spec.seq_len, spec.max_tokens)
+    return pack_texts(texts, tokenizer, model.family, special, spec.seq_len, spec.max_tokens)
 
 
 def _analysis_data(
-    model: torch.nn.Module,
+    model: LensModel,
     texts_or_tokens: Any,
     spec: DataSpec,
     frequencies: FrequencyTable | np.ndarray | None,
     loss: str,
 ) -> AnalysisData:
-    family = model_family(model)
-    tokenizer = getattr(model, "tokenizer", None)
+    family = model.family
+    tokenizer = model.tokenizer
     special = SpecialTokens() if tokenizer is None else special_tokens_of(tokenizer, family)
     rows = _rows_of(model, texts_or_tokens, spec, special)
-    if rows.shape[1] > model.cfg.n_ctx:
+    if rows.shape[1] > model.n_ctx:
         raise ValueError(
             f"rows of {rows.shape[1]} tokens are longer than the model's context (n_ctx = "
-            f"{model.cfg.n_ctx}): set seq_len ≤ {model.cfg.n_ctx}"
+            f"{model.n_ctx}): set seq_len ≤ {model.n_ctx}"
         )
     if frequencies is None:
-        vocab = model.cfg.d_vocab if tokenizer is None else len(tokenizer)
+        vocab = model.d_vocab if tokenizer is None else len(tokenizer)
         frequencies = FrequencyTable.from_rows(rows, vocab, special, causal=family != "encoder")
     elif not isinstance(frequencies, FrequencyTable):
         frequencies = FrequencyTable(np.asarray(frequencies))
     return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
 
 
-def _loss(model: torch.nn.Module, loss: str | None, configs: Mapping[str, Any]) -> str:
+def _loss(model: LensModel, loss: str | None, configs: Mapping[str, Any]) -> str:
     """The capture loss: the one given, else the model family's (none without a head); probes
     needing gradients are refused without a loss."""
     if loss is None:
-        loss = capture_loss(model_family(model), has_lm_head(model))
+        loss = capture_loss(model.family, model.has_lm_head)
     elif loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     needing = [p for p in configs if PROBE_NEEDS[p].gradients]
     if needing and loss == "none":
         why = (
             "no loss was chosen"
-            if has_lm_head(model)
+            if model.has_lm_head
             else "the model has no language-modelling head"
         )
         raise ValueError(
@@ -298,7 +304,7 @@ def capture_model(
     unknown unless given); the step also seeds the controls, as in a sweep. ``settings``: see
     the module docstring.
     """
-    model_family(model)  # a HookedTransformer or HookedEncoder, else a clear error
+    model = lens_model(model)  # a HookedTransformer, HookedEncoder or TransformerBridge
     configs = _probe_configs(probes, default_probes(model))
     return _capture(
         model,
@@ -314,7 +320,7 @@ def capture_model(
 
 
 def _capture(
-    model: torch.nn.Module,
+    model: LensModel,
     texts_or_tokens: Any,
     configs: dict[str, Any],
     *,
@@ -327,10 +333,11 @@ def _capture(
 ) -> Capture:
     """:func:`capture_model` for the probes' resolved ``configs``."""
     loss = _loss(model, loss, configs)
-    suite = suite or str(getattr(model.cfg, "model_name", None) or _LABEL)
-    step = int(step if step is not None else (getattr(model.cfg, "checkpoint_value", None) or 0))
+    suite = suite or model.model_name or _LABEL
+    step = int(step if step is not None else (model.checkpoint or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, settings, suite, has_tokens=has_tokens)
+    check_attention(model, recipe)  # before any data is prepared or captured
     width = texts_or_tokens.shape[-1] if has_tokens else None
     if width is not None and settings.get("seq_len", width) != width:
         raise ValueError(
@@ -430,9 +437,9 @@ def measure(
     else:
         if texts_or_tokens is None:
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
-        model_family(model_or_capture)  # a HookedTransformer or HookedEncoder
+        model_or_capture = lens_model(model_or_capture)  # HookedTransformer, HookedEncoder, bridge
         configs = _probe_configs(probes, default_probes(model_or_capture))
-        model_name = getattr(model_or_capture.cfg, "model_name", None)
+        model_name = model_or_capture.model_name
     if proxies and "tangent_energy" not in configs:
         raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
     if not isinstance(model_or_capture, Capture):

@@ -15,8 +15,11 @@ graph on a detached copy of its rows of ``U``; the chunks' gradients ``∂L/∂U
 one buffer that the backward pass through the body starts from. Peak memory of the loss is that of
 one chunk's logits (:data:`~tangentlens.capture.chunks.LOSS_CHUNK_BYTES`), not batch × pos × vocab.
 Logits enter the cross-entropy in float32 at least. The unembedding is computed from its
-weights (``U W_U + b_U``), so its hooks (``unembed.*``) never fire and cannot be captured;
-``ln_final.*`` and ``mlm_head.*`` run on the whole batch and can.
+weights (``U W_U + b_U``), so its hooks (``unembed.*``) cannot be captured; ``ln_final.*`` and
+``mlm_head.*`` run on the whole batch and can. The model is read through
+:mod:`tangentlens.models.lens` (a ``HookedTransformer``, ``HookedEncoder`` or
+``TransformerBridge``): on a bridge, the Hugging Face forward pass is stopped at the
+unembedding's input, so no logits are computed for the batch.
 
 The loss (recorded with every result):
 
@@ -56,9 +59,10 @@ change no ratio.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -70,6 +74,9 @@ from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import TokenMask, Tokens
+
+if TYPE_CHECKING:  # the capture reads models through the adapter of tangentlens.models
+    from tangentlens.models.lens import LensModel
 
 __all__ = [
     "LOSSES",
@@ -198,20 +205,20 @@ def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _attention_names(model: torch.nn.Module, layers: tuple[int, ...]) -> dict[str, tuple[int, str]]:
+def _attention_names(lens: LensModel, layers: tuple[int, ...]) -> dict[str, tuple[int, str]]:
     from tangentlens.models.sites import hook_name
 
     names = {}
     for layer in layers:
         for kind in ("q", "k", "pattern"):
-            names[hook_name(model, kind, layer)] = (layer, kind)
+            names[hook_name(lens, kind, layer)] = (layer, kind)
     return names
 
 
-def _check_sites(model: torch.nn.Module, sites: tuple[str, ...]) -> None:
-    unknown = [s for s in sites if s not in model.hook_dict]
+def _check_sites(lens: LensModel, sites: tuple[str, ...]) -> None:
+    unknown = [s for s in sites if s not in lens.hook_points]
     if unknown:
-        blocks = [n for n in model.hook_dict if n.startswith("blocks.0.")]
+        blocks = [n for n in lens.hook_points if n.startswith("blocks.0.")]
         raise ValueError(
             f"unknown hook site(s) {unknown}; this model offers e.g. {blocks[:8]} for every block "
             "(see tangentlens.models.hook_name)"
@@ -248,37 +255,15 @@ def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None)
         )
 
 
-def _head_input(model: torch.nn.Module, inputs: Tokens, loss: str) -> HeadInput:
-    """The unembedding's input: the body, then ``ln_final`` (decoders) or the MLM head's
-    transform (encoders); for loss ``none`` the final residual stream (no head runs)."""
-    from tangentlens.models.sites import model_family
-
-    encoder = model_family(model) == "encoder"
-    if encoder:
-        resid = model.encoder_output(inputs, None, None)
-    else:
-        resid = model(inputs, stop_at_layer=model.cfg.n_layers)
-    if loss == "none":
-        return resid
-    if encoder:
-        return model.mlm_head(resid)
-    return model.ln_final(resid) if model.cfg.normalization_type is not None else resid
-
-
-def _logits(model: torch.nn.Module, x: Float[torch.Tensor, "n d_model"]) -> torch.Tensor:
-    """Logits ``(n, d_vocab)`` of unembedding inputs ``x``: ``x W_U + b_U`` (what the model's
-    unembedding computes, without its copy of ``W_U``ᵀ per call), soft-capped as the model does,
-    in float32 at least."""
-    unembed = model.unembed
-    logits = torch.addmm(unembed.b_U, x, unembed.W_U)
-    cap = getattr(model.cfg, "output_logits_soft_cap", None)
-    if cap is not None and cap > 0:
-        logits = cap * torch.tanh(logits / cap)
-    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+def _logits(lens: LensModel, x: Float[torch.Tensor, "n d_model"]) -> torch.Tensor:
+    """Logits ``(n, d_vocab)`` of unembedding inputs ``x`` (see
+    :meth:`~tangentlens.models.lens.LensModel.logits`: ``x W_U + b_U``, soft-capped, in float32
+    at least)."""
+    return lens.logits(x)
 
 
 def _chunked_loss(
-    model: torch.nn.Module, head_in: HeadInput, labels: Int[torch.Tensor, "batch pos"]
+    lens: LensModel, head_in: HeadInput, labels: Int[torch.Tensor, "batch pos"]
 ) -> tuple[float, int, HeadInput | None]:
     """Summed cross-entropy of the scored positions (labels ≠ IGNORE_INDEX), a chunk of at
     most ``loss_chunk_rows(d_vocab)`` positions at a time; returns ``(loss, n_scored,
@@ -286,14 +271,14 @@ def _chunked_loss(
     flat = head_in.detach().reshape(-1, head_in.shape[-1])
     targets = labels.reshape(-1)
     scored = torch.nonzero(targets != IGNORE_INDEX).squeeze(1)
-    rows = loss_chunk_rows(model.unembed.W_U.shape[1])
+    rows = loss_chunk_rows(lens.d_vocab_out)
     grad = torch.zeros_like(flat) if head_in.requires_grad else None
     total = torch.zeros((), dtype=torch.float64, device=flat.device)
     for index in scored.split(rows):
         x = flat[index]  # a leaf: each chunk's graph ends here
         if grad is not None:
             x.requires_grad_(True)
-        loss = torch.nn.functional.cross_entropy(_logits(model, x), targets[index], reduction="sum")
+        loss = torch.nn.functional.cross_entropy(_logits(lens, x), targets[index], reduction="sum")
         if grad is not None:
             grad.index_copy_(0, index, torch.autograd.grad(loss, x)[0])
         total += loss.detach().double()
@@ -332,7 +317,7 @@ def _inputs_and_labels(
 
 
 def capture_batch(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LensModel,
     tokens: Tokens,
     config: CaptureConfig,
     special: SpecialTokens,
@@ -342,56 +327,62 @@ def capture_batch(
 ) -> CapturedBatch:
     """Capture ``config.sites`` (and attention) for one ``(batch, pos)`` token batch.
 
-    ``model`` is a TransformerLens ``HookedTransformer`` or ``HookedEncoder``;
+    ``model`` is a TransformerLens ``HookedTransformer``, ``HookedEncoder`` or
+    ``TransformerBridge`` (or its :class:`~tangentlens.models.lens.LensModel`);
     ``first_sequence`` is the stream index of the batch's first row (it seeds the masked-LM
     corruption); ``step`` only names the checkpoint in error messages.
     Non-finite activations or gradients raise ``ValueError`` naming the site and step.
     """
+    from tangentlens.models.lens import lens_model
+
+    lens = lens_model(model)
     shape_ok = isinstance(tokens, torch.Tensor) and tokens.ndim == 2
     if not shape_ok or tokens.shape[0] < 1 or tokens.shape[1] < 2:
         raise ValueError(
             "tokens must be a (batch, pos) integer tensor with batch ≥ 1 and pos ≥ 2, got "
             f"{type(tokens).__name__} {tuple(getattr(tokens, 'shape', ()))}"
         )
-    _check_sites(model, config.sites)
-    vocab_size = model.cfg.d_vocab
+    _check_sites(lens, config.sites)
+    vocab_size = lens.d_vocab
     if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
         raise ValueError(
             f"token ids must lie in [0, {vocab_size}) (the model's vocabulary), got "
             f"[{int(tokens.min())}, {int(tokens.max())}]"
         )
-    tokens = tokens.to(model.cfg.device)
+    tokens = tokens.to(lens.device)
     inputs, labels = _inputs_and_labels(tokens, config, special, vocab_size, first_sequence)
     # kept positions come from the original tokens: an MLM [MASK] or random input is kept
     masks = analysis_mask(tokens, special, causal=config.causal, policy=config.mask_policy)
     keep = masks.keep
-    attention_names = _attention_names(model, config.attention_layers)
+    attention_names = _attention_names(lens, config.attention_layers)
     site_set = set(config.sites)
     activations: dict[str, torch.Tensor] = {}
     attention = {  # made here, not in the hooks: they must not be inference tensors
-        layer: AttentionStatistics(model.cfg.n_heads, model.cfg.d_head, tokens.device)
+        layer: AttentionStatistics(lens.n_heads, lens.d_head, tokens.device)
         for layer in sorted(config.attention_layers)
     }
 
-    def record(tensor: torch.Tensor, hook: object) -> torch.Tensor:
-        name = hook.name  # type: ignore[attr-defined]
-        if name in attention_names:  # reduced here: nothing of the layer is kept
-            layer, kind = attention_names[name]
-            attention[layer].update(kind, tensor.detach(), keep)
-        if name in site_set:
-            if config.gradients and not tensor.requires_grad:
-                tensor = tensor.detach().requires_grad_(True)
-            activations[name] = tensor
-        return tensor
+    def recorder(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        def record(tensor: torch.Tensor) -> torch.Tensor:
+            if name in attention_names:  # reduced here: nothing of the layer is kept
+                layer, kind = attention_names[name]
+                attention[layer].update(kind, tensor.detach(), keep)
+            if name in site_set:
+                if config.gradients and not tensor.requires_grad:
+                    tensor = tensor.detach().requires_grad_(True)
+                activations[name] = tensor
+            return tensor
 
-    names = sorted(site_set | set(attention_names))
+        return record
+
+    hooks = {name: recorder(name) for name in sorted(site_set | set(attention_names))}
     loss, n_scored = math.nan, 0
-    with frozen_parameters(model), model.hooks(fwd_hooks=[(n, record) for n in names]):
+    with frozen_parameters(lens.module), lens.hooks(hooks):
         if config.gradients:
             with torch.enable_grad():
-                head_in = _head_input(model, inputs, config.loss)
+                head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
-                loss, n_scored, grad_head = _chunked_loss(model, head_in, labels)
+                loss, n_scored, grad_head = _chunked_loss(lens, head_in, labels)
                 site_tensors = [activations[s] for s in config.sites]
                 grads = (
                     torch.autograd.grad(
@@ -403,10 +394,10 @@ def capture_batch(
                 del head_in, grad_head
         else:
             with torch.inference_mode():
-                head_in = _head_input(model, inputs, config.loss)
+                head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
                 if config.loss != "none":
-                    loss, n_scored, _ = _chunked_loss(model, head_in, labels)
+                    loss, n_scored, _ = _chunked_loss(lens, head_in, labels)
                 del head_in
             grads = ()
     gradients = {

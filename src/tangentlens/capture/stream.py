@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,9 @@ from tangentlens.capture.engine import CaptureConfig, capture_batch
 from tangentlens.data.frequency import FrequencyBins
 from tangentlens.data.packing import SpecialTokens
 from tangentlens.typing import Tokens
+
+if TYPE_CHECKING:  # the capture reads models through the adapter of tangentlens.models
+    from tangentlens.models.lens import LensModel
 
 __all__ = ["CaptureStatistics", "capture_statistics", "combine_site_passes"]
 
@@ -127,7 +131,7 @@ def combine_site_passes(passes: Sequence[CaptureStatistics]) -> CaptureStatistic
 
 
 def capture_statistics(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LensModel,
     batches: Iterable[Tokens],
     config: CaptureConfig,
     special: SpecialTokens,
@@ -139,6 +143,8 @@ def capture_statistics(
 ) -> CaptureStatistics:
     """Capture every batch of ``batches`` ((batch, pos) token tensors of one width) and
     accumulate the kept rows (on the model's device; the returned statistics are on the CPU).
+    ``model``: a ``HookedTransformer``, ``HookedEncoder`` or ``TransformerBridge`` (or its
+    :class:`~tangentlens.models.lens.LensModel`).
 
     Args:
         bins: token-frequency bins (required when ``statistics.n_bins > 0``, same number).
@@ -152,6 +158,9 @@ def capture_statistics(
             f"statistics keep {statistics.n_bins} frequency bins: give FrequencyBins with "
             f"n_bins={statistics.n_bins}, got {None if bins is None else bins.n_bins}"
         )
+    from tangentlens.models.lens import lens_model
+
+    model = lens_model(model)  # once: every batch reads the same adapter
     out = CaptureStatistics(config=config, statistics=statistics)
     sequence = first_sequence
     seq_len: int | None = None

@@ -12,11 +12,19 @@ from tangentlens._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".catalog": ("HEADLESS_ARCHITECTURES", "SUITE_KINDS"),
+        ".catalog": (
+            "DEFAULT_LOADERS",
+            "HEADLESS_ARCHITECTURES",
+            "LOADERS",
+            "SUITE_KINDS",
+            "resolve_loader",
+        ),
         ".configs": ("MINI_SUITE_CONFIGS", "MiniSuiteConfig"),
+        ".lens": ("BridgeLens", "HookedLens", "LensModel", "lens_model"),
         ".loading": (
             "DECODER_ARCHITECTURES",
             "ENCODER_ARCHITECTURES",
+            "boot_bridge",
             "has_lm_head",
             "load_local_checkpoint",
             "load_pythia_checkpoint",

@@ -16,15 +16,22 @@ from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.schedule import PYTHIA_STEPS
 
 __all__ = [
+    "DEFAULT_LOADERS",
+    "ENCODER_MODEL_TYPES",
     "HEADLESS_ARCHITECTURES",
+    "LOADERS",
+    "LOADER_CHOICES",
     "PYTHIA_MODELS",
     "PYTHIA_SIZES",
     "SUITE_KINDS",
     "check_pythia_model",
+    "checkpoint_family",
     "checkpoint_folders",
     "checkpoint_headless",
     "headless_architectures",
     "parse_suite_spec",
+    "resolve_loader",
+    "suite_family",
     "suite_steps",
 ]
 
@@ -42,6 +49,23 @@ PYTHIA_MODELS: tuple[str, ...] = tuple(
 #: probes; with no head there is no loss to differentiate (the capture loss ``"none"``).
 HEADLESS_ARCHITECTURES: tuple[str, ...] = ("BertModel",)
 _STEP_DIR = re.compile(r"^(?:step|checkpoint-)(\d+)$")
+#: ``config.json`` model types read as encoders (masked-LM loss); every other one is a decoder.
+ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert", "roberta", "distilbert", "modernbert"})
+
+#: How a suite loads a checkpoint (``suite.load(step, loader=…)``): ``"hooked"`` converts the
+#: weights into TransformerLens' ``HookedTransformer`` / ``HookedEncoder``; ``"bridge"`` boots a
+#: ``TransformerBridge`` around the Hugging Face model itself (raw weights, eager attention).
+LOADERS: tuple[str, ...] = ("hooked", "bridge")
+#: A recipe's ``suite.loader``: a loader, or ``"auto"`` = the family's :data:`DEFAULT_LOADERS`.
+LOADER_CHOICES: tuple[str, ...] = ("auto", *LOADERS)
+#: The loader ``"auto"`` picks per family. Both give the same table within the parity tolerances
+#: (``tests/integration/test_bridge.py``) and capture within a few per cent of each other's time
+#: on the CPU (``python -m benchmarks loaders``: the bridge 4–9 % faster at the mini shapes), so
+#: the hooked loader stays the default of both families: the sweep's memory plan is measured on
+#: its models (the bridge saves less per block but holds GPT-NeoX's Q/K/V twice, so that plan
+#: does not bound it), and encoder rows keep their site names
+#: (``blocks.{l}.hook_normalized_resid_post``).
+DEFAULT_LOADERS: dict[str, str] = {"decoder": "hooked", "encoder": "hooked"}
 
 
 def parse_suite_spec(spec: str) -> tuple[SuiteKind, str]:
@@ -140,3 +164,39 @@ def headless_architectures(spec: str) -> list[str] | None:
         return None
     folders = checkpoint_folders(target)
     return checkpoint_headless(folders[max(folders)])
+
+
+def resolve_loader(loader: str | None, family: str) -> str:
+    """The loader ``loader`` names for a suite of ``family`` (``"decoder"`` / ``"encoder"``):
+    ``"auto"`` or None → :data:`DEFAULT_LOADERS`; else one of :data:`LOADERS`."""
+    if loader is None or loader == "auto":
+        if family not in DEFAULT_LOADERS:
+            raise ValueError(f"family must be one of {list(DEFAULT_LOADERS)}, got {family!r}")
+        return DEFAULT_LOADERS[family]
+    if loader not in LOADERS:
+        raise ValueError(f"loader must be one of {LOADER_CHOICES}, got {loader!r}")
+    return loader
+
+
+def checkpoint_family(folder: str | Path) -> str:
+    """``"encoder"`` when the ``config.json`` of checkpoint ``folder`` names an encoder's model
+    type (:data:`ENCODER_MODEL_TYPES`), else ``"decoder"``."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    model_type = config.get("model_type", "") if isinstance(config, dict) else ""
+    return "encoder" if model_type in ENCODER_MODEL_TYPES else "decoder"
+
+
+def suite_family(spec: str) -> str:
+    """The family (``"decoder"`` / ``"encoder"``) of the suite ``open_suite(spec)`` opens,
+    without opening it: a mini suite's from its config, Pythia's (decoders), a local folder's
+    from the ``config.json`` of its first checkpoint."""
+    kind, target = parse_suite_spec(spec)
+    if kind == "pythia":
+        return "decoder"
+    if kind == "local":
+        return checkpoint_family(next(iter(checkpoint_folders(target).values())))
+    return MINI_SUITE_CONFIGS[target].family

@@ -1,8 +1,13 @@
-"""Load checkpoints into TransformerLens with no weight processing.
+"""Load checkpoints into TransformerLens with no weight processing, through one of two loaders.
 
 No LayerNorm folding, no centring of writing weights or of the unembedding, no value-bias
 folding: centring deletes exactly the mean direction this toolkit measures. The loaded model
 reproduces the Hugging Face model's hidden states and logits (tested to ≤ 1e-4 in float32).
+
+Loaders (:data:`~tangentlens.models.catalog.LOADERS`): ``"hooked"`` converts the weights into a
+``HookedTransformer`` / ``HookedEncoder``; ``"bridge"`` boots a ``TransformerBridge`` around the
+Hugging Face model itself (:func:`boot_bridge`: raw weights, eager attention, nothing converted).
+Both are read through :mod:`tangentlens.models.lens`.
 
 * :func:`load_local_checkpoint` reads a Hugging Face-format folder (config, safetensors or bin
   weights, tokenizer files) and makes no hub call of any kind. Decoders: the architectures in
@@ -33,6 +38,7 @@ from transformer_lens.loading_from_pretrained import (
     convert_hf_model_config,
     get_pretrained_state_dict,
 )
+from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
 from transformers import (
     AutoModelForCausalLM,
@@ -44,8 +50,9 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from tangentlens.models.catalog import HEADLESS_ARCHITECTURES
+from tangentlens.models.catalog import HEADLESS_ARCHITECTURES, LOADERS
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
+from tangentlens.models.lens import lens_model
 from tangentlens.models.weights import verify_weight_files
 
 logger = logging.getLogger(__name__)
@@ -184,11 +191,12 @@ def _bert_state_dict(
     return {k: v.detach() for k, v in convert_bert_weights(view, cfg).items()}
 
 
-def has_lm_head(model: HookedModel) -> bool:
+def has_lm_head(model: Any) -> bool:
     """Whether ``model`` has a language-modelling head, hence a loss and gradients. A headless
-    checkpoint (:data:`HEADLESS_ARCHITECTURES`) loads with its architecture in
-    ``model.cfg.original_architecture`` and a NaN head: only its activations are meaningful."""
-    return model.cfg.original_architecture not in HEADLESS_ARCHITECTURES
+    checkpoint (:data:`HEADLESS_ARCHITECTURES`) loads with a NaN head: only its activations are
+    meaningful (``HookedEncoder``: its architecture in ``model.cfg.original_architecture``;
+    ``TransformerBridge``: the checkpoint's ``config.json`` architectures)."""
+    return lens_model(model).has_lm_head
 
 
 def _load_encoder_weights(model: HookedEncoder, state_dict: dict) -> None:
@@ -243,19 +251,66 @@ def _load_hf_model(folder: Path, architecture: str, dtype: torch.dtype) -> PreTr
         raise ValueError(f"cannot load the weights of {str(folder)!r}: {error}") from error
 
 
+def _nan_head(bridge: TransformerBridge) -> None:
+    """A headless checkpoint boots into ``BertForMaskedLM`` with a freshly drawn MLM head the
+    checkpoint does not hold: set it to NaN (as :func:`_bert_state_dict` does for
+    ``HookedEncoder``), so nothing can pass it for predictions. The input embedding the decoder
+    ties to is left alone."""
+    embedding = bridge.original_model.get_input_embeddings().weight
+    for parameter in bridge.original_model.cls.parameters():
+        if parameter is not embedding:
+            parameter.fill_(math.nan)
+
+
+def boot_bridge(
+    source: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    revision: str | None = None,
+) -> TransformerBridge:
+    """A ``TransformerBridge`` of ``source`` (a checkpoint folder or a hub name at ``revision``)
+    with **no** weight processing (raw Hugging Face weights; the bridge forces eager
+    attention), in eval mode. Hub and cache access follow the caller's offline mode."""
+    with _quiet(), torch.no_grad():
+        bridge = TransformerBridge.boot_transformers(
+            str(source), device=device, dtype=dtype, tokenizer=tokenizer, revision=revision
+        )
+    return bridge.eval()
+
+
 def load_local_checkpoint(
-    folder: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32
-) -> HookedModel:
-    """A Hugging Face-format checkpoint folder as a TransformerLens model, tokenizer attached.
+    folder: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    loader: str = "hooked",
+) -> HookedModel | TransformerBridge:
+    """A Hugging Face-format checkpoint folder as a TransformerLens model, tokenizer attached:
+    ``loader="hooked"`` a ``HookedTransformer`` / ``HookedEncoder`` (converted weights),
+    ``"bridge"`` a ``TransformerBridge`` around the Hugging Face model (see :func:`boot_bridge`).
 
     Reads only ``folder`` (the hub is switched off while loading). A headless checkpoint loads
     without a usable head: see :func:`has_lm_head`.
     """
+    if loader not in LOADERS:
+        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ValueError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder")
     architecture = checkpoint_architecture(folder)
     verify_weight_files(folder)
+    if loader == "bridge":
+        with hf_offline_mode():
+            tokenizer = _local_tokenizer(folder)
+            bridge = boot_bridge(folder, device=device, dtype=dtype, tokenizer=tokenizer)
+        check_vocabulary(tokenizer, lens_model(bridge).d_vocab, repr(str(folder)))
+        bridge.cfg.model_name = folder.name
+        if architecture in HEADLESS_ARCHITECTURES:
+            with torch.no_grad():
+                _nan_head(bridge)
+        return bridge
     # no autograd while converting: a recorded dtype cast would keep every source tensor alive
     with hf_offline_mode(), _quiet(), torch.no_grad():
         tokenizer = _local_tokenizer(folder)
@@ -298,8 +353,12 @@ def _require_cached(model_name: str, revision: str) -> None:
 
 
 def _from_pretrained(
-    model_name: str, step: int, device: str, dtype: torch.dtype
-) -> HookedTransformer:
+    model_name: str, step: int, device: str, dtype: torch.dtype, loader: str
+) -> HookedTransformer | TransformerBridge:
+    if loader == "bridge":
+        bridge = boot_bridge(model_name, device=device, dtype=dtype, revision=f"step{step}")
+        bridge.cfg.checkpoint_value = step
+        return bridge
     # no autograd while converting: a recorded dtype cast would keep every source tensor alive
     with _quiet(), torch.no_grad():
         return HookedTransformer.from_pretrained_no_processing(
@@ -314,16 +373,20 @@ def load_pythia_checkpoint(
     offline: bool | None = None,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
-) -> HookedTransformer:
-    """``EleutherAI/pythia-*`` at training ``step`` (revision ``step{step}``), no processing.
+    loader: str = "hooked",
+) -> HookedTransformer | TransformerBridge:
+    """``EleutherAI/pythia-*`` at training ``step`` (revision ``step{step}``), no processing,
+    as a ``HookedTransformer`` (``loader="hooked"``) or a ``TransformerBridge`` (``"bridge"``).
 
     Offline (see :func:`~tangentlens.models.hub.offline_requested`), only the local Hugging Face
     cache is read; a revision missing from it is a ``ValueError`` saying how to get it.
     """
+    if loader not in LOADERS:
+        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
     if offline_requested(offline):
         with hf_offline_mode():
             _require_cached(model_name, f"step{step}")
-            model = _from_pretrained(model_name, step, device, dtype)
+            model = _from_pretrained(model_name, step, device, dtype, loader)
     else:
-        model = _from_pretrained(model_name, step, device, dtype)
+        model = _from_pretrained(model_name, step, device, dtype, loader)
     return model.eval()

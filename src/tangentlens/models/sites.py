@@ -1,9 +1,29 @@
-"""Family-aware TransformerLens hook-site names, built in one place.
+"""Family- and loader-aware TransformerLens hook-site names, built in one place.
 
-The residual stream after block ``l`` is ``blocks.{l}.hook_resid_post`` in decoders and
-``blocks.{l}.hook_normalized_resid_post`` in BERT-style (post-LN) encoders, whose
-``hook_resid_post`` is taken before the block's final LayerNorm. Decoders with parallel attention
-and MLP (Pythia) have no ``resid_mid``; a site a model lacks is refused with the valid ones.
+The residual stream after block ``l`` is ``blocks.{l}.hook_resid_post`` in decoders; in BERT-style
+(post-LN) encoders it is ``blocks.{l}.hook_normalized_resid_post`` on ``HookedEncoder`` (whose
+``hook_resid_post`` is taken before the block's final LayerNorm) and ``blocks.{l}.hook_resid_post``
+on a ``TransformerBridge`` (the Hugging Face layer's output, after that LayerNorm). Decoders with
+parallel attention and MLP (Pythia) have no ``resid_mid``; a site a model lacks is refused with the
+valid ones (encoders offer no ``resid_mid``). Each kind names the same tensor on both loaders:
+
+=========== =============================== =========================================
+kind        HookedEncoder                   TransformerBridge of a BERT encoder
+=========== =============================== =========================================
+embed       ``embed.hook_embed``            ``embed.hook_out`` (word embeddings; the
+                                            bridge's ``hook_embed`` is their normed sum
+                                            with the position embeddings)
+resid_post  ``blocks.{l}.hook_normalized_   ``blocks.{l}.hook_resid_post``
+            resid_post``
+attn_out    ``blocks.{l}.hook_attn_out``    ``blocks.{l}.attn.o.hook_out`` (the bridge's
+                                            ``hook_attn_out`` is after the residual and
+                                            the LayerNorm)
+=========== =============================== =========================================
+
+Decoders' names are TransformerLens' on both loaders (``hook_embed``,
+``blocks.{l}.hook_resid_post``, ``blocks.{l}.attn.hook_q`` before the rotary embedding, …). On
+the bridge a kind is offered only when its hook exists at every block (an architecture without
+per-head attention hooks offers no ``q``, ``k``, ``pattern``).
 
 >>> hook_name(model, "resid_post", 3)          # doctest: +SKIP
 'blocks.3.hook_resid_post'
@@ -11,13 +31,14 @@ and MLP (Pythia) have no ``resid_mid``; a site a model lacks is refused with the
 
 from __future__ import annotations
 
-from typing import Literal
-
-import torch
+from collections.abc import Collection
+from typing import Any, Literal
 
 __all__ = [
     "SITE_KINDS",
+    "bridge_templates",
     "hook_name",
+    "hooked_templates",
     "model_family",
     "parse_site",
     "residual_sites",
@@ -25,6 +46,8 @@ __all__ = [
 ]
 
 Family = Literal["decoder", "encoder"]
+#: Site kind → hook-name template (``{l}`` stands for the block index).
+SiteTemplates = dict[str, str]
 
 #: Every site kind any family offers; ``embed`` is the only one without a layer.
 SITE_KINDS: tuple[str, ...] = (
@@ -47,49 +70,71 @@ _ENCODER = {
     "embed": "embed.hook_embed",
     "resid_post": "blocks.{l}.hook_normalized_resid_post",
 }
+_BRIDGE_BERT = {
+    **{k: v for k, v in _DECODER.items() if k != "resid_mid"},  # as HookedEncoder's: none
+    "embed": "embed.hook_out",
+    "attn_out": "blocks.{l}.attn.o.hook_out",
+}
 
 
-def model_family(model: torch.nn.Module) -> Family:
-    """``"encoder"`` for TransformerLens' HookedEncoder (BERT-style), else ``"decoder"``."""
-    from transformer_lens import HookedEncoder, HookedTransformer
-
-    if isinstance(model, HookedEncoder):
-        return "encoder"
-    if isinstance(model, HookedTransformer):
-        return "decoder"
-    raise ValueError(
-        f"expected a TransformerLens HookedTransformer or HookedEncoder, got {type(model).__name__}"
-    )
-
-
-def _templates(model: torch.nn.Module) -> dict[str, str]:
-    if model_family(model) == "encoder":
-        return _ENCODER
-    if model.cfg.parallel_attn_mlp:
+def hooked_templates(family: Family, parallel_attn_mlp: bool) -> SiteTemplates:
+    """The sites of a ``HookedTransformer`` (``decoder``) or ``HookedEncoder`` (``encoder``)."""
+    if family == "encoder":
+        return dict(_ENCODER)
+    if parallel_attn_mlp:
         return {k: v for k, v in _DECODER.items() if k != "resid_mid"}
-    return _DECODER
+    return dict(_DECODER)
 
 
-def site_kinds(model: torch.nn.Module) -> tuple[str, ...]:
+def bridge_templates(
+    family: Family, architecture: str, names: Collection[str], n_layers: int
+) -> SiteTemplates:
+    """The sites of a ``TransformerBridge`` of ``architecture`` whose hook names are ``names``:
+    the kinds whose hook exists at every block (BERT encoders: :data:`_BRIDGE_BERT`)."""
+    templates = _BRIDGE_BERT if family == "encoder" else _DECODER
+    return {
+        kind: template
+        for kind, template in templates.items()
+        if all(template.format(l=layer) in names for layer in range(n_layers))
+    }
+
+
+def model_family(model: Any) -> Family:
+    """``"encoder"`` for BERT-style encoders (``HookedEncoder``, a bridged ``BertForMaskedLM``),
+    else ``"decoder"``; a model of no supported kind is a ``ValueError``."""
+    from tangentlens.models.lens import lens_model
+
+    return lens_model(model).family
+
+
+def site_kinds(model: Any) -> tuple[str, ...]:
     """The site kinds this model offers, in canonical order."""
-    return tuple(_templates(model))
+    from tangentlens.models.lens import lens_model
+
+    return tuple(lens_model(model).templates)
 
 
-def hook_name(model: torch.nn.Module, kind: str, layer: int | None = None) -> str:
+def hook_name(model: Any, kind: str, layer: int | None = None) -> str:
     """The full hook name of site ``kind`` at block ``layer`` (no layer for ``embed``)."""
-    templates = _templates(model)
+    from tangentlens.models.lens import lens_model
+
+    lens = lens_model(model)
+    templates = lens.templates
     if kind not in templates:
-        family = model_family(model)
-        lacks = " (parallel attention and MLP: no resid_mid)" if kind == "resid_mid" else ""
+        lacks = ""
+        if kind == "resid_mid" and lens.family == "decoder":
+            lacks = " (parallel attention and MLP: no resid_mid)"
+        elif kind in SITE_KINDS and lens.loader == "bridge":
+            lacks = f" (the bridge of {lens.architecture} has no such hook at every block)"
         raise ValueError(
-            f"site {kind!r} does not exist in this {family}{lacks}; allowed: {list(templates)}"
+            f"site {kind!r} does not exist in this {lens.family}{lacks}; allowed: {list(templates)}"
         )
     template = templates[kind]
     if "{l}" not in template:
         if layer is not None:
             raise ValueError(f"site {kind!r} takes no layer, got layer={layer}")
         return template
-    n_layers = model.cfg.n_layers
+    n_layers = lens.n_layers
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
         raise ValueError(
             f"layer for site {kind!r} must be an integer in [0, {n_layers}), got {layer!r}"
@@ -97,19 +142,25 @@ def hook_name(model: torch.nn.Module, kind: str, layer: int | None = None) -> st
     return template.format(l=layer)
 
 
-def residual_sites(model: torch.nn.Module) -> list[str]:
+def residual_sites(model: Any) -> list[str]:
     """The residual stream after every block, first to last."""
-    return [hook_name(model, "resid_post", layer) for layer in range(model.cfg.n_layers)]
+    from tangentlens.models.lens import lens_model
+
+    lens = lens_model(model)
+    return [hook_name(lens, "resid_post", layer) for layer in range(lens.n_layers)]
 
 
-def parse_site(model: torch.nn.Module, name: str) -> tuple[str, int | None]:
+def parse_site(model: Any, name: str) -> tuple[str, int | None]:
     """Inverse of :func:`hook_name`: ``(kind, layer)`` of a full hook name this model offers."""
-    for kind in site_kinds(model):
-        layers = [None] if kind == "embed" else range(model.cfg.n_layers)
+    from tangentlens.models.lens import lens_model
+
+    lens = lens_model(model)
+    for kind in lens.templates:
+        layers = [None] if kind == "embed" else range(lens.n_layers)
         for layer in layers:
-            if hook_name(model, kind, layer) == name:
+            if hook_name(lens, kind, layer) == name:
                 return kind, layer
     raise ValueError(
-        f"unknown hook site {name!r}; allowed: {', '.join(site_kinds(model))} at layers 0.."
-        f"{model.cfg.n_layers - 1}, e.g. {hook_name(model, 'resid_post', 0)!r}"
+        f"unknown hook site {name!r}; allowed: {', '.join(lens.templates)} at layers 0.."
+        f"{lens.n_layers - 1}, e.g. {hook_name(lens, 'resid_post', 0)!r}"
     )

@@ -7,6 +7,12 @@ weight processing.
 >>> suite = open_suite("mini-pythia")                    # doctest: +SKIP
 >>> steps = suite.select("log:8")                        # doctest: +SKIP
 >>> model = suite.load(steps[-1])                        # doctest: +SKIP
+>>> bridge = suite.load(steps[-1], loader="bridge")      # doctest: +SKIP
+
+``loader`` (see :data:`~tangentlens.models.catalog.LOADERS`): ``"hooked"`` gives a
+``HookedTransformer`` / ``HookedEncoder``, ``"bridge"`` a ``TransformerBridge`` booted from the
+checkpoint's folder; None or ``"auto"`` the family's default
+(:data:`~tangentlens.models.catalog.DEFAULT_LOADERS`).
 """
 
 from __future__ import annotations
@@ -24,14 +30,17 @@ from typing import Any, Literal
 
 import torch
 from transformer_lens import HookedEncoder, HookedTransformer
+from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from tangentlens.data import Corpus
 from tangentlens.models.catalog import (
     check_pythia_model,
+    checkpoint_family,
     checkpoint_folders,
     checkpoint_headless,
     parse_suite_spec,
+    resolve_loader,
 )
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
@@ -53,9 +62,7 @@ from tangentlens.paths import cache_root
 logger = logging.getLogger(__name__)
 
 Family = Literal["decoder", "encoder"]
-HookedModel = HookedTransformer | HookedEncoder
-
-ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert", "roberta", "distilbert", "modernbert"})
+HookedModel = HookedTransformer | HookedEncoder | TransformerBridge
 
 
 @dataclass(frozen=True)
@@ -140,9 +147,20 @@ class CheckpointSuite(ABC):
 
     @abstractmethod
     def load(
-        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+        self,
+        step: int,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        loader: str | None = None,
     ) -> HookedModel:
-        """The TransformerLens model at ``step``, with no weight processing."""
+        """The TransformerLens model at ``step``, with no weight processing, through ``loader``
+        (``"hooked"``, ``"bridge"``; None or ``"auto"``: :meth:`loader`)."""
+
+    def loader(self, loader: str | None = None) -> str:
+        """The loader ``loader`` resolves to for this suite's family (None / ``"auto"``: the
+        family's default); an unknown name is a ``ValueError`` naming the allowed ones."""
+        return resolve_loader(loader, self.family)
 
     @abstractmethod
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -238,11 +256,17 @@ class PythiaSuite(CheckpointSuite):
         return step * PYTHIA_TOKENS_PER_STEP
 
     def load(
-        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+        self,
+        step: int,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        loader: str | None = None,
     ) -> HookedModel:
+        loader = self.loader(loader)
         self.check_step(step)
         return load_pythia_checkpoint(
-            self.name, step, offline=self.offline, device=device, dtype=dtype
+            self.name, step, offline=self.offline, device=device, dtype=dtype, loader=loader
         )
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -323,12 +347,7 @@ class LocalSuite(CheckpointSuite):
             raise ValueError(f"{meta} is not valid JSON: {error}") from error
 
     def _family(self) -> Family:
-        config_path = next(iter(self._folders.values())) / "config.json"
-        try:
-            model_type = json.loads(config_path.read_text()).get("model_type", "")
-        except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"cannot read {config_path}: {error}") from error
-        return "encoder" if model_type in ENCODER_MODEL_TYPES else "decoder"
+        return checkpoint_family(next(iter(self._folders.values())))  # type: ignore[return-value]
 
     @property
     def steps(self) -> tuple[int, ...]:
@@ -343,9 +362,15 @@ class LocalSuite(CheckpointSuite):
         return step * self.tokens_per_step if self.tokens_per_step is not None else None
 
     def load(
-        self, step: int, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+        self,
+        step: int,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        loader: str | None = None,
     ) -> HookedModel:
-        model = load_local_checkpoint(self.folder(step), device=device, dtype=dtype)
+        loader = self.loader(loader)
+        model = load_local_checkpoint(self.folder(step), device=device, dtype=dtype, loader=loader)
         # named and stepped as TransformerLens names a Pythia revision it loads
         model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
         return model

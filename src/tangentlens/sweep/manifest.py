@@ -1,6 +1,6 @@
-"""The run's manifest: the resolved recipe, the plan's steps and fit window, the estimators
-behind the metrics, versions, executor and thread count; completed with weights hashes and
-exclusion counts when every unit is done."""
+"""The run's manifest: the resolved recipe, the loader, the plan's steps and fit window, the
+estimators behind the metrics, versions, executor and thread count; completed with weights hashes
+and exclusion counts when every unit is done."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
+from tangentlens.models.catalog import resolve_loader, suite_family
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
@@ -93,10 +94,13 @@ def _versions() -> dict[str, str]:
 
 
 def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
-    """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks)."""
+    """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks);
+    ``loader`` is the loader every unit loads checkpoints with (``suite.loader`` resolved for
+    the suite's family: ``"hooked"`` or ``"bridge"``)."""
     return {
         "recipe": recipe.to_dict(),
         "suite": {"name": recipe.suite.name},
+        "loader": resolve_loader(recipe.suite.loader, suite_family(recipe.suite.name)),
         "steps": list(plan.steps),
         "fit_window": list(plan.window),
         "units": len(plan.units),

@@ -24,6 +24,7 @@ from typing import Any
 
 from tangentlens.checks import check_count, check_fraction
 from tangentlens.dictionaries.policy import FIT_POLICIES
+from tangentlens.models.catalog import LOADER_CHOICES
 from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.probes.configs import (
     METHODS,
@@ -68,17 +69,26 @@ WEIGHT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 @dataclass(frozen=True)
 class SuiteSpec:
     """The checkpoint suite: a spec for ``open_suite``, a step selection, where the model runs
-    (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available) and the dtype its
+    (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available), the dtype its
     weights are loaded in (``dtype``: one of :data:`WEIGHT_DTYPES`; activations and gradients
-    come in that dtype, every statistic accumulates in float64)."""
+    come in that dtype, every statistic accumulates in float64) and how each checkpoint is
+    loaded (``loader``: "hooked" = TransformerLens' ``HookedTransformer`` / ``HookedEncoder``,
+    "bridge" = its ``TransformerBridge`` around the Hugging Face model, "auto" = the family's
+    default, :data:`~tangentlens.models.catalog.DEFAULT_LOADERS`)."""
 
     name: str = "mini-pythia"
     steps: str = "log:8"
     offline: bool = False
     device: str = "cpu"
     dtype: str = "float32"
+    loader: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.loader not in LOADER_CHOICES:
+            raise ValueError(
+                f"suite.loader must be one of {LOADER_CHOICES}, got {self.loader!r}"
+                f"{_suggest(self.loader, LOADER_CHOICES)}"
+            )
         if self.dtype not in WEIGHT_DTYPES:
             raise ValueError(
                 f"suite.dtype must be one of {WEIGHT_DTYPES}, got {self.dtype!r}"

@@ -14,18 +14,37 @@ table of an uninterrupted run.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tangentlens.models.catalog import headless_architectures, suite_steps
+from tangentlens.models.catalog import (
+    headless_architectures,
+    resolve_loader,
+    suite_family,
+    suite_steps,
+)
 from tangentlens.models.schedule import select_steps
+from tangentlens.models.shapes import suite_shape
 from tangentlens.probes.configs import PROBE_NEEDS
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
 from tangentlens.sweep.recipe import Recipe
 
-__all__ = ["SweepFailedError", "check_lm_head", "plan_sweep", "run_sweep"]
+__all__ = [
+    "PLANNED_LOADER",
+    "SweepFailedError",
+    "check_attention_heads",
+    "check_lm_head",
+    "plan_sweep",
+    "run_sweep",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The loader whose models the memory plan's terms were measured on (tangentlens.sweep.memory).
+PLANNED_LOADER = "hooked"
 
 
 class SweepFailedError(ValueError):
@@ -73,18 +92,43 @@ def check_lm_head(recipe: Recipe) -> None:
         )
 
 
+def check_attention_heads(recipe: Recipe) -> None:
+    """Refuse probes that need per-head attention statistics (``qk_drift``) on a suite with
+    grouped-query attention (fewer key/value heads than query heads, from ``config.json``): one
+    line naming the suite, its heads and those probes. Whether a loaded model exposes queries,
+    keys and patterns at all is checked again when each unit plans its capture."""
+    needing = [name for name in recipe.probes if PROBE_NEEDS[name].attention]
+    if not needing:
+        return
+    try:
+        shape = suite_shape(recipe.suite.name)
+    except ValueError:  # an architecture without a memory plan: refused by the plan itself
+        return
+    if shape.n_kv_heads != shape.n_heads:
+        raise ValueError(
+            f"suite {recipe.suite.name!r} uses grouped-query attention ({shape.n_heads} query "
+            f"heads, {shape.n_kv_heads} key/value heads): probe(s) {', '.join(needing)} compare "
+            "each head's mean query and key and cannot run; drop them from the recipe"
+        )
+
+
 def plan_sweep(recipe: Recipe) -> Plan:
     """The units of ``recipe`` over its suite's selected steps (no model library imported);
-    gradient probes on a suite without a head are refused here."""
+    gradient probes on a suite without a head, attention probes on a suite with grouped-query
+    attention are refused here."""
     check_lm_head(recipe)
+    check_attention_heads(recipe)
     available = suite_steps(recipe.suite.name)
     return make_plan(recipe, available, select_steps(available, recipe.suite.steps))
 
 
-def _checked_memory_plan(recipe: Recipe) -> dict[str, Any]:
+def _checked_memory_plan(recipe: Recipe, loader: str) -> dict[str, Any]:
     """The recipe's memory plan, refused in one line when it exceeds the host budget or, for a
     model on a GPU of this machine, that GPU's memory (units on other machines check their
-    GPU when they start); as recorded in the manifest, with the budgets it was checked against."""
+    GPU when they start); as recorded in the manifest, with the budgets it was checked against
+    and the loader it models. The plan models the hooked loader's TransformerLens models; under
+    ``loader`` "bridge" it is not a measured bound (the bridge saves less per block but holds
+    GPT-NeoX's Q/K/V twice: fused and split), which a warning and the manifest say."""
     from tangentlens.sweep.memory import host_budget, plan_recipe
     from tangentlens.sweep.units import accelerator_budget
 
@@ -92,7 +136,18 @@ def _checked_memory_plan(recipe: Recipe) -> dict[str, Any]:
     local = recipe.executor.kind == "local"
     accelerator = accelerator_budget(recipe.suite.resolved_device()) if local else None
     memory = plan_recipe(recipe, accelerator=accelerator, host=host)
-    return {**memory.to_dict(), "budgets": {"accelerator": accelerator, "host": host}}
+    if loader != PLANNED_LOADER:
+        logger.warning(
+            "the memory plan models the %s loader's models, not the %s loader's: its peaks are "
+            "estimates for this run, not measured bounds",
+            PLANNED_LOADER,
+            loader,
+        )
+    return {
+        **memory.to_dict(),
+        "budgets": {"accelerator": accelerator, "host": host},
+        "modelled_loader": PLANNED_LOADER,
+    }
 
 
 def run_sweep(
@@ -121,7 +176,8 @@ def run_sweep(
     pretrained = getattr(recipe.probes.get("tangent_energy"), "pretrained_sae", None)
     if pretrained is not None:  # a release or SAE id the registry lacks: before any unit
         check_pretrained(pretrained.release, pretrained.ids)
-    memory = _checked_memory_plan(recipe)  # a sweep that cannot fit stops before anything runs
+    loader = resolve_loader(recipe.suite.loader, suite_family(recipe.suite.name))
+    memory = _checked_memory_plan(recipe, loader)  # a sweep that cannot fit stops at once
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit

@@ -22,7 +22,7 @@ from tangentlens.capture import (
     combine_site_passes,
 )
 from tangentlens.data import iter_batches
-from tangentlens.models import hook_name
+from tangentlens.models import hook_name, lens_model
 from tangentlens.probes import (
     anisotropy_share,
     cosine_drift,
@@ -34,6 +34,7 @@ from tangentlens.probes import (
     update_alignment,
 )
 from tangentlens.probes.base import Capture, Needs, make_row
+from tangentlens.probes.configs import PROBE_NEEDS
 from tangentlens.probes.proxies import (
     FittedProxies,
     FixedProxy,
@@ -53,6 +54,7 @@ __all__ = [
     "capture_rows",
     "capture_sites",
     "capture_step",
+    "check_attention",
     "fit_step",
     "step_rows",
     "with_fixed",
@@ -81,19 +83,33 @@ def _quiet(text: str) -> None:
     """A status callback that says nothing."""
 
 
-def capture_sites(model: torch.nn.Module, recipe: Recipe) -> dict[str, int | None]:
-    """Hook name → block index of every site the recipe captures (the embedding's is None)."""
+def capture_sites(model: Any, recipe: Recipe) -> dict[str, int | None]:
+    """Hook name → block index of every site the recipe captures (the embedding's is None);
+    the probes needing attention statistics are refused here, in one line, when the model does
+    not expose per-head queries, keys and patterns (see :func:`check_attention`)."""
+    lens = lens_model(model)
+    check_attention(lens, recipe)
     sites: dict[str, int | None] = {}
     if recipe.capture.embed:
-        sites[hook_name(model, "embed")] = None
+        sites[hook_name(lens, "embed")] = None
     for kind in recipe.capture.sites:
-        for layer in select_layers(recipe.capture.layers, model.cfg.n_layers):
-            sites[hook_name(model, kind, layer)] = layer
+        for layer in select_layers(recipe.capture.layers, lens.n_layers):
+            sites[hook_name(lens, kind, layer)] = layer
     return sites
 
 
+def check_attention(model: Any, recipe: Recipe) -> None:
+    """Refuse, in one line, the recipe's probes that need per-head attention statistics
+    (``qk_drift``) on a model that does not expose them: no query, key or pattern hooks at
+    every block (e.g. a state-space model's bridge), or grouped-query attention."""
+    needing = [name for name in recipe.probes if PROBE_NEEDS[name].attention]
+    reason = lens_model(model).attention_refusal() if needing else None
+    if reason:
+        raise ValueError(f"probe(s) {', '.join(needing)} cannot run: {reason}")
+
+
 def capture_step(
-    model: torch.nn.Module,
+    model: Any,
     sites: dict[str, int | None],
     data: AnalysisData,
     recipe: Recipe,
@@ -117,13 +133,14 @@ def capture_step(
             if probe.NAME in recipe.probes:
                 wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
         type_ids = tuple(np.flatnonzero(wanted).tolist())
-    attention = select_layers(recipe.capture.layers, model.cfg.n_layers) if needs.attention else ()
+    model = lens_model(model)  # once: every pass and batch reads the same adapter
+    attention = select_layers(recipe.capture.layers, model.n_layers) if needs.attention else ()
     statistics = StatisticsConfig(
         gradients=gradients,
         n_bins=recipe.data.n_bins if needs.bins else 0,
         gradient_bin_moments=needs.bin_moments,
         type_sums=needs.type_sums,
-        vocab_size=model.cfg.d_vocab if needs.type_sums else None,
+        vocab_size=model.d_vocab if needs.type_sums else None,
         type_ids=type_ids,
         reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
         seed=recipe.capture.seed,

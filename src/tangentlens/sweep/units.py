@@ -29,7 +29,7 @@ from tangentlens.capture import (
     MomentAccumulator,
 )
 from tangentlens.dictionaries import SAE, in_window
-from tangentlens.models import hook_name, open_suite
+from tangentlens.models import hook_name, lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import (
@@ -151,6 +151,15 @@ def _load_frozen(store: RunStore) -> dict[str, Any]:
     return saved
 
 
+def _load_model(recipe: Recipe, suite: CheckpointSuite, step: int) -> Any:
+    """The checkpoint at ``step`` on the recipe's device, in its dtype, through its loader
+    (``"auto"``: the suite's default for its family)."""
+    loader = {} if recipe.suite.loader == "auto" else {"loader": recipe.suite.loader}
+    return suite.load(
+        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype(), **loader
+    )
+
+
 def accelerator_budget(device: str) -> int | None:
     """Memory of the GPU ``device`` names (None on the CPU)."""
     if not device.startswith("cuda"):
@@ -187,9 +196,7 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     """Forward-only capture of one fit-window checkpoint: moments and sampled rows per site."""
     step, data = _step(unit), _data(recipe, store)
     status(f"window step {step}: capture (activations)")
-    model = _suite(recipe).load(
-        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
-    )
+    model = _load_model(recipe, _suite(recipe), step)
     sites = capture_sites(model, recipe)
     stats = capture_step(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
     saved = {
@@ -270,11 +277,10 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         saes = {
             sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.rank) for sae_id in chosen.ids
         }
-    model = suite.load(
-        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
-    )
+    model = _load_model(recipe, suite, step)
     sites = capture_sites(model, recipe)
-    widths = {site: model.cfg.d_model for site in sites}  # every capture site is d_model wide
+    width = lens_model(model).d_model
+    widths = {site: width for site in sites}  # every capture site is d_model wide
     by_site: dict[str, str] = {}
     for sae_id, sae in saes.items():
         site = sae.check_target(widths, suite.model_name)
@@ -365,9 +371,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     needs = needs_of(recipe.probes)
     passes = _capture_passes(recipe)
     status("loading")
-    model = suite.load(
-        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype()
-    )
+    model = _load_model(recipe, suite, step)
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
