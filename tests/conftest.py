@@ -6,13 +6,7 @@ import dataclasses
 
 import pytest
 
-from tangentlens.runtime import apply_runtime_defaults
-
-# before anything imports torch: idle OpenMP threads sleep instead of spinning on a core that
-# another program (a second test run, a sweep) needs (tangentlens.runtime)
-apply_runtime_defaults()
-
-from tangentlens.models.training import MINI_SUITE_CONFIGS, MiniSuiteConfig  # noqa: E402
+from tangentlens.models.training import MINI_SUITE_CONFIGS, MiniSuiteConfig
 
 
 @pytest.fixture(scope="session")

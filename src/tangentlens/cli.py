@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tangentlens.report.console import fail
-from tangentlens.runtime import apply_runtime_defaults
 from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
 
@@ -189,7 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    apply_runtime_defaults()  # before torch is imported: a passive OpenMP wait policy
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:

@@ -1,35 +1,34 @@
-"""How the compute threads behave beside other work: the CPUs this process may use, and a
-passive wait policy for the OpenMP runtime.
+"""How the compute threads behave beside other work: the CPUs this process may use, and the
+threading-runtime settings every worker inherits.
 
 PyTorch's CPU kernels run on an OpenMP pool whose idle threads spin-wait for the next parallel
-region by default. On a machine where another program holds a core, a spinning thread steals
-the very core a working thread needs: a quickstart step went from ~13 s to ~400 s beside one
-other CPU-bound process on 2 cores. With ``OMP_WAIT_POLICY=PASSIVE`` idle threads sleep
-instead (about 20 s per step beside the same load). The policy is read once, when the OpenMP
-runtime starts — at ``import torch`` — so it must be in the environment before that:
-:func:`apply_runtime_defaults` sets it (unless the user set it) for the command line, and
-:func:`runtime_env` carries it to every worker an executor starts (Ray, submitit, Slurm).
+region. Beside another CPU-bound program the spinning steals the core a working thread needs:
+a one-step quickstart sweep took 49 s quiet and 126 s beside one pure-Python busy loop on 2
+cores. ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) removes most of that collapse — 67–77 s
+beside the loop — but costs 28–38 % when the machine is quiet (every parallel region pays a
+wake-up), and shorter spins (``GOMP_SPINCOUNT``) do not help under load, so tangentlens does not
+impose it: a user who shares a machine sets it before torch is imported, and
+:func:`runtime_env` carries the choice to every worker an executor starts (Ray, submitit,
+Slurm). ``python -m benchmarks load`` measures both policies, quiet and loaded, on the machine
+at hand.
 
 :func:`usable_cpus` counts the CPUs this process may actually run on — its affinity mask and a
 cgroup CPU quota (a container, a Slurm allocation), not the machine's core count.
 
-No torch import here: the command line calls this before anything heavy is loaded.
+No torch import here.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import sys
 from pathlib import Path
 
-__all__ = ["RUNTIME_DEFAULTS", "apply_runtime_defaults", "runtime_env", "usable_cpus"]
+__all__ = ["RUNTIME_VARS", "runtime_env", "usable_cpus"]
 
-logger = logging.getLogger(__name__)
-
-#: Environment defaults for the threading runtimes, applied unless the user set them.
-RUNTIME_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: The threading runtimes' own settings (wait policy, spin and block times): a worker reads them
+#: when it imports torch, so they travel with every unit where the user set them.
+RUNTIME_VARS: tuple[str, ...] = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 _CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 _CGROUP_V1 = (
@@ -67,18 +66,5 @@ def usable_cpus() -> int:
 
 
 def runtime_env() -> dict[str, str]:
-    """The threading-runtime variables a worker needs before it imports torch: this process's
-    value where set, else :data:`RUNTIME_DEFAULTS`."""
-    return {name: os.environ.get(name, value) for name, value in RUNTIME_DEFAULTS.items()}
-
-
-def apply_runtime_defaults() -> None:
-    """Put :data:`RUNTIME_DEFAULTS` into this process's environment where the user has not set
-    them. Effective only before torch is imported (logged otherwise: the runtime has started)."""
-    missing = {k: v for k, v in RUNTIME_DEFAULTS.items() if k not in os.environ}
-    if missing and "torch" in sys.modules:
-        logger.info(
-            "torch is already imported: %s applies to processes started from here only",
-            ", ".join(f"{k}={v}" for k, v in missing.items()),
-        )
-    os.environ.update(missing)
+    """The :data:`RUNTIME_VARS` set in this process (a worker inherits the user's choice)."""
+    return {name: os.environ[name] for name in RUNTIME_VARS if name in os.environ}

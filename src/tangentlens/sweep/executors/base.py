@@ -60,10 +60,9 @@ def concurrent_units(recipe: Recipe) -> int:
 
 
 def worker_env(threads: int) -> dict[str, str]:
-    """The environment every unit runs with: :data:`WORKER_ENV_VARS` as set here, the threading
-    runtime's defaults (:func:`tangentlens.runtime.runtime_env`: a passive OpenMP wait policy,
-    so a unit beside other work does not spin on their cores) and the recipe's thread count
-    for the OpenMP / MKL / OpenBLAS pools."""
+    """The environment every unit runs with: :data:`WORKER_ENV_VARS` and the threading runtime's
+    settings (:func:`tangentlens.runtime.runtime_env`, e.g. ``OMP_WAIT_POLICY``) as set here,
+    and the recipe's thread count for the OpenMP / MKL / OpenBLAS pools."""
     env = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
     env.update(runtime_env())
     for pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
