@@ -61,6 +61,7 @@ from tangentlens.metrics import (
     data_matched_frames,
     exclusion_basis,
     group_sums,
+    reused_draws,
 )
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
 from tangentlens.probes.configs import PROBE_NEEDS, TangentEnergyConfig
@@ -141,6 +142,7 @@ def _sampled_gradients(
     return columns["G"].double(), site.reservoir.ids // seq_len, columns.get("bin")
 
 
+@reused_draws()
 def sequence_energy_config(
     config: TangentEnergyConfig,
     step: int,

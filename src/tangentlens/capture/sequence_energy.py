@@ -14,8 +14,10 @@ per frequency-bin *slot* (slot 0 = every kept token, slot ``b + 1`` = the tokens
 
 Summed over sequences these equal the energies computed from the pooled second moments (up to
 float64 summation order). Cost: one d × d Gram matrix per (sequence, bin) group of a batch —
-about one extra ``Gᵀ G`` per batch — and one matrix product of the groups' Gram matrices with
-the stacked projectors (``(groups, d²) @ (d², J)``), whatever the number of tokens.
+about one extra ``Gᵀ G`` per batch, in a few batched products (:func:`group_grams`) — and the
+products of the groups' Gram matrices with the projectors each group needs (``P_Q`` and slot 0's
+``P̄`` for all, its own slot's ``P̄`` for each: ``(groups, d²) @ (d², 3M)``), whatever the number
+of tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from jaxtyping import Float, Int
 
 from tangentlens.checks import check_count
 
-__all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"]
+__all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig", "group_grams"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +104,29 @@ class EnergyProjectors:
         return int(self.control.shape[1])
 
 
+def group_grams(
+    x: Float[torch.Tensor, "n d"], sizes: Int[torch.Tensor, " groups"]
+) -> Float[torch.Tensor, "groups d d"]:
+    """The Gram matrix ``XᵢᵀXᵢ`` of each group of consecutive rows of ``x`` (group ``i`` has
+    ``sizes[i]`` rows). Groups are batched by size class (padded with zero rows to the next power
+    of two, at most twice the work), so a batch costs a handful of batched products, not one
+    small product per group."""
+    n, d = x.shape
+    ends = torch.cumsum(sizes, 0)
+    starts = ends - sizes
+    padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
+    size_class = torch.ceil(torch.log2(sizes.double())).long()
+    out = x.new_empty(len(sizes), d, d)
+    for c in torch.unique(size_class).tolist():
+        at = torch.nonzero(size_class == c).squeeze(1)
+        offsets = torch.arange(2**c, device=x.device)
+        rows = starts[at, None] + offsets
+        rows = torch.where(offsets < sizes[at, None], rows, n)
+        block = padded[rows]  # (groups of the class, 2^c, d)
+        out[at] = block.transpose(1, 2) @ block
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class SequenceEnergyConfig:
     """Per-sequence energy sums to gather during capture: the projectors per hook site and the
@@ -127,9 +152,12 @@ class SequenceEnergy:
         self.projectors = projectors
         self.seq_len = check_count(seq_len, "seq_len", minimum=1)
         m, s, d = len(projectors.methods), projectors.n_slots, projectors.d
-        # rows: P_Q of every method, then P̄ of every (method, slot): flattened to (J, d²)
-        stacked = torch.cat([projectors.inside, projectors.control.reshape(m * s, d, d)])
-        self._stacked = stacked.reshape(m + m * s, d * d).to(device, torch.float64)
+        # flattened to d² columns: P_Q of every method and P̄ of slot 0 (every group needs
+        # them), then P̄ of each slot ≥ 1 (only the groups of that slot need it)
+        common = torch.cat([projectors.inside, projectors.control[:, 0]])
+        self._common = common.reshape(2 * m, d * d).to(device, torch.float64)
+        slotted = projectors.control.transpose(0, 1).reshape(s, m, d * d)
+        self._slotted = slotted.to(device, torch.float64)
         self._chunks: list[tuple[torch.Tensor, ...]] = []
 
     @property
@@ -158,42 +186,31 @@ class SequenceEnergy:
         if bins is not None and s > 1:
             b = bins.cpu().long()
             slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
-        key = sequences * s + slot
-        key, order = torch.sort(key, stable=True)
+        key, order = torch.sort(sequences * s + slot, stable=True)
         groups, sizes = torch.unique_consecutive(key, return_counts=True)
-        x = g.detach().to(self._stacked.device, torch.float64)[order.to(self._stacked.device)]
-        parts = torch.split(x, sizes.tolist())
-        energies = torch.cat(  # (groups, J); Gram matrices of at most 16 groups at a time
-            [
-                torch.stack([part.T @ part for part in parts[i : i + 16]]).flatten(1)
-                @ self._stacked.T
-                for i in range(0, len(parts), 16)
-            ]
-        )
-        inside = energies[:, :m]
-        control = energies[:, m:].reshape(-1, m, s)
-        member = torch.repeat_interleave(torch.arange(len(parts)), sizes).to(x.device)
-        total = torch.zeros(len(parts), dtype=torch.float64, device=x.device)
-        total.index_add_(0, member, x.pow(2).sum(dim=1))
-        group_seq, group_slot = groups // s, (groups % s).to(energies.device)
+        device = self._common.device
+        x = g.detach().to(device, torch.float64)[order.to(device)]
+        grams = group_grams(x, sizes.to(device)).flatten(1)  # (groups, d²)
+        common = grams @ self._common.T  # (groups, 2m): P_Q, then P̄ of slot 0
+        inside, control_all = common[:, :m], common[:, m:]
+        total = torch.diagonal(grams.view(-1, p.d, p.d), dim1=1, dim2=2).sum(dim=1)
+        group_seq, group_slot = groups // s, (groups % s).to(device)
         ids, where = torch.unique(group_seq, return_inverse=True)
-        where = where.to(energies.device)
-        n, rows = len(ids), torch.arange(len(groups), device=energies.device)
-        # slot 0 gets every group (with the all-token control), the group's slot its own
-        out_total = torch.zeros(n, s, dtype=torch.float64, device=energies.device)
-        out_inside = torch.zeros(n, m, s, dtype=torch.float64, device=energies.device)
-        out_control = torch.zeros(n, m, s, dtype=torch.float64, device=energies.device)
+        where = where.to(device)
+        n = len(ids)
+        # slot 0 gets every group (with the all-token control), a group's slot its own
+        out_total = torch.zeros(n, s, dtype=torch.float64, device=device)
+        out_inside = torch.zeros(n, m, s, dtype=torch.float64, device=device)
+        out_control = torch.zeros(n, m, s, dtype=torch.float64, device=device)
         out_total[:, 0].index_add_(0, where, total)
         out_inside[:, :, 0].index_add_(0, where, inside)
-        out_control[:, :, 0].index_add_(0, where, control[:, :, 0])
-        binned = group_slot > 0
-        if bool(binned.any()):
-            w, sl, r = where[binned], group_slot[binned], rows[binned]
-            out_total.index_put_((w, sl), total[r], accumulate=True)
-            for j in range(m):
-                col = torch.full_like(w, j)
-                out_inside.index_put_((w, col, sl), inside[r, j], accumulate=True)
-                out_control.index_put_((w, col, sl), control[r, j, sl], accumulate=True)
+        out_control[:, :, 0].index_add_(0, where, control_all)
+        for slot_b in torch.unique(group_slot[group_slot > 0]).tolist():
+            at = torch.nonzero(group_slot == slot_b).squeeze(1)
+            own = grams[at] @ self._slotted[slot_b].T  # (groups of the slot, m)
+            out_total[:, slot_b].index_add_(0, where[at], total[at])
+            out_inside[:, :, slot_b].index_add_(0, where[at], inside[at])
+            out_control[:, :, slot_b].index_add_(0, where[at], own)
         self._chunks.append((ids, out_total, out_inside, out_control))
 
     def _consolidated(self) -> tuple[torch.Tensor, ...]:
@@ -260,7 +277,7 @@ class SequenceEnergy:
     def to(self, device: torch.device | str) -> SequenceEnergy:
         """Move the sums (and projectors) to ``device`` (in place); returns self."""
         self._chunks = [(c[0], *(t.to(device) for t in c[1:])) for c in self._chunks]
-        self._stacked = self._stacked.to(device)
+        self._common, self._slotted = self._common.to(device), self._slotted.to(device)
         return self
 
     def merge(self, other: SequenceEnergy) -> None:

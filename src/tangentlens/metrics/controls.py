@@ -30,7 +30,9 @@ one key start from the same Gaussian draws. Frames are float64 ``(draws, d, k)``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 
 import torch
 from jaxtyping import Float
@@ -40,7 +42,13 @@ from tangentlens.metrics.subspace import check_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Basis
 
-__all__ = ["control_frames", "data_matched_frames", "draw_generator", "exclusion_basis"]
+__all__ = [
+    "control_frames",
+    "data_matched_frames",
+    "draw_generator",
+    "exclusion_basis",
+    "reused_draws",
+]
 
 Frames = Float[torch.Tensor, "draws d k"]
 
@@ -54,14 +62,48 @@ def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
     return seeded_generator(*seed_key, draw)
 
 
+#: While :func:`reused_draws` is active: the Gaussian draws kept so far by
+#: ``(d, k, draws, seed key)``, and the bytes still free for more.
+_REUSED: contextvars.ContextVar[tuple[dict[tuple, Frames], list[int]] | None] = (
+    contextvars.ContextVar("reused_draws", default=None)
+)
+
+
+@contextlib.contextmanager
+def reused_draws(max_bytes: int = 256 * 2**20) -> Iterator[None]:
+    """Within the block, the Gaussian draws of each ``(d, k, draws, seed key)`` are made once and
+    reused — the same numbers, drawn once: a step's probes (the per-sequence projectors, the
+    energy rows, the anisotropy share; a proxy and its complement family) draw the frames of one
+    key up to eight times. The first ``max_bytes`` of draws are kept (not the most recent: the
+    probes scan the keys in the same order one after another, where least-recently-used keeping
+    would never hit); the rest are drawn each time. Nested blocks share the outer one's draws."""
+    if _REUSED.get() is not None:
+        yield
+        return
+    token = _REUSED.set(({}, [check_count(max_bytes, "max_bytes", minimum=0)]))
+    try:
+        yield
+    finally:
+        _REUSED.reset(token)
+
+
 def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
-    """``draws`` standard Gaussian d × k matrices, one generator each (float64)."""
-    return torch.stack(
+    """``draws`` standard Gaussian d × k matrices, one generator each (float64; reused within
+    :func:`reused_draws` — callers never modify them in place)."""
+    reused = _REUSED.get()
+    key = (d, k, draws, tuple(int(v) for v in seed_key))
+    if reused is not None and key in reused[0]:
+        return reused[0][key]
+    g = torch.stack(
         [
             torch.randn(d, k, generator=draw_generator(seed_key, j), dtype=torch.float64)
             for j in range(draws)
         ]
     )
+    if reused is not None and g.nbytes <= reused[1][0]:
+        reused[0][key] = g
+        reused[1][0] -= g.nbytes
+    return g
 
 
 def _orthonormalise(projected: Frames) -> Frames:

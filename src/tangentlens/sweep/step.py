@@ -22,6 +22,7 @@ from tangentlens.capture import (
     combine_site_passes,
 )
 from tangentlens.data import iter_batches
+from tangentlens.metrics import reused_draws
 from tangentlens.models import hook_name, lens_model
 from tangentlens.probes import (
     anisotropy_share,
@@ -230,6 +231,7 @@ def fit_step(
     return with_fixed(fitted, fixed)
 
 
+@reused_draws()  # a step's probes draw the control frames of each key up to eight times
 def step_rows(
     recipe: Recipe,
     capture: Capture,
