@@ -201,7 +201,9 @@ def test_suites_load_through_either_loader_raw_and_offline(micro_pythia, monkeyp
     default = HookedTransformer if DEFAULT_LOADERS["decoder"] == "hooked" else TransformerBridge
     assert isinstance(micro_pythia.load(step), default)
     assert isinstance(micro_pythia.load(step, loader="auto"), default)
-    with pytest.raises(ValueError, match=r"^loader must be one of \('auto', 'hooked', 'bridge'\)"):
+    with pytest.raises(
+        ValueError, match=r"^loader must be one of \('auto', 'hooked', 'bridge', 'hf'"
+    ):
         micro_pythia.load(step, loader="brige")
     lens = lens_model(bridge)
     assert (lens.model_name, lens.checkpoint) == ("micro-pythia", step)

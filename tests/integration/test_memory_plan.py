@@ -160,7 +160,7 @@ def test_saved_per_block_is_what_autograd_saves(
     assert measured[1] - measured[0] == saved_per_block(shape, DTYPE_BYTES[dtype], batch, seq_len)
 
 
-@pytest.mark.parametrize("name", ["pythia_1b", "pythia_6_9b"])
+@pytest.mark.parametrize("name", ["pythia_1b", "pythia_6_9b", "olmo_1b", "eurobert_210m"])
 def test_large_recipes_state_their_memory_plan(name) -> None:
     """The header comment of the large-model recipes is the plan the sweep prints, and the
     plan fits one 80 GB GPU."""

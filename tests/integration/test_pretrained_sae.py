@@ -186,6 +186,17 @@ def pythia_70m_like(micro_pythia, tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture
+def fake_release_width(monkeypatch):
+    """The fake release's SAEs read width ``D_IN`` (the micro suite's), not Pythia-70m's 512:
+    the sweep's planning check compares the suite's width with that of the release's model, so
+    ``pythia-70m-deduped`` is declared ``D_IN`` wide while a test sweeps ``pythia_70m_like``
+    (unpatched, that suite is refused at planning: tests/unit/test_pretrained_registry.py)."""
+    from tangentlens.models.shapes import PYTHIA_CONFIGS
+
+    monkeypatch.setitem(PYTHIA_CONFIGS["EleutherAI/pythia-70m-deduped"], "hidden_size", D_IN)
+
+
 def _recipe(tmp_path: Path, suite: Path, policy: str, extra: str = "") -> Path:
     path = tmp_path / f"pretrained_{policy}.toml"
     path.write_text(
@@ -222,7 +233,9 @@ draws = 5
 
 
 @pytest.mark.parametrize("policy", ["per_checkpoint", "frozen_early"])
-def test_a_sweep_scores_the_pretrained_proxies(offline_hub, pythia_70m_like, tmp_path, policy):
+def test_a_sweep_scores_the_pretrained_proxies(
+    offline_hub, fake_release_width, pythia_70m_like, tmp_path, policy
+):
     run = run_sweep(load_recipe(_recipe(tmp_path, pythia_70m_like, policy)), tmp_path / "run")
     saved = torch.load(run / "state" / "pretrained-sae.pt", weights_only=True)
     assert saved["step"] == 0 and saved["ids"] == {site: site for site in IDS}
@@ -252,7 +265,9 @@ def test_a_sweep_scores_the_pretrained_proxies(offline_hub, pythia_70m_like, tmp
         assert ("subspace_stability", "pretrained_sae@frozen") in methods
 
 
-def test_a_sweep_refuses_an_sae_whose_hook_is_not_captured(offline_hub, pythia_70m_like, tmp_path):
+def test_a_sweep_refuses_an_sae_whose_hook_is_not_captured(
+    offline_hub, fake_release_width, pythia_70m_like, tmp_path
+):
     path = _recipe(tmp_path, pythia_70m_like, "per_checkpoint")
     recipe = load_recipe(path, ["capture.layers='0'"])
     message = "reads hook 'blocks.1.hook_resid_post', which is not a captured site"

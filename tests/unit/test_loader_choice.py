@@ -10,6 +10,8 @@ import pytest
 
 from tangentlens.models.catalog import (
     DEFAULT_LOADERS,
+    ENCODER_MODEL_TYPES,
+    HF_MODEL_TYPES,
     LOADER_CHOICES,
     LOADERS,
     resolve_loader,
@@ -21,7 +23,8 @@ from tangentlens.sweep.runner import plan_sweep
 
 
 def test_the_loaders_and_their_defaults() -> None:
-    assert LOADERS == ("hooked", "bridge") and LOADER_CHOICES == ("auto", "hooked", "bridge")
+    assert LOADERS == ("hooked", "bridge", "hf")
+    assert LOADER_CHOICES == ("auto", "hooked", "bridge", "hf")
     assert set(DEFAULT_LOADERS) == {"decoder", "encoder"}
     assert set(DEFAULT_LOADERS.values()) <= set(LOADERS)
     for family, default in DEFAULT_LOADERS.items():
@@ -30,8 +33,25 @@ def test_the_loaders_and_their_defaults() -> None:
             assert resolve_loader(loader, family) == loader
 
 
+def test_model_types_only_the_hf_loader_loads() -> None:
+    """EuroBERT / ModernBERT: "auto" is "hf" and another loader one line naming it; "hf" on
+    another known model type is refused, on an unknown one left to the loading."""
+    assert sorted(HF_MODEL_TYPES) == ["eurobert", "modernbert"]
+    assert HF_MODEL_TYPES <= ENCODER_MODEL_TYPES
+    for model_type in HF_MODEL_TYPES:
+        assert resolve_loader("auto", "encoder", model_type) == "hf"
+        assert resolve_loader("hf", "encoder", model_type) == "hf"
+        with pytest.raises(ValueError, match=rf"^checkpoints of model type '{model_type}' load "):
+            resolve_loader("bridge", "encoder", model_type)
+    assert resolve_loader("auto", "encoder", "bert") == DEFAULT_LOADERS["encoder"]
+    with pytest.raises(ValueError, match=r"^loader 'hf' loads model types .*'gpt_neox'"):
+        resolve_loader("hf", "decoder", "gpt_neox")
+
+
 def test_unknown_loaders_and_families_are_refused_naming_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match=r"^loader must be one of \('auto', 'hooked', 'bridge'\)"):
+    with pytest.raises(
+        ValueError, match=r"^loader must be one of \('auto', 'hooked', 'bridge', 'hf'\)"
+    ):
         resolve_loader("Bridge", "decoder")
     with pytest.raises(ValueError, match=r"family must be one of \['decoder', 'encoder'\]"):
         resolve_loader("auto", "seq2seq")
@@ -44,7 +64,7 @@ def test_recipe_suite_loader_is_validated_in_one_line() -> None:
         load_recipe("quickstart", ["suite.loader='brige'"])
     message = str(error.value)
     assert "\n" not in message
-    assert "suite.loader must be one of ('auto', 'hooked', 'bridge'), got 'brige'" in message
+    assert "suite.loader must be one of ('auto', 'hooked', 'bridge', 'hf'), got 'brige'" in message
     assert "did you mean 'bridge'" in message
 
 

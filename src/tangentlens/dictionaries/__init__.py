@@ -13,7 +13,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ".base": ("ConceptDictionary", "check_rank"),
         ".pca": ("PCA",),
         ".policy": ("FIT_POLICIES", "early_window", "in_window"),
-        ".sae": ("SAE", "SAE_ARCHITECTURES", "check_pretrained"),
+        ".sae": ("SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"),
         ".seminmf": ("SOLVERS", "SemiNMF"),
         "tangentlens.metrics.subspace": (
             "DEFAULT_RANK_RTOL",

@@ -36,7 +36,7 @@ from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
-__all__ = ["SAE", "SAE_ARCHITECTURES", "check_pretrained"]
+__all__ = ["SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"]
 
 SAE_ARCHITECTURES: tuple[str, ...] = ("topk", "standard")
 
@@ -68,6 +68,15 @@ def check_pretrained(release: str, sae_ids: Sequence[str]) -> None:
             raise ValueError(
                 f"release {release!r} has no SAE id {sae_id!r}{hint}; its ids: {listed}"
             )
+
+
+def pretrained_models() -> dict[str, str]:
+    """Release → the model its SAEs were trained on, as SAELens' pretrained registry names it
+    (a TransformerLens name or alias: ``pythia-70m-deduped``, ``gpt2-small``; read offline from
+    the registry SAELens ships)."""
+    from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+
+    return {release: entry.model for release, entry in get_pretrained_saes_directory().items()}
 
 
 def _shuffled_batches(H: torch.Tensor, batch_size: int, seed: int) -> Iterator[torch.Tensor]:

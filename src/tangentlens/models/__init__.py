@@ -18,7 +18,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "LOADERS",
             "SUITE_KINDS",
             "resolve_loader",
+            "suite_loader",
         ),
+        ".hub_suites": ("HUB_SUITES", "HubSuiteEntry"),
         ".configs": ("MINI_SUITE_CONFIGS", "MiniSuiteConfig"),
         ".lens": ("BridgeLens", "HookedLens", "LensModel", "lens_model"),
         ".loading": (
@@ -44,7 +46,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "site_kinds",
         ),
         ".suites": (
+            "CatalogueSuite",
             "CheckpointSuite",
+            "HubSuite",
             "LocalSuite",
             "MiniSuite",
             "PythiaSuite",

@@ -1,5 +1,6 @@
-"""One adapter over the two kinds of TransformerLens model tangentlens measures: what a capture,
-a probe's planning and :func:`tangentlens.measure` need of a model, asked of one object.
+"""One adapter over the kinds of model tangentlens measures (TransformerLens' two, and Hugging
+Face encoders TransformerLens cannot load): what a capture, a probe's planning and
+:func:`tangentlens.measure` need of a model, asked of one object.
 
 * :class:`HookedLens` — a ``HookedTransformer`` (decoders) or ``HookedEncoder`` (BERT-style
   encoders), TransformerLens' own re-implementation loaded from converted weights;
@@ -7,7 +8,10 @@ a probe's planning and :func:`tangentlens.measure` need of a model, asked of one
   Hugging Face model itself, raw weights, eager attention, with TransformerLens hook points
   wrapped around its modules. Decoders (``…ForCausalLM``: next-token loss) and BERT masked-LM
   encoders (``BertForMaskedLM``; a ``BertModel`` checkpoint boots with a head the checkpoint
-  does not hold, so it is marked headless and its head set to NaN by the loader).
+  does not hold, so it is marked headless and its head set to NaN by the loader);
+* :class:`~tangentlens.models.hf_lens.HfLens` (:mod:`tangentlens.models.hf_lens`) — the
+  Hugging Face masked-LM model itself, for the encoders TransformerLens neither converts nor
+  bridges (EuroBERT, ModernBERT), read through forward hooks on its modules.
 
 :func:`lens_model` wraps a model (a lens passes through unchanged); nothing outside
 :mod:`tangentlens.models` tells the kinds apart. Sites are named by :mod:`tangentlens.models.sites`
@@ -34,14 +38,14 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float
 
-from tangentlens.models.catalog import HEADLESS_ARCHITECTURES
+from tangentlens.models.catalog import HEADLESS_ARCHITECTURES, HF_MODEL_TYPES
 from tangentlens.models.sites import Family, SiteTemplates, bridge_templates, hooked_templates
 from tangentlens.typing import Tokens
 
 __all__ = ["BRIDGE_ENCODERS", "BridgeLens", "HookedLens", "LensModel", "lens_model"]
 
 #: The loader a lens comes from (one of :data:`tangentlens.models.catalog.LOADERS`).
-Loader = Literal["hooked", "bridge"]
+Loader = Literal["hooked", "bridge", "hf"]
 #: A hook body: the site's tensor in, the tensor the model goes on with out (or None: unchanged).
 HookFn = Callable[[torch.Tensor], torch.Tensor | None]
 HeadInput = Float[torch.Tensor, "batch pos d_model"]
@@ -54,10 +58,10 @@ class LensModel(ABC):
     """What tangentlens reads of a model, whichever loader made it.
 
     Attributes: ``module`` (the ``torch.nn.Module`` to freeze, move and run), ``loader``
-    (``"hooked"`` or ``"bridge"``), ``family`` (``"decoder"`` or ``"encoder"``), ``n_layers``,
-    ``d_model``, ``n_heads``, ``n_kv_heads`` (key/value heads: fewer than ``n_heads`` under
-    grouped-query attention), ``d_head``, ``d_vocab`` (rows of the input embedding), ``n_ctx``
-    (longest input), ``device``.
+    (``"hooked"``, ``"bridge"`` or ``"hf"``), ``family`` (``"decoder"`` or ``"encoder"``),
+    ``n_layers``, ``d_model``, ``n_heads``, ``n_kv_heads`` (key/value heads: fewer than
+    ``n_heads`` under grouped-query attention), ``d_head``, ``d_vocab`` (rows of the input
+    embedding), ``n_ctx`` (longest input), ``device``.
     """
 
     module: torch.nn.Module
@@ -352,7 +356,10 @@ class BridgeLens(LensModel):
 
 def lens_model(model: Any) -> LensModel:
     """``model`` as a :class:`LensModel` (a lens unchanged): a ``HookedTransformer`` /
-    ``HookedEncoder`` or a ``TransformerBridge``; anything else is a ``ValueError``."""
+    ``HookedEncoder``, a ``TransformerBridge``, or a Hugging Face masked-LM model of
+    :data:`~tangentlens.models.catalog.HF_MODEL_TYPES` (an
+    :class:`~tangentlens.models.hf_lens.HfLens` without a tokenizer; ``load_local_checkpoint``
+    gives one with it); anything else is a ``ValueError``."""
     if isinstance(model, LensModel):
         return model
     from transformer_lens import HookedEncoder, HookedTransformer
@@ -362,7 +369,11 @@ def lens_model(model: Any) -> LensModel:
         return HookedLens(model)
     if isinstance(model, TransformerBridge):
         return BridgeLens(model)
+    if getattr(getattr(model, "config", None), "model_type", None) in HF_MODEL_TYPES:
+        from tangentlens.models.hf_lens import HfLens
+
+        return HfLens(model)
     raise ValueError(
-        "expected a TransformerLens HookedTransformer, HookedEncoder or TransformerBridge, got "
-        f"{type(model).__name__}"
+        "expected a TransformerLens HookedTransformer, HookedEncoder or TransformerBridge, or a "
+        f"Hugging Face masked-LM model of {sorted(HF_MODEL_TYPES)}, got {type(model).__name__}"
     )

@@ -6,8 +6,10 @@ reproduces the Hugging Face model's hidden states and logits (tested to ≤ 1e-4
 
 Loaders (:data:`~tangentlens.models.catalog.LOADERS`): ``"hooked"`` converts the weights into a
 ``HookedTransformer`` / ``HookedEncoder``; ``"bridge"`` boots a ``TransformerBridge`` around the
-Hugging Face model itself (:func:`boot_bridge`: raw weights, eager attention, nothing converted).
-Both are read through :mod:`tangentlens.models.lens`.
+Hugging Face model itself (:func:`boot_bridge`: raw weights, eager attention, nothing converted);
+``"hf"`` loads a EuroBERT or ModernBERT masked-LM checkpoint as the Hugging Face model itself
+(:func:`load_hf_encoder`: raw weights, SDPA attention) inside an
+:class:`~tangentlens.models.hf_lens.HfLens`. All are read through :mod:`tangentlens.models.lens`.
 
 * :func:`load_local_checkpoint` reads a Hugging Face-format folder (config, safetensors or bin
   weights, tokenizer files) and makes no hub call of any kind. Decoders: the architectures in
@@ -42,6 +44,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
     AutoTokenizer,
     BertForMaskedLM,
     BertModel,
@@ -50,7 +53,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from tangentlens.models.catalog import HEADLESS_ARCHITECTURES, LOADERS
+from tangentlens.models.catalog import ENCODER_MODEL_TYPES, HEADLESS_ARCHITECTURES, resolve_loader
+from tangentlens.models.hf_lens import HF_ENCODERS, HfLens
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
 from tangentlens.models.lens import lens_model
 from tangentlens.models.weights import verify_weight_files
@@ -66,6 +70,9 @@ DECODER_ARCHITECTURES: tuple[str, ...] = (
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
 )
+#: Decoder architectures TransformerLens bridges but does not convert from a local folder
+#: (OLMo: its ``HookedTransformer`` config is keyed on hub names): loader ``"bridge"`` only.
+BRIDGE_ONLY_ARCHITECTURES: tuple[str, ...] = ("OlmoForCausalLM",)
 #: BERT-style encoders (loaded with their MLM head into ``HookedEncoder``).
 ENCODER_ARCHITECTURES: tuple[str, ...] = ("BertForMaskedLM",)
 #: Files that hold a tokenizer's vocabulary (one of them must be in a checkpoint folder).
@@ -117,7 +124,12 @@ def checkpoint_architecture(folder: Path) -> str:
     """The folder's Hugging Face architecture, refused unless this module can load it (one
     with a language-modelling head first, when ``config.json`` names several)."""
     architectures = read_hf_config(folder).get("architectures") or []
-    supported = (*DECODER_ARCHITECTURES, *ENCODER_ARCHITECTURES, *HEADLESS_ARCHITECTURES)
+    supported = (
+        *DECODER_ARCHITECTURES,
+        *BRIDGE_ONLY_ARCHITECTURES,
+        *ENCODER_ARCHITECTURES,
+        *HEADLESS_ARCHITECTURES,
+    )
     for name in supported:
         if name in architectures:
             return name
@@ -280,26 +292,85 @@ def boot_bridge(
     return bridge.eval()
 
 
+#: The attention implementation ``"hf"`` loads with: SDPA and eager agree to ~1e-7 in float32
+#: (``tests/integration/test_hf_encoders.py``), and SDPA keeps no attention pattern for the
+#: backward pass (no probe of this loader reads patterns).
+HF_ATTENTION = "sdpa"
+
+
+def load_hf_encoder(
+    folder: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> HfLens:
+    """A EuroBERT / ModernBERT masked-LM checkpoint folder (``config.json`` naming
+    ``EuroBertForMaskedLM`` / ``ModernBertForMaskedLM``, weights, tokenizer files) as the
+    Hugging Face model itself, raw weights, in eval mode, in an :class:`HfLens` with its
+    tokenizer. Reads only ``folder``; weights the checkpoint lacks (a head drawn at random)
+    are a ``ValueError``."""
+    folder = Path(folder).expanduser()
+    config = read_hf_config(folder)
+    model_type = config.get("model_type")
+    parts = HF_ENCODERS.get(str(model_type))
+    architectures = config.get("architectures") or []
+    if parts is None or parts.architecture not in architectures:
+        allowed = [p.architecture for p in HF_ENCODERS.values()]
+        raise ValueError(
+            f"checkpoint {str(folder)!r} has model type {model_type!r} and architectures "
+            f"{architectures}; loader 'hf' loads {allowed} (a masked-LM head: the loss)"
+        )
+    verify_weight_files(folder)
+    with hf_offline_mode(), _quiet(), torch.no_grad():
+        tokenizer = _local_tokenizer(folder)
+        try:
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                folder,
+                local_files_only=True,
+                dtype=dtype,
+                attn_implementation=HF_ATTENTION,
+                output_loading_info=True,
+            )
+        except (OSError, ValueError, RuntimeError) as error:
+            raise ValueError(f"cannot load the weights of {str(folder)!r}: {error}") from error
+    if info["missing_keys"]:
+        raise ValueError(
+            f"checkpoint {str(folder)!r} lacks weights {sorted(info['missing_keys'])}: "
+            f"{parts.architecture} would draw them at random"
+        )
+    lens = HfLens(model.to(device).eval(), tokenizer=tokenizer, model_name=folder.name)
+    check_vocabulary(tokenizer, lens.d_vocab, repr(str(folder)))
+    return lens
+
+
 def load_local_checkpoint(
     folder: str | Path,
     *,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     loader: str = "hooked",
-) -> HookedModel | TransformerBridge:
-    """A Hugging Face-format checkpoint folder as a TransformerLens model, tokenizer attached:
+) -> HookedModel | TransformerBridge | HfLens:
+    """A Hugging Face-format checkpoint folder as a model tangentlens reads, tokenizer attached:
     ``loader="hooked"`` a ``HookedTransformer`` / ``HookedEncoder`` (converted weights),
-    ``"bridge"`` a ``TransformerBridge`` around the Hugging Face model (see :func:`boot_bridge`).
+    ``"bridge"`` a ``TransformerBridge`` around the Hugging Face model (see :func:`boot_bridge`),
+    ``"hf"`` an :class:`~tangentlens.models.hf_lens.HfLens` of a EuroBERT / ModernBERT encoder
+    (see :func:`load_hf_encoder`; the only loader of those), ``"auto"`` the one
+    :func:`~tangentlens.models.catalog.resolve_loader` picks for the folder's model type.
 
     Reads only ``folder`` (the hub is switched off while loading). A headless checkpoint loads
     without a usable head: see :func:`has_lm_head`.
     """
-    if loader not in LOADERS:
-        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ValueError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder")
+    model_type = read_hf_config(folder).get("model_type")
+    family = "encoder" if model_type in ENCODER_MODEL_TYPES else "decoder"
+    loader = resolve_loader(loader, family, model_type)
+    if loader == "hf":
+        return load_hf_encoder(folder, device=device, dtype=dtype)
     architecture = checkpoint_architecture(folder)
+    if architecture in BRIDGE_ONLY_ARCHITECTURES and loader != "bridge":
+        raise ValueError(
+            f"checkpoint {str(folder)!r} is a {architecture}: it loads through loader 'bridge' "
+            f"only, got loader {loader!r}"
+        )
     verify_weight_files(folder)
     if loader == "bridge":
         with hf_offline_mode():
@@ -381,8 +452,7 @@ def load_pythia_checkpoint(
     Offline (see :func:`~tangentlens.models.hub.offline_requested`), only the local Hugging Face
     cache is read; a revision missing from it is a ``ValueError`` saying how to get it.
     """
-    if loader not in LOADERS:
-        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
+    loader = resolve_loader(loader, "decoder", "gpt_neox")
     if offline_requested(offline):
         with hf_offline_mode():
             _require_cached(model_name, f"step{step}")

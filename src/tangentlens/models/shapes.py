@@ -16,6 +16,7 @@ from typing import Any
 
 from tangentlens.models.catalog import checkpoint_folders, parse_suite_spec
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
+from tangentlens.models.hub_suites import HUB_SUITES
 
 __all__ = ["FAMILIES", "PYTHIA_CONFIGS", "ModelShape", "pythia_config", "suite_shape"]
 
@@ -29,6 +30,10 @@ _FAMILY_OF = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "llama",
+    # planned as Llama's layout (the catalogue's bridge / hf loaders are not measured: estimates)
+    "OlmoForCausalLM": "llama",
+    "EuroBertForMaskedLM": "llama",
+    "ModernBertForMaskedLM": "llama",
 }
 
 #: Pythia sizes → (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
@@ -196,12 +201,15 @@ class ModelShape:
 def suite_shape(spec: str) -> ModelShape:
     """The shape of the models of the suite ``spec`` (see
     :func:`~tangentlens.models.catalog.parse_suite_spec`), without opening it: a mini suite's
-    from its config, Pythia's from :data:`PYTHIA_CONFIGS`, a local folder's from the
+    from its config, Pythia's from :data:`PYTHIA_CONFIGS`, a hub catalogue suite's from its
+    published config (:data:`~tangentlens.models.hub_suites.HUB_SUITES`), a local folder's from the
     ``config.json`` of its last checkpoint (the integrity check refuses configs that differ
     across checkpoints before any unit runs)."""
     kind, target = parse_suite_spec(spec)
     if kind == "pythia":
         return ModelShape.from_hf_config(pythia_config(target), target)
+    if kind == "hub":
+        return ModelShape.from_hf_config(HUB_SUITES[target].config, target)
     if kind == "local":
         return ModelShape.from_folder(list(checkpoint_folders(target).values())[-1])
     return ModelShape.from_mini(MINI_SUITE_CONFIGS[target])

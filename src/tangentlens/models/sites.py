@@ -20,6 +20,12 @@ attn_out    ``blocks.{l}.hook_attn_out``    ``blocks.{l}.attn.o.hook_out`` (the 
                                             the LayerNorm)
 =========== =============================== =========================================
 
+The ``"hf"`` loader (:class:`~tangentlens.models.hf_lens.HfLens`: EuroBERT and ModernBERT
+encoders, which TransformerLens neither converts nor bridges) names its sites as
+``HookedEncoder`` does except the block output, ``blocks.{l}.hook_resid_post`` (the layer's
+output; the last one taken before the encoder's final norm); ``embed.hook_embed`` is the token
+embedding (ModernBERT normalises it before block 0, so there it is not ``resid_pre`` of block 0).
+
 Decoders' names are TransformerLens' on both loaders (``hook_embed``,
 ``blocks.{l}.hook_resid_post``, ``blocks.{l}.attn.hook_q`` before the rotary embedding, …). On
 the bridge a kind is offered only when its hook exists at every block (an architecture without
@@ -37,6 +43,7 @@ from typing import Any, Literal
 __all__ = [
     "SITE_KINDS",
     "bridge_templates",
+    "hf_templates",
     "hook_name",
     "hooked_templates",
     "model_family",
@@ -76,6 +83,15 @@ _BRIDGE_BERT = {
     "attn_out": "blocks.{l}.attn.o.hook_out",
 }
 
+#: The ``"hf"`` loader's sites (forward hooks on the Hugging Face modules; see :mod:`.hf_lens`).
+_HF_ENCODER = {
+    "embed": "embed.hook_embed",
+    "resid_pre": "blocks.{l}.hook_resid_pre",
+    "resid_post": "blocks.{l}.hook_resid_post",
+    "attn_out": "blocks.{l}.hook_attn_out",
+    "mlp_out": "blocks.{l}.hook_mlp_out",
+}
+
 
 def hooked_templates(family: Family, parallel_attn_mlp: bool) -> SiteTemplates:
     """The sites of a ``HookedTransformer`` (``decoder``) or ``HookedEncoder`` (``encoder``)."""
@@ -97,6 +113,11 @@ def bridge_templates(
         for kind, template in templates.items()
         if all(template.format(l=layer) in names for layer in range(n_layers))
     }
+
+
+def hf_templates() -> SiteTemplates:
+    """The sites of an ``"hf"``-loaded encoder (no per-head attention sites)."""
+    return dict(_HF_ENCODER)
 
 
 def model_family(model: Any) -> Family:
@@ -126,6 +147,8 @@ def hook_name(model: Any, kind: str, layer: int | None = None) -> str:
             lacks = " (parallel attention and MLP: no resid_mid)"
         elif kind in SITE_KINDS and lens.loader == "bridge":
             lacks = f" (the bridge of {lens.architecture} has no such hook at every block)"
+        elif kind in SITE_KINDS and lens.loader == "hf":
+            lacks = f" (loader 'hf' hooks {lens.architecture}'s layers, not its attention heads)"
         raise ValueError(
             f"site {kind!r} does not exist in this {lens.family}{lacks}; allowed: {list(templates)}"
         )

@@ -1,4 +1,5 @@
-"""Checkpoint suites: one interface over Pythia on the hub, local folders and the mini suites.
+"""Checkpoint suites: one interface over hub suites (Pythia and the catalogue of
+:mod:`~tangentlens.models.hub_suites`), local folders and the mini suites.
 
 A suite lists its steps and the tokens seen at each, resolves step selections (see
 :mod:`tangentlens.models.schedule`) and yields a TransformerLens model at a step, loaded with no
@@ -43,7 +44,9 @@ from tangentlens.models.catalog import (
     resolve_loader,
 )
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
+from tangentlens.models.hf_lens import HfLens
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
+from tangentlens.models.hub_suites import HubSuiteEntry, resolve_hub_suite
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
     PYTHIA_STEPS,
@@ -233,12 +236,73 @@ class CheckpointSuite(ABC):
         return f"{type(self).__name__}({self.name!r}, {len(self.steps)} steps)"
 
 
-class PythiaSuite(CheckpointSuite):
-    """``EleutherAI/pythia-*`` at any of its 154 revisions, through TransformerLens.
+class HubSuite(CheckpointSuite):
+    """A suite whose checkpoints are revisions of one Hugging Face hub repository
+    (:meth:`revision` names the one holding a step): offline rules, the local cache, weight
+    hashes and the fetch command shared by :class:`PythiaSuite` and :class:`CatalogueSuite`.
 
     With ``offline=True``, ``TANGENTLENS_OFFLINE=1`` or an unreachable hub only the local Hugging
     Face cache is used, without network retries.
     """
+
+    offline: bool | None
+
+    @abstractmethod
+    def revision(self, step: int) -> str:
+        """The hub revision (branch) holding ``step``."""
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        revision = self.revision(self.steps[-1])
+        if offline_requested(self.offline):
+            with hf_offline_mode():
+                return AutoTokenizer.from_pretrained(self.name, revision=revision)
+        return AutoTokenizer.from_pretrained(self.name, revision=revision)
+
+    def cached_folder(self, step: int) -> Path | None:
+        """The revision's snapshot in the local Hugging Face cache (None when not cached)."""
+        from huggingface_hub import snapshot_download
+
+        self.check_step(step)
+        try:
+            folder = snapshot_download(
+                self.name, revision=self.revision(step), local_files_only=True
+            )
+        except Exception:  # not cached: nothing to check without downloading
+            return None
+        return Path(folder)
+
+    def fetch_command(self, step: int) -> str:
+        """The command that downloads the revision of ``step`` where the hub is reachable."""
+        return f"hf download {self.name} --revision {self.revision(step)}"
+
+    def check_available(self, steps: Sequence[int]) -> None:
+        """Offline, every revision of ``steps`` must be in the local cache: the missing ones are
+        named with how to fetch them, before a sweep spends hours on the others."""
+        if not offline_requested(self.offline):
+            return
+        missing = [step for step in steps if self.cached_folder(step) is None]
+        if missing:
+            fetch = "; ".join(self.fetch_command(step) for step in missing[:3])
+            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            raise ValueError(
+                f"{self.name} at step(s) {', '.join(map(str, missing))} is not in the local "
+                f"Hugging Face cache ({hub_cache_dir()}) and the hub is offline; fetch it where "
+                f"the hub is reachable ({fetch}{more}) or run online"
+            )
+
+    def weights_hash(self, step: int) -> str | None:
+        """Digest of the cached revision's weights, checked whole first, from the blob names the
+        cache already holds (no re-hash); None when the revision is not cached."""
+        folder = self.cached_folder(step)
+        if folder is None:
+            return None
+        verify_weight_files(folder)
+        return weights_hash(folder)
+
+
+class PythiaSuite(HubSuite):
+    """``EleutherAI/pythia-*`` at any of its 154 revisions (``step{N}``), through
+    TransformerLens."""
 
     kind = "pythia"
     family: Family = "decoder"
@@ -250,6 +314,9 @@ class PythiaSuite(CheckpointSuite):
     @property
     def steps(self) -> tuple[int, ...]:
         return PYTHIA_STEPS
+
+    def revision(self, step: int) -> str:
+        return f"step{step}"
 
     def tokens_seen(self, step: int) -> int:
         self.check_step(step)
@@ -275,42 +342,83 @@ class PythiaSuite(CheckpointSuite):
                 return AutoTokenizer.from_pretrained(self.name)
         return AutoTokenizer.from_pretrained(self.name)
 
-    def cached_folder(self, step: int) -> Path | None:
-        """The revision's snapshot in the local Hugging Face cache (None when not cached)."""
-        from huggingface_hub import snapshot_download
-
-        self.check_step(step)
-        try:
-            return Path(snapshot_download(self.name, revision=f"step{step}", local_files_only=True))
-        except Exception:  # not cached: nothing to check without downloading
-            return None
-
-    def check_available(self, steps: Sequence[int]) -> None:
-        """Offline, every revision of ``steps`` must be in the local cache: the missing ones are
-        named with how to fetch them, before a sweep spends hours on the others."""
-        if not offline_requested(self.offline):
-            return
-        missing = [step for step in steps if self.cached_folder(step) is None]
-        if missing:
-            fetch = "; ".join(f"hf download {self.name} --revision step{s}" for s in missing[:3])
-            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
-            raise ValueError(
-                f"{self.name} at step(s) {', '.join(map(str, missing))} is not in the local "
-                f"Hugging Face cache ({hub_cache_dir()}) and the hub is offline; fetch it where "
-                f"the hub is reachable ({fetch}{more}) or run online"
-            )
-
-    def weights_hash(self, step: int) -> str | None:
-        """Digest of the cached revision's weights, checked whole first, from the blob names the
-        cache already holds (no re-hash); None when the revision is not cached."""
-        folder = self.cached_folder(step)
-        if folder is None:
-            return None
-        verify_weight_files(folder)
-        return weights_hash(folder)
-
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}
+
+
+class CatalogueSuite(HubSuite):
+    """A suite of the hub catalogue (:data:`~tangentlens.models.hub_suites.HUB_SUITES`: OLMo,
+    SmolLM2, Gaperon, EuroBERT, ModernCamemBERT). Loading a step resolves its revision's snapshot
+    (the local cache only when offline, else downloaded) and loads that folder through
+    :func:`~tangentlens.models.loading.load_local_checkpoint` with the suite's loader."""
+
+    kind = "hub"
+
+    def __init__(self, name: str, *, offline: bool | None = None):
+        self.entry: HubSuiteEntry = resolve_hub_suite(name)
+        self.name = self.entry.hub_id
+        self.family = self.entry.family  # type: ignore[assignment]
+        self.offline = offline
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return self.entry.steps
+
+    def revision(self, step: int) -> str:
+        return self.entry.revision(step)
+
+    def tokens_seen(self, step: int) -> int | None:
+        self.check_step(step)
+        per_step = self.entry.tokens_per_step
+        return step * per_step if per_step is not None else None
+
+    def loader(self, loader: str | None = None) -> str:
+        """``None`` / ``"auto"``: the catalogue's loader for this suite; else ``loader`` when it
+        can load the suite's model type."""
+        chosen = self.entry.loader if loader in (None, "auto") else loader
+        return resolve_loader(chosen, self.family, self.entry.config.get("model_type"))
+
+    def snapshot(self, step: int) -> Path:
+        """The folder of the revision holding ``step``: the cached snapshot offline (a missing
+        one is a ``ValueError`` with the fetch command), downloaded online."""
+        self.check_step(step)
+        if offline_requested(self.offline):
+            folder = self.cached_folder(step)
+            if folder is None:
+                raise ValueError(
+                    f"{self.name} at step {step} (revision {self.revision(step)!r}) is not in the "
+                    f"local Hugging Face cache ({hub_cache_dir()}); download it where the hub is "
+                    f"reachable (`{self.fetch_command(step)}`) or run without offline mode"
+                )
+            return folder
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(self.name, revision=self.revision(step)))
+
+    def load(
+        self,
+        step: int,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        loader: str | None = None,
+    ) -> HookedModel | HfLens:
+        loader = self.loader(loader)
+        model = load_local_checkpoint(
+            self.snapshot(step), device=device, dtype=dtype, loader=loader
+        )
+        model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
+        return model
+
+    def describe(self) -> dict[str, Any]:
+        entry = self.entry
+        return {
+            **super().describe(),
+            "tokens_per_step": entry.tokens_per_step,
+            "revisions": {str(step): name for step, name in entry.revisions},
+            "verified": entry.verified,
+            "source": entry.source,
+        }
 
 
 class LocalSuite(CheckpointSuite):
@@ -368,9 +476,12 @@ class LocalSuite(CheckpointSuite):
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         loader: str | None = None,
-    ) -> HookedModel:
-        loader = self.loader(loader)
-        model = load_local_checkpoint(self.folder(step), device=device, dtype=dtype, loader=loader)
+    ) -> HookedModel | HfLens:
+        """The checkpoint at ``step`` through ``loader`` (None / ``"auto"``: the one its
+        ``config.json`` model type allows — ``"hf"`` for EuroBERT / ModernBERT, which load as an
+        :class:`~tangentlens.models.hf_lens.HfLens` — else the family's default)."""
+        folder = self.folder(step)
+        model = load_local_checkpoint(folder, device=device, dtype=dtype, loader=loader or "auto")
         # named and stepped as TransformerLens names a Pythia revision it loads
         model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
         return model
@@ -483,13 +594,17 @@ def ensure_mini_suite(
 
 def open_suite(spec: str, *, offline: bool | None = None, train: bool = True) -> CheckpointSuite:
     """A suite from a short spec: ``"mini-pythia"``, ``"mini-bert"``, a Pythia model name
-    (``"EleutherAI/pythia-160m"``, optionally prefixed ``"pythia:"``), or a folder of checkpoints
-    (optionally prefixed ``"local:"``); see :func:`~tangentlens.models.catalog.parse_suite_spec`.
+    (``"EleutherAI/pythia-160m"``, optionally prefixed ``"pythia:"``), a hub catalogue suite
+    (``"allenai/OLMo-1B-hf"``, ``"olmo-1b"``, optionally prefixed ``"hub:"``), or a folder of
+    checkpoints (optionally prefixed ``"local:"``); see
+    :func:`~tangentlens.models.catalog.parse_suite_spec`.
     :func:`~tangentlens.models.catalog.suite_steps` gives the same suite's steps without opening
     it."""
     kind, target = parse_suite_spec(spec)
     if kind == "pythia":
         return PythiaSuite(target, offline=offline)
+    if kind == "hub":
+        return CatalogueSuite(target, offline=offline)
     if kind == "local":
         return LocalSuite(target)
     return ensure_mini_suite(target, train=train)

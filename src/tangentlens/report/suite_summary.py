@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from tangentlens.models.suites import CheckpointSuite, MiniSuite, SuiteIntegrity
+from tangentlens.models.suites import CatalogueSuite, CheckpointSuite, MiniSuite, SuiteIntegrity
 from tangentlens.report.console import console
 
 
 def _tokens(n: int | None) -> str:
     if n is None:
         return "?"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return str(n)
@@ -43,11 +43,25 @@ def render_suite(
         losses = suite.validation_loss()
         masked = suite.masked_validation_loss()
         train_losses = {int(s): c["train_loss"] for s, c in meta["checkpoints"].items()}
+    if isinstance(suite, CatalogueSuite):
+        entry = suite.entry
+        per_step = entry.tokens_per_step
+        facts += [
+            f"{'verified' if entry.verified else '[yellow]UNVERIFIED[/]'}: {entry.source}",
+            f"loader {entry.loader}; "
+            + (f"{per_step:,} tokens per step" if per_step else "tokens per step unknown")
+            + f"; revisions {entry.revisions[0][1]} … {entry.revisions[-1][1]}",
+        ]
+        if entry.note:
+            facts.append(f"note: {entry.note}")
     for line in facts:
         console.print(f"  {line}")
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("step", justify="right")
     table.add_column("tokens seen", justify="right")
+    revisions = isinstance(suite, CatalogueSuite)
+    if revisions:
+        table.add_column("revision")
     if losses:
         table.add_column("train loss", justify="right")
         table.add_column("held-out loss", justify="right")
@@ -55,6 +69,8 @@ def render_suite(
         table.add_column("at [MASK] inputs", justify="right")
     for step in steps:
         row = [str(step), _tokens(suite.tokens_seen(step))]
+        if revisions:
+            row.append(suite.revision(step))
         if losses:
             train = train_losses.get(step)
             row += ["–" if train is None else f"{train:.3f}", f"{losses[step]:.3f}"]

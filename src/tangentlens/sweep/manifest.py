@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
-from tangentlens.models.catalog import resolve_loader, suite_family
+from tangentlens.models.catalog import suite_loader
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
@@ -100,7 +100,7 @@ def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
     return {
         "recipe": recipe.to_dict(),
         "suite": {"name": recipe.suite.name},
-        "loader": resolve_loader(recipe.suite.loader, suite_family(recipe.suite.name)),
+        "loader": suite_loader(recipe.suite.name, recipe.suite.loader),
         "steps": list(plan.steps),
         "fit_window": list(plan.window),
         "units": len(plan.units),

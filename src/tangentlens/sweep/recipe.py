@@ -240,8 +240,8 @@ class PretrainedSAESpec:
     most often (ties: larger mean activation) on the sampled activation rows of ``select_step``
     (default: the sweep's first selected step; it may not be later), raw as the SAE reads them;
     chosen once and held fixed for every step. The release and ids are checked against the
-    registry when the sweep starts, each SAE's model, hook and width against the suite when it
-    is loaded.
+    registry, the release's model against the suite's (``check_pretrained_sae``) when the sweep
+    is planned; each SAE's model, hook and width against the suite when it is loaded.
     """
 
     release: str = ""
