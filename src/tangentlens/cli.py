@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tangentlens.report.console import fail
+from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
 
@@ -51,19 +52,25 @@ def _memory_lines(recipe: Recipe) -> str:
 
 
 def _sweep(args: argparse.Namespace) -> None:
-    # validation and planning import no model library: a typo is reported at once
+    # validation and planning import no model library: a typo is reported at once (published
+    # SAEs are checked against SAELens' registry and the suite's model, with SAELens imported)
     from tangentlens.report.console import console
     from tangentlens.sweep.executors import check_executor
     from tangentlens.sweep.recipe import load_recipe
-    from tangentlens.sweep.runner import plan_sweep
+    from tangentlens.sweep.runner import check_pretrained_sae, plan_sweep
 
     overrides = [*(args.set or ()), *([f"executor.kind={args.executor}"] if args.executor else [])]
     recipe = load_recipe(args.recipe, overrides)
     out = args.out or f"runs/{recipe.name}"
     plan = plan_sweep(recipe)
+    check_pretrained_sae(recipe)  # before a suite is trained or --out is made
+    if args.timings and not args.plan_only:
+        raise ValueError("--timings goes with --plan-only (a run reports its own time)")
     if args.plan_only:
-        console.print(plan.render(_same_run(out, recipe)), soft_wrap=True, markup=False)
+        same = _same_run(out, recipe)
+        console.print(plan.render(same), soft_wrap=True, markup=False)
         console.print(_memory_lines(recipe), soft_wrap=True, markup=False)
+        console.print(_time_line(plan, recipe, args.timings, same), soft_wrap=True, markup=False)
         return
 
     check_executor(recipe, detach=args.detach)  # before a suite is trained or --out is made
@@ -85,6 +92,23 @@ def _sweep(args: argparse.Namespace) -> None:
         )
         return
     _render_all(out)
+
+
+def _time_line(plan: Plan, recipe: Recipe, timings: str | None, same: str | None) -> str:
+    """The plan's predicted time from the unit times of ``timings``, else of ``same`` (``--out``
+    holding a run of this recipe), else how to measure them."""
+    from tangentlens.sweep.timing import TIMINGS_DIR, plan_time_line
+
+    if timings is not None:
+        if not Path(timings, TIMINGS_DIR).is_dir():
+            raise ValueError(f"--timings {timings}: no run directory with unit timings there")
+        return plan_time_line(plan, recipe, timings, same)
+    if same is not None and Path(same, TIMINGS_DIR).is_dir():
+        return plan_time_line(plan, recipe, same, same)
+    return (
+        "time: not measured yet — run one step (--set suite.steps=last --out DIR) and plan with "
+        "--timings DIR to predict this sweep's time from its units"
+    )
 
 
 def _same_run(out: str, recipe: Recipe) -> str | None:
@@ -143,7 +167,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plan-only",
         action="store_true",
-        help="print the plan of units (with --out of an existing run: what is done) and exit",
+        help="print the plan of units (with --out of an existing run: what is done), its memory "
+        "plan and its predicted time, and exit",
+    )
+    parser.add_argument(
+        "--timings",
+        metavar="RUN_DIR",
+        help="with --plan-only: predict the time from the units of this run (e.g. one step of the "
+        "same recipe: --set suite.steps=last); default: --out when it holds a run of the recipe",
     )
     parser.add_argument(
         "--detach",
@@ -167,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         "suite", help="show a checkpoint suite (training a mini suite on first use)"
     )
     show.add_argument(
-        "name", help="mini-pythia, mini-bert, a Pythia model (EleutherAI/pythia-160m) or a folder"
+        "name",
+        help="mini-pythia, mini-bert, a Pythia model (EleutherAI/pythia-160m), a hub suite "
+        "(allenai/OLMo-1B-hf or olmo-1b, smollm2-360m, eurobert-210m, …) or a folder",
     )
     show.add_argument("--offline", action="store_true", help="use only the local caches")
     show.add_argument(

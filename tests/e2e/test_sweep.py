@@ -86,11 +86,21 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert manifest["fit_window"] == [0, 1, 2, 4, 8, 10]  # micro-pythia: step ≤ 0.3 × 40
     assert set(manifest["estimators"]) >= {"fit_window", "update_alignment", "drift_cosine"}
     assert not (finished_run / ".lock").exists()
+    # every unit timed; on the local executor the units run one after another inside the run
+    time = manifest["time"]
+    assert len(list((finished_run / "timings").glob("*.json"))) == manifest["units"]
+    assert time["parallel"] == 1 and time["steps"] == 4
+    assert sum(time["units"]["counts"].values()) == manifest["units"]
+    assert 0.5 * time["wall_seconds"] < time["predicted_seconds"] < time["wall_seconds"]
     plan_only = ["sweep", "--recipe", MICRO, "--plan-only", "--out", str(finished_run)]
     assert main(plan_only) == 0
-    assert "step-<step> × 4         after data, fit-proxies           4/4 done" in (
-        capsys.readouterr().out
-    )
+    shown = capsys.readouterr().out
+    assert "step-<step> × 4         after data, fit-proxies           4/4 done" in shown
+    assert "predicted" in shown and "0 s for the 0 unit(s) not done" in shown
+    # one measured run predicts another selection of the same suite
+    elsewhere = str(finished_run.parent / "elsewhere")
+    assert main([*plan_only[:4], "--timings", str(finished_run), "--out", elsewhere]) == 0
+    assert f"from the units of {finished_run}" in capsys.readouterr().out
     assert main([*plan_only, "--set", "probes.tangent_energy.rank=3"]) == 0
     shown = capsys.readouterr().out
     assert "holds a run of another recipe" in shown and "done" not in shown.split("\n", 1)[1]

@@ -22,6 +22,7 @@ from rich.table import Table
 from tangentlens.report.baseline import baseline_notice, step_label
 from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.sweep.store import read_results
+from tangentlens.sweep.timing import time_line
 
 __all__ = ["render_report"]
 
@@ -83,7 +84,7 @@ def _layer_label(layer: Any) -> str:
 def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     """A run without step 0 (no baseline at initialisation); from the run's manifest: the
     frozen-early fit window, and checkpoints whose weights are identical (a suite serving the
-    same weights at two steps), the memory plan."""
+    same weights at two steps), the memory plan, the run's time against its prediction."""
     manifest_path = Path(run_dir) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     notice = baseline_notice(rows)
@@ -114,6 +115,9 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
         ]
         against = f"; checked against {', '.join(checked)}" if checked else "; not checked"
         lines.append(f"[dim]{escape(memory['summary'])}{against}[/]")
+    if manifest.get("time"):
+        line = time_line(manifest["time"], manifest.get("resumed", False))
+        lines.append(f"[dim]{escape(line)}[/]")
     return lines
 
 

@@ -15,14 +15,14 @@ table of an uninterrupted run.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tangentlens.models.catalog import (
     headless_architectures,
-    resolve_loader,
-    suite_family,
+    suite_loader,
     suite_steps,
 )
 from tangentlens.models.schedule import select_steps
@@ -30,13 +30,14 @@ from tangentlens.models.shapes import suite_shape
 from tangentlens.probes.configs import PROBE_NEEDS
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
-from tangentlens.sweep.recipe import Recipe
+from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 
 __all__ = [
     "PLANNED_LOADER",
     "SweepFailedError",
     "check_attention_heads",
     "check_lm_head",
+    "check_pretrained_sae",
     "plan_sweep",
     "run_sweep",
 ]
@@ -93,13 +94,20 @@ def check_lm_head(recipe: Recipe) -> None:
 
 
 def check_attention_heads(recipe: Recipe) -> None:
-    """Refuse probes that need per-head attention statistics (``qk_drift``) on a suite with
-    grouped-query attention (fewer key/value heads than query heads, from ``config.json``): one
-    line naming the suite, its heads and those probes. Whether a loaded model exposes queries,
+    """Refuse probes that need per-head attention statistics (``qk_drift``) on a suite loaded
+    through loader ``"hf"`` (no per-head hooks) or with grouped-query attention (fewer key/value
+    heads than query heads, from ``config.json``): one line naming the suite, its heads or
+    loader and those probes. Whether a loaded model exposes queries,
     keys and patterns at all is checked again when each unit plans its capture."""
     needing = [name for name in recipe.probes if PROBE_NEEDS[name].attention]
     if not needing:
         return
+    if suite_loader(recipe.suite.name, recipe.suite.loader) == "hf":
+        raise ValueError(
+            f"suite {recipe.suite.name!r} loads through loader 'hf', which hooks the encoder's "
+            f"layers, not its attention heads: probe(s) {', '.join(needing)} need per-head "
+            "queries, keys and patterns and cannot run; drop them from the recipe"
+        )
     try:
         shape = suite_shape(recipe.suite.name)
     except ValueError:  # an architecture without a memory plan: refused by the plan itself
@@ -110,6 +118,62 @@ def check_attention_heads(recipe: Recipe) -> None:
             f"heads, {shape.n_kv_heads} key/value heads): probe(s) {', '.join(needing)} compare "
             "each head's mean query and key and cannot run; drop them from the recipe"
         )
+
+
+def check_pretrained_sae(recipe: Recipe) -> None:
+    """Refuse published SAEs (``[probes.tangent_energy.pretrained_sae]``) before anything runs:
+    a release or SAE id SAELens' registry lacks, or a release of another model than the suite's
+    — the names matched through TransformerLens' alias table, the widths (``d_model``) compared
+    where both are known offline (:mod:`tangentlens.models.naming`). A local suite's model is its
+    ``suite.json`` ``model_name``, else its folder's name, as when its SAEs are loaded. Imports
+    SAELens and TransformerLens, for a recipe with that table only; nothing is downloaded."""
+    spec = getattr(recipe.probes.get("tangent_energy"), PRETRAINED_SAE, None)
+    if spec is None:
+        return
+    from tangentlens.dictionaries import check_pretrained, pretrained_models
+    from tangentlens.models.catalog import parse_suite_spec
+    from tangentlens.models.naming import model_key, model_width, suite_model_name
+
+    check_pretrained(spec.release, spec.ids)
+    releases = pretrained_models()
+    model, suite = releases[spec.release], recipe.suite.name
+    ours = suite_model_name(suite)
+    try:
+        width: int | None = suite_shape(suite).d_model
+    except ValueError:  # an architecture without a memory plan: refused by the plan itself
+        width = None
+    theirs = model_width(model)
+    same_name = model_key(model) == model_key(ours)
+    if same_name and (None in (width, theirs) or width == theirs):
+        return
+    path = f"probes.tangent_energy.{PRETRAINED_SAE}"
+    train = (
+        "train an SAE on the suite's activations with method 'sae' in probes.tangent_energy.methods"
+    )
+    if same_name:
+        raise ValueError(
+            f"{path}: release {spec.release!r} holds SAEs of model {model!r} (d_model "
+            f"{theirs}), but the checkpoints of suite {suite!r} (model {ours!r}) have d_model "
+            f"{width}: they are not that model's; {train}"
+        )
+    details = [f"model {ours!r}"] if ours != suite else []
+    if width is not None:
+        details.append(f"d_model {width}")
+    described = f"{suite!r}" + (f" ({', '.join(details)})" if details else "")
+    matching = [name for name, of in releases.items() if model_key(of) == model_key(ours)]
+    if matching:
+        listed = ", ".join(matching[:4]) + (f", … {len(matching) - 4} more" if matching[4:] else "")
+        advice = f"choose a release of {ours!r} ({listed}) or {train}"
+    else:
+        advice = f"SAELens' registry has no release for {ours!r}: {train}"
+    if parse_suite_spec(suite)[0] == "local":  # perhaps of that model, but named otherwise
+        named = f'"model_name": "{model}"'
+        advice += f"; if they are checkpoints of {model!r}, say so in its suite.json ({named})"
+    raise ValueError(
+        f"{path}: release {spec.release!r} holds SAEs of model {model!r}"
+        + ("" if theirs is None else f" (d_model {theirs})")
+        + f", not of suite {described}; {advice}"
+    )
 
 
 def plan_sweep(recipe: Recipe) -> Plan:
@@ -163,26 +227,25 @@ def run_sweep(
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
-    from tangentlens.dictionaries import check_pretrained
-    from tangentlens.models import PythiaSuite, open_suite
+    from tangentlens.models import HubSuite, open_suite
     from tangentlens.sweep.data import DATA_FILE, data_sha256
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
+    from tangentlens.sweep.timing import time_summary
 
+    started = time.perf_counter()
     emit = on_event or (lambda event: None)
     check_executor(recipe, detach=detach)  # before a suite is trained or the run directory made
     plan = plan_sweep(recipe)
-    pretrained = getattr(recipe.probes.get("tangent_energy"), "pretrained_sae", None)
-    if pretrained is not None:  # a release or SAE id the registry lacks: before any unit
-        check_pretrained(pretrained.release, pretrained.ids)
-    loader = resolve_loader(recipe.suite.loader, suite_family(recipe.suite.name))
+    check_pretrained_sae(recipe)  # an SAE the registry lacks or of another model: before any unit
+    loader = suite_loader(recipe.suite.name, recipe.suite.loader)
     memory = _checked_memory_plan(recipe, loader)  # a sweep that cannot fit stops at once
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit
     # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
-    if isinstance(suite, PythiaSuite):  # offline, every selected revision must be cached
+    if isinstance(suite, HubSuite):  # offline, every selected revision must be cached
         suite.check_available(plan.steps)
     integrity = suite.verify(plan.steps)
     if integrity.problems():
@@ -211,9 +274,16 @@ def run_sweep(
             raise SweepFailedError(store.root, failures)
         if detach and plan.pending(store.root):
             return Path(out)
-        store.write_manifest(
-            finished_manifest(
-                store, suite, plan, recipe.executor_dict(), data_sha256(store.root / DATA_FILE)
-            )
+        manifest = finished_manifest(
+            store, suite, plan, recipe.executor_dict(), data_sha256(store.root / DATA_FILE)
         )
+        manifest["time"] = time_summary(
+            store.root,
+            plan,
+            recipe,
+            suite_steps=len(suite.steps),
+            wall_seconds=time.perf_counter() - started,
+        )
+        manifest["resumed"] = resume
+        store.write_manifest(manifest)
     return Path(out)

@@ -4,7 +4,8 @@
 directory's filesystem: it reads only files earlier units wrote, pins torch's thread count from
 the recipe (so reductions happen in the same order wherever it runs), and writes its output
 atomically. While it runs, ``units/<unit>.json`` names its host, pid (and Slurm job); a
-failure leaves the traceback in ``logs/<unit>.log``.
+failure leaves the traceback in ``logs/<unit>.log``, a success its time in
+``timings/<unit>.json`` (:mod:`tangentlens.sweep.timing`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from tangentlens.sweep.step import (
     with_fixed,
 )
 from tangentlens.sweep.store import RunStore, read_parts
+from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
 __all__ = [
     "UnitReport",
@@ -110,7 +112,11 @@ def run_unit(
         raise
     finally:
         marker.unlink(missing_ok=True)
-    return UnitReport(unit.name, host, pid, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    store.write_file(
+        f"{TIMINGS_DIR}/{unit.name}.json", timing_record(unit.kind, unit.step, seconds, host)
+    )
+    return UnitReport(unit.name, host, pid, seconds)
 
 
 # ---------------------------------------------------------------------------- inputs
