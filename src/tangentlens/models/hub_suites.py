@@ -84,9 +84,12 @@ def _llama(hidden: int, layers: int, heads: int, kv: int, mlp: int, vocab: int, 
     }
 
 
-#: OLMo-1B-hf's branches named in public code that loads them (the repository holds ~351, from
-#: step1000-tokens4B to step738020-tokens3094B). The tokens in a name are not step × 4,194,304
-#: rounded (step738000 is ``tokens3094B``, not 3095), so the names are listed, not computed.
+#: OLMo-1B-hf's branches whose exact names public code loading the repository spells out (it holds
+#: 351, step1000-tokens4B … step738020-tokens3094B). The run's checkpoint steps are listed in
+#: allenai/OLMo ``checkpoints/official/OLMo-1B.csv``, but the tokens in a name are neither step ×
+#: 4,194,304 rounded nor floored (step330000 is ``tokens1383B`` for 1384.1B; step738000 is
+#: ``tokens3094B`` for 3095.4B), and they differ from allenai/OLMo-1B's own branches, which do round
+#: (``step20000-tokens84B`` there, ``step20000-tokens83B`` here): listed, not computed.
 _OLMO_1B_HF = (
     (1000, "step1000-tokens4B"), (2000, "step2000-tokens8B"), (3000, "step3000-tokens12B"),
     (4000, "step4000-tokens16B"), (5000, "step5000-tokens20B"), (10000, "step10000-tokens41B"),
@@ -128,10 +131,18 @@ _ENTRIES = (
             "eos_token_id": 50279,
         },
         verified=True,
-        source="OLMo-1B model card (naming step{N}-tokens{M}B, 2048 × 2048-token batches); "
-        "branch names and sizes as public code loading allenai/OLMo-1B-hf uses them "
-        "(TransformerLens' OLMo-1B-hf config)",
-        note="23 of the repository's ~351 branches: those whose exact names were confirmed offline",
+        source="the allenai/OLMo-1B card https://huggingface.co/allenai/OLMo-1B (naming "
+        "step{N}-tokens{M}B, a checkpoint every 1000 steps, revisions.txt) and allenai/OLMo "
+        "configs/official/OLMo-1B.yaml (2048 × 2048-token batches); each of the 23 branch "
+        "names as public code passes it to from_pretrained/snapshot_download for "
+        "allenai/OLMo-1B-hf (checkpoint lists of 5 to 13 names in training-dynamics and "
+        "interpretability repositories, offline corpus); sizes: TransformerLens' OLMo-1B-hf "
+        "config",
+        note="23 of the repository's 351 branches, each name seen verbatim in public code; the "
+        "run's other checkpoint steps are in allenai/OLMo checkpoints/official/OLMo-1B.csv "
+        "(~350 rows, 1000 … 738020), but which of them are branches here, and their token "
+        "suffixes, were not found offline and cannot be derived (see above); "
+        "list_repo_refs('allenai/OLMo-1B-hf') gives them all",
     ),
     HubSuiteEntry(
         hub_id="HuggingFaceTB/SmolLM2-360M-intermediate-checkpoints",
@@ -154,10 +165,15 @@ _ENTRIES = (
         tokens_per_step=2_097_152,
         config=_llama(2048, 24, 32, 32, 8192, 49152, 8192, 130000.0, True),
         verified=True,
-        source="branch names step-125000 … step-5125000 as public code loading the repository "
-        "lists them; 2,097,152 tokens per step as public evaluation scripts use it",
-        note="the card's '~250B tokens per 125,000 steps' reads as 2.0M tokens per step; "
-        "2,097,152 (2^21) fits the ~11T tokens of training",
+        source="https://huggingface.co/HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints "
+        "(revisions step-{N}, a checkpoint every 125,000 steps); branch names step-125000 … "
+        "step-5125000 as public code loading the repository lists them; 2,097,152 tokens per "
+        "step: a public evaluation script (TOK_PER_IT=2097152) and the 1.7B run's nanotron "
+        "config (https://huggingface.co/nouamanetazi/smollm2_8T config.yaml: "
+        "consumed_train_samples 3,927,040,000 at step 3,835,000, i.e. 1024 sequences a step)",
+        note="1024 sequences a step × 2048 tokens (the sequence length is inferred from the "
+        "script's 2^21, not read from the config excerpt); the card's '~250B tokens per 125,000 "
+        "steps' is that rounded (125,000 × 2^21 = 262B), and 5,125,000 × 2^21 = 10.7T fits ~11T",
     ),
     HubSuiteEntry(
         hub_id="almanach/Gaperon-1125-1B",
@@ -168,9 +184,16 @@ _ENTRIES = (
         tokens_per_step=None,
         config=_llama(2048, 16, 32, 8, 8192, 128256, 4096, 500000.0, False),
         verified=False,
-        source="Gaperon-1125-1B model card (1.5B parameters, Llama 3 architecture and sizes)",
-        note="the names of its intermediate revisions were not confirmed offline: step 1 "
-        "stands for main, the final checkpoint; the repository is gated (accept its terms)",
+        source="https://huggingface.co/almanach/Gaperon-1125-1B (1.5B parameters, Llama 3: "
+        "hidden 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocabulary 128,256, context "
+        "4096, RoPE θ 500,000, ~3T tokens); untied embeddings: NathanGodey/gapetron "
+        "configs/models/1B/llama.json (tie_word_embeddings false); the Gaperon paper "
+        "(arXiv 2510.25771) releases 'hundreds of intermediate checkpoints'",
+        note="how and under which names the 1B intermediate checkpoints are published was not "
+        "confirmed offline (no hub revision of this repository is named in any source found; "
+        "public evaluation code names 8B/24B checkpoints only as local folders "
+        "step-{N}_tokens-{M}B-phase{K}), nor its tokens per step: step 1 stands for "
+        "main, the final checkpoint; the repository is gated (accept its terms)",
     ),
     HubSuiteEntry(
         hub_id="EuroBERT/EuroBERT-210m",
@@ -194,10 +217,13 @@ _ENTRIES = (
             "tie_word_embeddings": False,
         },
         verified=False,
-        source="repository id from public code loading it; sizes: transformers' EuroBertConfig "
-        "defaults (EuroBERT-210m)",
-        note="the paper releases intermediate checkpoints; their revision names were not "
-        "confirmed offline: step 1 stands for main, the final checkpoint",
+        source="https://huggingface.co/EuroBERT/EuroBERT-210m (public, ungated); sizes: its "
+        "hub config.json as a public transformers audit of the EuroBERT family tabulates it "
+        "(hidden 768, 12 layers, 12 heads, 12 KV heads, MLP 3072, vocabulary 128,256, 8192 "
+        "positions, untied, RoPE θ 250,000), equal to transformers' EuroBertConfig defaults",
+        note="the EuroBERT paper (arXiv 2503.05500) releases intermediate checkpoints, but "
+        "neither their revision/branch names nor a separate repository for them nor the tokens "
+        "per step were confirmed offline: step 1 stands for main, the final checkpoint",
     ),
     HubSuiteEntry(
         hub_id="EuroBERT/EuroBERT-610m",
@@ -221,9 +247,13 @@ _ENTRIES = (
             "tie_word_embeddings": False,
         },
         verified=False,
-        source="repository id from public code loading it",
-        note="sizes and intermediate revision names not confirmed offline: step 1 stands for "
-        "main, the final checkpoint",
+        source="https://huggingface.co/EuroBERT/EuroBERT-610m (public, ungated); sizes: its "
+        "hub config.json as a public transformers audit of the EuroBERT family tabulates it "
+        "(hidden 1152, 26 layers, 18 heads, 6 KV heads, MLP 4096, vocabulary 128,256, 8192 "
+        "positions, untied, RoPE θ 250,000)",
+        note="the EuroBERT paper (arXiv 2503.05500) releases intermediate checkpoints, but "
+        "neither their revision/branch names nor a separate repository for them nor the tokens "
+        "per step were confirmed offline: step 1 stands for main, the final checkpoint",
     ),
     HubSuiteEntry(
         hub_id="almanach/moderncamembert-base",
@@ -244,10 +274,18 @@ _ENTRIES = (
             "tie_word_embeddings": True,
         },
         verified=False,
-        source="repository id as ModernCamemBERT-bio's card names its base model; sizes: "
-        "ModernBERT-base's (transformers' ModernBertConfig defaults)",
-        note="vocabulary size and intermediate revision names not confirmed offline: step 1 "
-        "stands for main, the final checkpoint",
+        source="https://huggingface.co/almanach/moderncamembert-base (ModernBERT pretrained "
+        "with MLM on 1T French tokens, context 1024 then 8192, the CamemBERTaV2 tokenizer; "
+        "arXiv 2504.08716); 22 layers, hidden 768, 12 heads, 8192 context as the cards of "
+        "models continued from it state (almanach/ModernCamemBERT-bio-base, rntc/cpt-fr-base); "
+        "MLP 1152: ModernBERT-base's (transformers' ModernBertConfig default)",
+        note="vocabulary size (32,768 assumed) and MLP width not confirmed offline; the paper's "
+        "second model almanach/moderncamembert-cv2-base (trained on CamemBERTaV2's data) also "
+        "exists. Intermediate checkpoints: public code names a separate repository "
+        "almanach/moderncamembert-base-ckpts with no weights at its root (sub-folders, as "
+        "almanach/camembertv2-base-ckpts keeps post/ckpt-{N}/pt/), not hub revisions of this "
+        "one; its layout and steps were not confirmed offline: step 1 stands for main, the "
+        "final checkpoint",
     ),
 )
 
