@@ -51,3 +51,52 @@ def test_workers_inherit_the_users_threading_runtime_settings(monkeypatch):
     env = worker_env(3)
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["GOMP_SPINCOUNT"] == "10000"
     assert env["OMP_NUM_THREADS"] == "3"
+
+
+def _threads_seen_by(monkeypatch, module, name: str) -> list[int]:
+    """Replace ``module.name`` (a torch function) by one that records the thread count."""
+    import torch
+
+    seen: list[int] = []
+    real = getattr(module, name)
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, recording)
+    return seen
+
+
+def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch):
+    """Semi-NMF's fit, the ΔIsoScore* eigen-decompositions and the control frames' QR run on one
+    thread (they spin on a busy core otherwise); the caller's thread count is restored, also
+    after an error."""
+    import torch
+
+    from tangentlens.dictionaries import SemiNMF
+    from tangentlens.metrics import control_frames, delta_isoscores_star
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with runtime.single_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), runtime.single_thread():
+            raise RuntimeError
+        assert torch.get_num_threads() == 2
+
+        pinv = _threads_seen_by(monkeypatch, torch.linalg, "pinv")
+        SemiNMF(2, max_iter=3).fit(torch.randn(20, 5, generator=torch.Generator().manual_seed(0)))
+        assert pinv and set(pinv) == {1}
+        qr = _threads_seen_by(monkeypatch, torch.linalg, "qr")
+        frames = control_frames(6, 2, 4, (0,))
+        assert qr and set(qr) == {1}
+        eig = _threads_seen_by(monkeypatch, torch.linalg, "eigvalsh")
+        C = torch.eye(6, dtype=torch.float64)
+        delta_isoscores_star(C, frames, C)
+        assert eig and set(eig) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)

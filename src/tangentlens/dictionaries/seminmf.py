@@ -17,6 +17,11 @@ products (no n × d residual is formed), in float64; large products run in the w
 (float32 by default). Fitting stops when the objective's relative decrease falls below ``tol``
 or once the factorisation is exact (relative objective ≤ 1e-10).
 
+Fitting and encoding run on one thread (:func:`tangentlens.runtime.single_thread`): the loop
+issues thousands of products of n × k matrices, too small to gain from more threads and slowed
+four- to fivefold by spinning threads when another program holds a core; the results do not
+depend on the thread count.
+
 Initialisation (seeded, shared by both solvers): ``D₀`` = ``k`` distinct rows of ``H`` drawn with a
 local generator, ``Z₀ = max(0, A B⁺)``. The truncated SVD at the same rank bounds the error from
 below (``svd_bound_``); semi-NMF can never beat it.
@@ -33,6 +38,7 @@ from tangentlens.checks import check_choice, check_count, check_fraction
 from tangentlens.dictionaries.base import check_rank
 from tangentlens.metrics._validate import check_matrix
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.runtime import single_thread
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
@@ -116,6 +122,7 @@ class SemiNMF:
         pinv = torch.linalg.pinv(B.to(torch.float64), hermitian=True).to(X.dtype)
         return (A @ pinv).clamp_(min=0), D
 
+    @single_thread()  # thousands of small products: a second thread gains nothing, spins a lot
     def fit(
         self, H: ArrayLike, on_iteration: Callable[[int, float], None] | None = None
     ) -> SemiNMF:
@@ -182,6 +189,7 @@ class SemiNMF:
         self._check_fitted()
         return span_basis(self.components_, DEFAULT_RANK_RTOL).shape[1]
 
+    @single_thread()
     def encode(self, H: ArrayLike, sweeps: int = 200) -> Codes:
         """Non-negative codes ``Z`` (n × k) of ``H`` with the directions held fixed (HALS
         sweeps until the objective changes by less than ``tol``, at most ``sweeps``)."""

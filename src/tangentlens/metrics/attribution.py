@@ -37,6 +37,7 @@ from tangentlens.metrics.isoscore import (
     isoscore_star_from_covariance,
 )
 from tangentlens.metrics.subspace import check_basis
+from tangentlens.runtime import single_thread
 from tangentlens.typing import ArrayLike, Moment
 
 __all__ = [
@@ -218,11 +219,13 @@ def anisotropy_share_spectral(M: ArrayLike, Q: ArrayLike) -> float:
     return float(anisotropy_shares_spectral(S, B[None])[0])
 
 
+@single_thread()  # a batch of small eigen-decompositions: one thread is as fast, and never spins
 def delta_isoscores_star(
     C: ArrayLike, frames: Frames, C0: ArrayLike, zeta: float = 0.2
 ) -> torch.Tensor:
     """:func:`delta_isoscore_star` of every frame of ``(draws, d, k)``: the unprojected score
-    once, the projected spectra in one batched eigen-decomposition; float64 ``(draws,)``."""
+    once, the projected spectra in one batched eigen-decomposition (on one thread: see
+    :func:`tangentlens.runtime.single_thread`); float64 ``(draws,)``."""
     S = to_float64(check_square(C, "C"))
     d = S.shape[0]
     F = _check_frames(frames, d).to(S.device)

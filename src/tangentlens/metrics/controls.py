@@ -39,6 +39,7 @@ from jaxtyping import Float
 
 from tangentlens.checks import check_count
 from tangentlens.metrics.subspace import check_basis
+from tangentlens.runtime import single_thread
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Basis
 
@@ -126,6 +127,7 @@ def exclusion_basis(basis: torch.Tensor, *more: torch.Tensor | None) -> Basis:
     return u[:, s > _OVERLAP_TOL * float(s[0])]
 
 
+@single_thread()  # a batch of small QR factorisations: one thread is as fast, and never spins
 def control_frames(
     d: int,
     k: int,
