@@ -100,3 +100,44 @@ def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeypatch):
+    """The local executor runs units in the coordinator's process: a unit runs at the recipe's
+    ``capture.threads`` and the coordinator's count is restored after, also when it fails."""
+    import torch
+
+    from tangentlens.models.configs import UntrainedBlockConfig
+    from tangentlens.sweep import units
+    from tangentlens.sweep.plan import Unit
+    from tangentlens.sweep.recipe import CaptureSpec, Recipe, SuiteSpec
+
+    config = UntrainedBlockConfig(
+        d_model=8, n_heads=2, d_mlp=16, n_sequences=2, seq_len=4, vocab_size=11, bias_norms=(0.0,)
+    )
+    recipe = Recipe(
+        name="threads",
+        suite=SuiteSpec(name="micro-pythia"),
+        capture=CaptureSpec(threads=1),
+        probes={"untrained_block": config},
+    )
+    unit = Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
+    seen: list[int] = []
+    real = units._RUNNERS["untrained"]
+
+    def recording(*args):
+        seen.append(torch.get_num_threads())
+        return real(*args)
+
+    monkeypatch.setitem(units._RUNNERS, "untrained", recording)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        units.run_unit(recipe, tmp_path, unit)
+        assert seen == [1] and torch.get_num_threads() == 2
+        monkeypatch.setitem(units._RUNNERS, "untrained", lambda *args: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            units.run_unit(recipe, tmp_path, unit)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)

@@ -2,7 +2,8 @@
 
 :func:`run_unit` runs one unit in the calling process, on any machine that shares the run
 directory's filesystem: it reads only files earlier units wrote, pins torch's thread count from
-the recipe (so reductions happen in the same order wherever it runs), and writes its output
+the recipe while it runs (so reductions happen in the same order wherever it runs; the caller's
+count is restored after), and writes its output
 atomically. While it runs, ``units/<unit>.json`` names its host, pid (and Slurm job); a
 failure leaves the traceback in ``logs/<unit>.log``, a success its time in
 ``timings/<unit>.json`` (:mod:`tangentlens.sweep.timing`).
@@ -104,6 +105,7 @@ def run_unit(
     if "SLURM_JOB_ID" in os.environ:  # the Slurm job (array task) running the unit
         marker_text["job"] = os.environ["SLURM_JOB_ID"]
     store.write_file(f"units/{unit.name}.json", json.dumps(marker_text))
+    threads = torch.get_num_threads()  # the caller's, restored after (in-process executors)
     torch.set_num_threads(recipe.capture.threads)
     try:
         _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
@@ -111,6 +113,7 @@ def run_unit(
         store.write_file(f"logs/{unit.name}.log", traceback.format_exc())
         raise
     finally:
+        torch.set_num_threads(threads)
         marker.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     store.write_file(
