@@ -2,15 +2,15 @@
 threading-runtime settings every worker inherits.
 
 PyTorch's CPU kernels run on an OpenMP pool whose idle threads spin-wait for the next parallel
-region. Beside another CPU-bound program the spinning steals the core a working thread needs:
-a one-step quickstart sweep took 49 s quiet and 126 s beside one pure-Python busy loop on 2
-cores. ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) removes most of that collapse — 67–77 s
-beside the loop — but costs 28–38 % when the machine is quiet (every parallel region pays a
+region. Beside another CPU-bound program the spinning steals the core a working thread needs: a
+one-step quickstart sweep took 49 s quiet and 126 s beside one pure-Python busy loop on 2 cores,
+most of it in loops of small products (now on one thread, :func:`single_thread`: 55 s quiet and 111
+s beside the loop). ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) removes most of the rest —
+67–77 s beside the loop — but costs 12–38 % when the machine is quiet (every parallel region pays a
 wake-up), and shorter spins (``GOMP_SPINCOUNT``) do not help under load, so tangentlens does not
-impose it: a user who shares a machine sets it before torch is imported, and
-:func:`runtime_env` carries the choice to every worker an executor starts (Ray, submitit,
-Slurm). ``python -m benchmarks load`` measures both policies, quiet and loaded, on the machine
-at hand.
+impose it: a user who shares a machine sets it before torch is imported, and :func:`runtime_env`
+carries the choice to every worker an executor starts (Ray, submitit, Slurm). ``python -m benchmarks
+load`` measures both policies, quiet and loaded, on the machine at hand.
 
 :func:`usable_cpus` counts the CPUs this process may actually run on — its affinity mask and a
 cgroup CPU quota (a container, a Slurm allocation), not the machine's core count.
