@@ -161,3 +161,37 @@ def test_the_suite_command_shows_revisions_sources_and_unverified_entries(hub, c
     assert "UNVERIFIED" in out and "not confirmed offline" in out
     assert main(["suite", "allenai/OLMo-1B"]) == 2
     assert "need the hf_olmo package" in " ".join(capsys.readouterr().err.split())
+
+
+#: The suites without a fixture above, at their first catalogued step: a one-block fake at the
+#: published width, heads and MLP with a 512-entry vocabulary (Gaperon's and EuroBERT's 128,256
+#: embeddings alone would take over a gigabyte), opened offline and run through their loader.
+OTHER_SUITES = sorted(set(HUB_SUITES) - {OLMO, SMOL, EUROBERT})
+
+
+@pytest.mark.parametrize("hub_id", OTHER_SUITES)
+def test_every_other_catalogue_suite_opens_offline_and_measures_through_its_loader(
+    hub_id, tmp_path, monkeypatch
+):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr("socket.socket.connect", _refuse_network)
+    entry = HUB_SUITES[hub_id]
+    step = entry.steps[0]
+    suite = open_suite(hub_id, offline=True)
+    with pytest.raises(ValueError, match=f"hf download {hub_id} --revision {entry.revision(step)}"):
+        suite.check_available([step])  # nothing cached yet
+    write_fake_hub(tmp_path, hub_id, {step: 0}, vocab=512)
+    suite.check_available([step])
+    report = suite.verify([step])
+    assert report.damaged == {} and report.config_differs == {} and step not in report.not_checked
+    model = suite.load(step)
+    expected = "TransformerBridge" if entry.loader == "bridge" else "HfLens"
+    assert type(model).__name__ == expected and suite_loader(hub_id) == entry.loader
+    tokens = torch.randint(5, 300, (2, 8), generator=torch.Generator().manual_seed(0))
+    table = tl.measure(model, tokens, probes=["cosine_drift"], n_bins=1, step=step)
+    rows = table.where(metric="cosine_anisotropy").to_pylist()
+    assert {row["site"] for row in rows} == {"blocks.0.hook_resid_post"}
+    assert all(0 < row["value"] <= 1 for row in rows)
