@@ -151,12 +151,18 @@ def fake_hf_cache_dir(tmp_path_factory) -> Path:
 def fake_hf_cache(fake_hf_cache_dir, monkeypatch):
     """Point huggingface_hub (and through it transformers) at the fake cache; block sockets so
     that any network access fails at once instead of passing unnoticed."""
+    return use_hub_cache(monkeypatch, fake_hf_cache_dir)
+
+
+def use_hub_cache(monkeypatch, hub: Path) -> Path:
+    """Point huggingface_hub (and through it transformers) at the cache folder ``hub`` for one
+    test and make every socket connection fail at once (no network access passes unnoticed)."""
     from huggingface_hub import constants
 
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(fake_hf_cache_dir))
-    monkeypatch.setenv("HF_HUB_CACHE", str(fake_hf_cache_dir))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setattr("socket.socket.connect", _refuse_network)
-    return fake_hf_cache_dir
+    return hub
 
 
 def _refuse_network(*args, **kwargs):

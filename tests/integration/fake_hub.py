@@ -20,7 +20,7 @@ from transformers.initialization import no_init_weights
 
 from tangentlens.models.hub_suites import HUB_SUITES
 from tests.integration.conftest import decoder_tokenizer, encoder_tokenizer
-from tests.integration.fake_pythia_hub import _store, commit_of, repo_dir
+from tests.integration.fake_pythia_hub import _store, commit_of, randomise, repo_dir
 
 __all__ = ["write_fake_hub"]
 
@@ -32,13 +32,7 @@ def _random_model(config: dict, family: str, seed: int) -> torch.nn.Module:
     auto = AutoModelForCausalLM if family == "decoder" else AutoModelForMaskedLM
     with no_init_weights():
         model = auto.from_config(hf_config, dtype=torch.float16)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.normal_(0.0, 0.02, generator=generator)
-            if "norm" in name and name.endswith("weight"):
-                parameter.add_(1.0)
-    return model.eval()
+    return randomise(model, seed, gains="norm")
 
 
 def write_fake_hub(

@@ -29,6 +29,7 @@ from tangentlens.models.shapes import PYTHIA_CONFIGS
 __all__ = [
     "commit_of",
     "copy_repo",
+    "randomise",
     "repo_dir",
     "share_blob",
     "truncated_config",
@@ -65,11 +66,17 @@ def _random_model(config: dict, dtype: torch.dtype, seed: int) -> GPTNeoXForCaus
     N(0, 0.02²), LayerNorm gains 1 + N(0, 0.02²)), built without the slow default init."""
     with no_init_weights():
         model = GPTNeoXForCausalLM._from_config(GPTNeoXConfig(**config), dtype=dtype)
+    return randomise(model, seed, gains="layernorm")
+
+
+def randomise(model: torch.nn.Module, seed: int, *, gains: str) -> torch.nn.Module:
+    """Every parameter of ``model`` N(0, 0.02²), seeded; the weights whose name contains
+    ``gains`` (the norms' gains) 1 + that. Returns the model in eval mode."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             parameter.normal_(0.0, 0.02, generator=generator)
-            if "layernorm" in name and name.endswith("weight"):
+            if gains in name and name.endswith("weight"):
                 parameter.add_(1.0)
     return model.eval()
 

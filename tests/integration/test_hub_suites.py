@@ -13,6 +13,7 @@ from tangentlens.models.catalog import parse_suite_spec, suite_family, suite_loa
 from tangentlens.models.hub_suites import HUB_ALIASES, HUB_SUITES
 from tangentlens.models.shapes import suite_shape
 from tangentlens.models.suites import CatalogueSuite, HubSuite, PythiaSuite, open_suite
+from tests.integration.conftest import use_hub_cache
 from tests.integration.fake_hub import write_fake_hub
 
 OLMO = "allenai/OLMo-1B-hf"
@@ -34,16 +35,7 @@ def hub_dir(tmp_path_factory):
 @pytest.fixture
 def hub(hub_dir, monkeypatch):
     """huggingface_hub pointed at the fake cache, sockets refused."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_dir))
-    monkeypatch.setenv("HF_HUB_CACHE", str(hub_dir))
-    monkeypatch.setattr("socket.socket.connect", _refuse_network)
-    return hub_dir
-
-
-def _refuse_network(*args, **kwargs):
-    raise OSError("network access attempted in an offline test")
+    return use_hub_cache(monkeypatch, hub_dir)
 
 
 def test_specs_name_a_suite_by_hub_id_short_name_or_prefix():
@@ -173,11 +165,7 @@ OTHER_SUITES = sorted(set(HUB_SUITES) - {OLMO, SMOL, EUROBERT})
 def test_every_other_catalogue_suite_opens_offline_and_measures_through_its_loader(
     hub_id, tmp_path, monkeypatch
 ):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr("socket.socket.connect", _refuse_network)
+    use_hub_cache(monkeypatch, tmp_path)
     entry = HUB_SUITES[hub_id]
     step = entry.steps[0]
     suite = open_suite(hub_id, offline=True)

@@ -30,7 +30,7 @@ import torch
 from safetensors import safe_open
 
 from tangentlens.models import PythiaSuite, open_suite
-from tests.integration.conftest import decoder_tokenizer
+from tests.integration.conftest import decoder_tokenizer, use_hub_cache
 from tests.integration.fake_pythia_hub import copy_repo, share_blob, write_fake_pythia
 
 REVISIONS = {"step0": 0, "step143000": 1}  # revision → seed of its random weights
@@ -56,16 +56,7 @@ def large_hub_dir(tmp_path_factory):
 @pytest.fixture
 def large_hub(large_hub_dir, monkeypatch):
     """Point huggingface_hub (and through it transformers) at the large cache; no network."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(large_hub_dir))
-    monkeypatch.setenv("HF_HUB_CACHE", str(large_hub_dir))
-    monkeypatch.setattr("socket.socket.connect", _refuse_network)
-    return large_hub_dir
-
-
-def _refuse_network(*args, **kwargs):
-    raise OSError("network access attempted in an offline test")
+    return use_hub_cache(monkeypatch, large_hub_dir)
 
 
 def _check_loaded(suite: PythiaSuite, model_name: str, dtype: torch.dtype) -> None:

@@ -84,6 +84,14 @@ def _llama(hidden: int, layers: int, heads: int, kv: int, mlp: int, vocab: int, 
     }
 
 
+def _eurobert(hidden: int, layers: int, heads: int, kv: int, mlp: int) -> dict[str, Any]:
+    """A EuroBERT config: the Llama layout (vocabulary 128,256, 8192 positions, untied) as a
+    masked-LM encoder, without a ``rope_theta`` of its own (the model type's default)."""
+    config = _llama(hidden, layers, heads, kv, mlp, 128256, 8192, 0.0, False)
+    del config["rope_theta"]
+    return {**config, "architectures": ["EuroBertForMaskedLM"], "model_type": "eurobert"}
+
+
 #: OLMo-1B-hf's branches whose exact names public code loading the repository spells out (it holds
 #: 351, step1000-tokens4B … step738020-tokens3094B). The run's checkpoint steps are listed in
 #: allenai/OLMo ``checkpoints/official/OLMo-1B.csv``, but the tokens in a name are neither step ×
@@ -202,20 +210,7 @@ _ENTRIES = (
         loader="hf",
         revisions=((1, "main"),),
         tokens_per_step=None,
-        config={
-            "architectures": ["EuroBertForMaskedLM"],
-            "model_type": "eurobert",
-            "hidden_size": 768,
-            "num_hidden_layers": 12,
-            "num_attention_heads": 12,
-            "num_key_value_heads": 12,
-            "intermediate_size": 3072,
-            "vocab_size": 128256,
-            "max_position_embeddings": 8192,
-            "rms_norm_eps": 1e-5,
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-        },
+        config=_eurobert(768, 12, 12, 12, 3072),
         verified=False,
         source="https://huggingface.co/EuroBERT/EuroBERT-210m (public, ungated); sizes: its "
         "hub config.json as a public transformers audit of the EuroBERT family tabulates it "
@@ -232,20 +227,7 @@ _ENTRIES = (
         loader="hf",
         revisions=((1, "main"),),
         tokens_per_step=None,
-        config={
-            "architectures": ["EuroBertForMaskedLM"],
-            "model_type": "eurobert",
-            "hidden_size": 1152,
-            "num_hidden_layers": 26,
-            "num_attention_heads": 18,
-            "num_key_value_heads": 6,
-            "intermediate_size": 4096,
-            "vocab_size": 128256,
-            "max_position_embeddings": 8192,
-            "rms_norm_eps": 1e-5,
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-        },
+        config=_eurobert(1152, 26, 18, 6, 4096),
         verified=False,
         source="https://huggingface.co/EuroBERT/EuroBERT-610m (public, ungated); sizes: its "
         "hub config.json as a public transformers audit of the EuroBERT family tabulates it "

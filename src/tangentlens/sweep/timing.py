@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,7 @@ def predicted_seconds(
 
 def plan_counts(plan: Plan) -> dict[str, int]:
     """Units of each kind in ``plan``."""
-    counts: dict[str, int] = {}
-    for unit in plan.units:
-        counts[unit.kind] = counts.get(unit.kind, 0) + 1
-    return counts
+    return dict(Counter(unit.kind for unit in plan.units))
 
 
 def time_summary(
@@ -216,9 +214,7 @@ def plan_time_line(plan: Plan, recipe: Recipe, timed: str | Path, done: str | Pa
         f"a step {cost.step:.1f} s; predicted {total:.0f} s for {counts.get('step', 0)} step(s)"
     )
     if done is not None:
-        pending: dict[str, int] = {}
-        for unit in plan.pending(done):
-            pending[unit.kind] = pending.get(unit.kind, 0) + 1
+        pending = Counter(unit.kind for unit in plan.pending(done))
         left = predicted_seconds(cost, pending, parallel) or 0.0
         line += f", {left:.0f} s for the {sum(pending.values())} unit(s) not done in {done}"
     return line
