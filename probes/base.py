@@ -8,15 +8,19 @@ the bin index as a string; ``method`` names the dictionary (or ``"-"`` where non
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tangentlens.capture import CaptureStatistics
-from tangentlens.data import FrequencyTable
 from tangentlens.probes.configs import Needs
+
+if TYPE_CHECKING:
+    from tangentlens.capture import CaptureStatistics
+    from tangentlens.data import FrequencyTable
 
 __all__ = [
     "ROW_FIELDS",
@@ -24,6 +28,7 @@ __all__ = [
     "Needs",
     "StepLabel",
     "bin_label",
+    "check_row",
     "make_row",
     "measurement",
     "row",
@@ -45,6 +50,51 @@ ROW_FIELDS: tuple[str, ...] = (
     "ci_high",
     "n_tokens",
 )
+
+#: The Python type of each field's non-null values (``step``, ``tokens_seen``, ``layer``,
+#: ``rank``, ``n_tokens`` are integers; ``value``, ``ci_low``, ``ci_high`` numbers).
+_FIELD_TYPES: dict[str, type] = {
+    "suite": str,
+    "step": Integral,
+    "tokens_seen": Integral,
+    "site": str,
+    "layer": Integral,
+    "probe": str,
+    "method": str,
+    "rank": Integral,
+    "freq_bin": str,
+    "metric": str,
+    "value": Real,
+    "ci_low": Real,
+    "ci_high": Real,
+    "n_tokens": Integral,
+}
+#: Fields that may be None (missing).
+_NULLABLE = frozenset({"tokens_seen", "layer", "rank", "ci_low", "ci_high", "n_tokens"})
+
+
+def check_row(row: Mapping[str, Any], where: str) -> None:
+    """Refuse a row outside the results schema (a missing, extra or mistyped field), naming
+    ``where`` (the unit or call) and the field."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where}: a row must be a dict of {list(ROW_FIELDS)}, got {row!r}")
+    missing = [f for f in ROW_FIELDS if f not in row]
+    extra = sorted(set(row) - set(ROW_FIELDS))
+    if missing or extra:
+        raise ValueError(
+            f"{where}: a row of probe {row.get('probe')!r} has missing fields {missing} and "
+            f"unknown fields {extra}; the schema: {list(ROW_FIELDS)} (make_row builds one)"
+        )
+    for name, kind in _FIELD_TYPES.items():
+        value = row[name]
+        if value is None and name in _NULLABLE:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ValueError(
+                f"{where}: row field {name!r} of probe {row['probe']!r} (metric "
+                f"{row.get('metric')!r}) must be {kind.__name__.lower()}"
+                f"{' or None' if name in _NULLABLE else ''}, got {value!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -99,6 +149,7 @@ class Capture:
     def load(cls, path: str | Path) -> Capture:
         """A capture written by :meth:`save`."""
         from tangentlens.capture import load_statistics
+        from tangentlens.data import FrequencyTable
 
         statistics, extra = load_statistics(path)
         missing = {"suite", "step", "tokens_seen", "layers", "seq_len", "counts"} - set(extra)

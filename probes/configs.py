@@ -9,27 +9,28 @@ CosineDriftConfig``). The untrained-block probe's config is
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tangentlens.checks import check_choice, check_count
+from tangentlens.checks import check_choice, check_count, check_fraction, suggest
+from tangentlens.dictionaries.policy import FIT_POLICIES
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES, TWONN_FITS
 
 __all__ = [
+    "MEAN_DIRECTION",
     "METHODS",
-    "PROBE_NEEDS",
-    "TANGENT_COMPANIONS",
+    "PRETRAINED_SAE",
     "AnisotropyShareConfig",
     "CosineDriftConfig",
     "FrequencyGeometryConfig",
     "Needs",
+    "PretrainedSAESpec",
     "ProxyConfig",
     "QKDriftConfig",
     "ShapeOfLearningConfig",
     "SubspaceStabilityConfig",
     "TangentEnergyConfig",
+    "TangentSpec",
     "UpdateAlignmentConfig",
-    "needs_of",
 ]
 
 
@@ -121,6 +122,8 @@ class TangentEnergyConfig:
 
 #: The dictionaries a tangent proxy can be spanned by.
 METHODS: tuple[str, ...] = ("seminmf", "pca", "sae")
+#: The method name of the rank-1 proxy m̂, the mean direction (``ProxyConfig.mean_direction``).
+MEAN_DIRECTION = "mean_direction"
 
 
 @dataclass(frozen=True)
@@ -225,29 +228,119 @@ class Needs:
         )
 
 
-#: What each probe needs from a step's capture (the same whatever its config).
-PROBE_NEEDS: dict[str, Needs] = {
-    "cosine_drift": Needs(),
-    "shape_of_learning": Needs(reservoir=True),
-    "qk_drift": Needs(attention=True),
-    "frequency_geometry": Needs(bins=True, type_sums=True, reservoir=True),
-    "tangent_energy": Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
-    "anisotropy_share": Needs(gradients=True, bins=True, bin_moments=True),
-    "subspace_stability": Needs(),
-    "update_alignment": Needs(type_sums=True),
-    "untrained_block": Needs(),
-}
+#: The method name of the proxies spanned by published SAEs (:class:`PretrainedSAESpec`).
+PRETRAINED_SAE = "pretrained_sae"
 
 
-#: Probes that score the tangent_energy probe's proxies: they run only with it.
-TANGENT_COMPANIONS: tuple[str, ...] = ("anisotropy_share", "subspace_stability", "update_alignment")
+@dataclass(frozen=True)
+class PretrainedSAESpec:
+    """Published SAEs as tangent proxies (``[probes.tangent_energy.pretrained_sae]``, method
+    ``pretrained_sae``): the SAEs ``ids`` of the SAELens pretrained-registry ``release``, loaded
+    through ``sae_lens.SAE.from_pretrained``, one per captured site (the site is the SAE's hook
+    name, e.g. ``blocks.3.hook_resid_post``).
+
+    Each proxy is the orthonormalised span of the decoder rows of the ``rank`` latents that fire
+    most often (ties: larger mean activation) on the sampled activation rows of ``select_step``
+    (default: the sweep's first selected step; it may not be later), raw as the SAE reads them;
+    chosen once and held fixed for every step. The release and ids are checked against the
+    registry, the release's model against the suite's (``check_pretrained_sae``) when the sweep
+    is planned; each SAE's model, hook and width against the suite when it is loaded.
+    """
+
+    release: str = ""
+    ids: tuple[str, ...] = ()
+    select_step: int | None = None
+
+    def __post_init__(self) -> None:
+        path = f"probes.tangent_energy.{PRETRAINED_SAE}"
+        if not isinstance(self.release, str) or not self.release.strip():
+            raise ValueError(
+                f"{path}.release must name a release of SAELens' pretrained registry (e.g. "
+                f"'pythia-70m-deduped-res-sm'), got {self.release!r}"
+            )
+        ids = tuple(self.ids)
+        if (
+            not ids
+            or not all(isinstance(i, str) and i.strip() for i in ids)
+            or len(set(ids)) != len(ids)
+        ):
+            raise ValueError(
+                f"{path}.ids must list distinct SAE ids of release {self.release!r} (e.g. "
+                f"['blocks.3.hook_resid_post']), got {self.ids!r}"
+            )
+        object.__setattr__(self, "ids", ids)
+        if self.select_step is not None:
+            check_count(self.select_step, f"{path}.select_step", minimum=0)
 
 
-def needs_of(probes: Iterable[str]) -> Needs:
-    """What the capture must keep for the named probes together (no torch imported)."""
-    needs = Needs()
-    for name in probes:
-        if name not in PROBE_NEEDS:
-            raise ValueError(f"unknown probe {name!r}; allowed: {list(PROBE_NEEDS)}")
-        needs = needs.union(PROBE_NEEDS[name])
-    return needs
+@dataclass(frozen=True)
+class TangentSpec:
+    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``);
+    ``pretrained_sae`` adds published SAEs as proxies (:class:`PretrainedSAESpec`)."""
+
+    methods: tuple[str, ...] = ("seminmf", "pca")
+    rank: int = 16
+    fit_policy: str = "per_checkpoint"
+    early_fraction: float = 0.3
+    window_checkpoints: int = 8
+    draws: int = 100
+    bootstrap: int = 200
+    interval: str = "studentized"
+    data_matched_m: int | None = None
+    seminmf_max_iter: int = 500
+    sae_samples: int = 100_000
+    sae_k: int = 16
+    centre: bool = True
+    mean_direction: bool = True
+    held_out: bool = False
+    seed: int = 0
+    pretrained_sae: PretrainedSAESpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.fit_policy not in FIT_POLICIES:
+            raise ValueError(
+                f"probes.tangent_energy.fit_policy must be one of {FIT_POLICIES}, got "
+                f"{self.fit_policy!r}{suggest(self.fit_policy, FIT_POLICIES)}"
+            )
+        for method in self.methods:
+            if method == PRETRAINED_SAE:
+                raise ValueError(
+                    f"probes.tangent_energy.methods: {PRETRAINED_SAE!r} is not fitted; enable it "
+                    f"with a [probes.tangent_energy.{PRETRAINED_SAE}] table (release, ids)"
+                )
+            if method not in METHODS:
+                raise ValueError(
+                    f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
+                    f"{METHODS}{suggest(method, METHODS)}"
+                )
+        if self.held_out and self.fit_policy != "per_checkpoint":
+            raise ValueError(
+                "probes.tangent_energy.held_out = true fits each step's proxy on half of its "
+                "sequences and scores the other half: it needs fit_policy = 'per_checkpoint' "
+                "(frozen_early proxies are fitted on other checkpoints already)"
+            )
+        check_fraction(self.early_fraction, "probes.tangent_energy.early_fraction", low_open=True)
+        check_count(self.window_checkpoints, "probes.tangent_energy.window_checkpoints", minimum=1)
+        self.proxy_config()
+        self.energy_config()
+
+    def proxy_config(self) -> ProxyConfig:
+        return ProxyConfig(
+            methods=self.methods,
+            rank=self.rank,
+            seed=self.seed,
+            seminmf_max_iter=self.seminmf_max_iter,
+            sae_samples=self.sae_samples,
+            sae_k=self.sae_k,
+            centre=self.centre,
+            mean_direction=self.mean_direction,
+        )
+
+    def energy_config(self) -> TangentEnergyConfig:
+        return TangentEnergyConfig(
+            draws=self.draws,
+            bootstrap=self.bootstrap,
+            interval=self.interval,
+            data_matched_m=self.data_matched_m,
+            seed=self.seed,
+        )

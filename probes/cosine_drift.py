@@ -22,16 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from tangentlens.metrics import (
-    correlations,
-    cosine_anisotropy_from_sums,
-    drift_norm_from_sums,
-    relative_drift_from_sums,
-)
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row, row
-from tangentlens.probes.configs import PROBE_NEEDS, CosineDriftConfig
+from tangentlens.probes.configs import CosineDriftConfig
+from tangentlens.registry import AcrossInputs, Probe, StepInputs
 
-__all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
+metrics = LazyModule("tangentlens.metrics")
+
+__all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
 
 NAME = "cosine_drift"
 
@@ -39,15 +37,11 @@ NAME = "cosine_drift"
 MIN_POINTS = 3
 
 
-def needs(config: CosineDriftConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
-
-
 def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, float]]:
     """``(metric, value)`` of the drift–anisotropy Pearson and Spearman (none below 3 points)."""
     if len(drifts) < MIN_POINTS:
         return []
-    corr = correlations(np.array(drifts), np.array(cosines))
+    corr = metrics.correlations(np.array(drifts), np.array(cosines))
     return [("drift_cosine_pearson", corr.pearson), ("drift_cosine_spearman", corr.spearman)]
 
 
@@ -56,9 +50,9 @@ def rows(data: Capture, config: CosineDriftConfig) -> list[dict[str, Any]]:
     drifts, cosines = [], []
     for site, stats in data.statistics.sites.items():
         h = stats.h
-        cosine = cosine_anisotropy_from_sums(h.sum_unit, h.n_nonzero)
-        drift = drift_norm_from_sums(h.sum, None, h.count)
-        relative = relative_drift_from_sums(h.sum, float(h.sum_norms), h.count)
+        cosine = metrics.cosine_anisotropy_from_sums(h.sum_unit, h.n_nonzero)
+        drift = metrics.drift_norm_from_sums(h.sum, None, h.count)
+        relative = metrics.relative_drift_from_sums(h.sum, float(h.sum_norms), h.count)
         drifts.append(drift)
         cosines.append(cosine)
         for metric, value in (
@@ -107,3 +101,32 @@ def across_steps_rows(step_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any
                 )
             )
     return out
+
+
+def _step_rows(inputs: StepInputs, config: CosineDriftConfig) -> list[dict[str, Any]]:
+    return rows(inputs.capture, config)
+
+
+def _across_rows(inputs: AcrossInputs, config: CosineDriftConfig) -> list[dict[str, Any]]:
+    return across_steps_rows(inputs.step_rows)
+
+
+PROBE = Probe(
+    name=NAME,
+    config=CosineDriftConfig,
+    scope="step",
+    needs=Needs(),
+    rows=_step_rows,
+    across=_across_rows,
+    metrics={
+        "cosine_anisotropy": "exact mean cosine over all pairs of distinct token vectors",
+        "drift_norm": "`‖mean(H)‖`",
+        "relative_drift": "`‖mean(H)‖ / mean ‖h‖`",
+        "drift_cosine_pearson": (
+            "Pearson of `drift_norm` with `cosine_anisotropy`: `method = across_layers` (per "
+            "step, over sites) or `across_steps` (per site, at the last step); `n_tokens` = "
+            "number of points"
+        ),
+        "drift_cosine_spearman": "the same with Spearman",
+    },
+)

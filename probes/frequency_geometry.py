@@ -40,32 +40,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from jaxtyping import Int
 
-from tangentlens.capture import TypeSums
-from tangentlens.metrics import (
-    centroid_spread_from_sums,
-    frequency_distance_correlation,
-    local_spectra,
-    pooled_visibility,
-)
-from tangentlens.metrics.frequency import (
-    centroid_residuals,
-    frequency_spearman_null,
-    min_pool_rows,
-)
-from tangentlens.metrics.twonn import remove_duplicate_rows
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import PROBE_NEEDS, FrequencyGeometryConfig
+from tangentlens.probes.configs import FrequencyGeometryConfig
+from tangentlens.registry import Probe, StepInputs
+
+if TYPE_CHECKING:
+    from jaxtyping import Int
+
+torch = LazyModule("torch")
+metrics = LazyModule("tangentlens.metrics")
+frequency = LazyModule("tangentlens.metrics.frequency")
+twonn = LazyModule("tangentlens.metrics.twonn")
+capture = LazyModule("tangentlens.capture")
 
 __all__ = [
     "NAME",
+    "PROBE",
     "FrequencyGeometryConfig",
-    "needs",
     "null_pool",
     "null_seed_key",
     "rows",
@@ -76,10 +72,6 @@ NAME = "frequency_geometry"
 
 #: Relative RMS spread below which a type's occurrences count as one vector (rounding only).
 _SAME_VECTOR_TOL = 1e-6
-
-
-def needs(config: FrequencyGeometryConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def tracked_types(
@@ -103,10 +95,10 @@ def rows(data: Capture, config: FrequencyGeometryConfig) -> list[dict[str, Any]]
             out += _correlation_rows(data, site, types, sample, log_frequency, config)
         if sample is None:
             continue
-        first = remove_duplicate_rows(sample["H"])
+        first = twonn.remove_duplicate_rows(sample["H"])
         points = sample["H"][first]  # distinct rows: repeated vectors have no patch
         if "bin" in sample and points.shape[0] >= config.k:
-            spectra = local_spectra(
+            spectra = metrics.local_spectra(
                 points,
                 k=config.k,
                 tangent_dim=min(config.tangent_dim, points.shape[1] - 1),
@@ -119,7 +111,7 @@ def rows(data: Capture, config: FrequencyGeometryConfig) -> list[dict[str, Any]]
             trimmed = type(spectra)(
                 spectra.anchors[binned], spectra.inside[binned], spectra.outside[binned]
             )
-            visibility = pooled_visibility(trimmed, anchor_bins[binned], n_bins)
+            visibility = metrics.pooled_visibility(trimmed, anchor_bins[binned], n_bins)
             for b in range(n_bins):
                 out.append(
                     make_row(
@@ -142,7 +134,7 @@ def null_seed_key(config: FrequencyGeometryConfig, step: int, layer: int | None)
 
 
 def null_pool(
-    types: TypeSums, sample: dict[str, torch.Tensor], correlated: torch.Tensor
+    types: capture.TypeSums, sample: dict[str, torch.Tensor], correlated: torch.Tensor
 ) -> torch.Tensor:
     """The residual pool of the shuffle null: the reservoir rows (``sample``'s ``H`` and
     ``token``) of the ``correlated`` types (a mask over ``types``' rows), each minus its type's
@@ -153,13 +145,13 @@ def null_pool(
     at = torch.searchsorted(ids, tokens).clamp(max=len(ids) - 1)
     chosen = (ids[at] == tokens) & correlated.cpu()[at]
     type_rows = torch.where(chosen, at, torch.full_like(at, -1))
-    return centroid_residuals(types.count, types.sum, type_rows, sample["H"])
+    return frequency.centroid_residuals(types.count, types.sum, type_rows, sample["H"])
 
 
 def _correlation_rows(
     data: Capture,
     site: str,
-    types: TypeSums,
+    types: capture.TypeSums,
     sample: dict[str, torch.Tensor] | None,
     log_frequency: torch.Tensor,
     config: FrequencyGeometryConfig,
@@ -169,7 +161,7 @@ def _correlation_rows(
     its reservoir ``sample`` (None: no null rows)."""
     min_count = config.min_count
     counts = types.count.double().cpu()
-    spread = centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms).cpu()
+    spread = metrics.centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms).cpu()
     kept = counts >= min_count
     # relative RMS spread: below _SAME_VECTOR_TOL every occurrence of a type is one vector
     mean_sq_norm = types.sum_sq_norms.double().cpu()[kept] / counts[kept]
@@ -177,7 +169,7 @@ def _correlation_rows(
     if not relative.numel() or float(relative.max()) <= _SAME_VECTOR_TOL:
         return []
     lf = log_frequency[types.ids]
-    corr = frequency_distance_correlation(lf, spread, counts, min_count)
+    corr = metrics.frequency_distance_correlation(lf, spread, counts, min_count)
     common = {"site": site, "n_tokens": corr.n}
     out = [
         make_row(data, NAME, "freq_distance_pearson", corr.pearson, **common),
@@ -187,9 +179,9 @@ def _correlation_rows(
         return out
     correlated = kept & torch.isfinite(spread) & torch.isfinite(lf)
     pool = null_pool(types, sample, correlated)
-    if pool.shape[0] < min_pool_rows(types.sum.shape[1]):
+    if pool.shape[0] < frequency.min_pool_rows(types.sum.shape[1]):
         return out  # too few sampled residuals to stand for the residual distribution
-    null = frequency_spearman_null(
+    null = frequency.frequency_spearman_null(
         lf,
         spread,
         counts,
@@ -204,3 +196,50 @@ def _correlation_rows(
         make_row(data, NAME, "freq_distance_spearman_null_std", null.std, **common),
         make_row(data, NAME, "freq_distance_spearman_excess", null.excess, **common),
     ]
+
+
+def _step_rows(inputs: StepInputs, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
+    return rows(inputs.capture, config)
+
+
+def _max_tracked_types(config: FrequencyGeometryConfig, max_tokens: int) -> int:
+    """At most ``max_tokens // min_count`` types are seen ``min_count`` times."""
+    return max_tokens // config.min_count
+
+
+PROBE = Probe(
+    name=NAME,
+    config=FrequencyGeometryConfig,
+    scope="step",
+    needs=Needs(bins=True, type_sums=True, reservoir=True),
+    rows=_step_rows,
+    tracked_types=tracked_types,
+    max_tracked_types=_max_tracked_types,
+    metrics={
+        "freq_distance_pearson": (
+            "the headline: Pearson, across types seen ≥ `min_count` times, of log-frequency with "
+            "the Bessel-corrected squared spread around the type's centroid; its expectation is "
+            "the mean occurrence variance at every count, so it reads ≈ 0 when spread does not "
+            "depend on frequency (+0.005 to +0.012 on mini-pythia's step 0 with tokens shuffled)"
+        ),
+        "freq_distance_spearman": (
+            "the same with Spearman: biased upward by the right skew of rare types' spread (+0.13"
+            " to +0.19 on that control), read it against its null"
+        ),
+        "freq_distance_spearman_null_mean": (
+            "mean Spearman over `null_draws` count-preserving shuffles: each type keeps its count"
+            " and draws that many within-type residuals, with replacement, from one pool of the "
+            "reservoir's residuals"
+        ),
+        "freq_distance_spearman_null_std": "their standard deviation (ddof 1)",
+        "freq_distance_spearman_excess": (
+            "observed Spearman minus the null mean: ≈ 0 when spread depends neither on frequency "
+            "nor on type; it leans negative when spreads differ by type (−0.08 to −0.15 on "
+            "synthetic data), so the Pearson stays the headline"
+        ),
+        "curvature_visibility": (
+            "per bin, pooled variance outside / inside the local tangent of k-nearest-neighbour "
+            "patches"
+        ),
+    },
+)

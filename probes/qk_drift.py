@@ -10,15 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import PROBE_NEEDS, QKDriftConfig
+from tangentlens.probes.configs import QKDriftConfig
+from tangentlens.registry import Probe, StepInputs
 
-__all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
+__all__ = ["NAME", "PROBE", "QKDriftConfig", "rows"]
 
 NAME = "qk_drift"
-
-
-def needs(config: QKDriftConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
@@ -42,3 +39,23 @@ def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
             ):
                 out.append(make_row(data, NAME, metric, float(values[head]), **common))
     return out
+
+
+def _step_rows(inputs: StepInputs, config: QKDriftConfig) -> list[dict[str, Any]]:
+    return rows(inputs.capture, config)
+
+
+PROBE = Probe(
+    name=NAME,
+    config=QKDriftConfig,
+    scope="step",
+    needs=Needs(attention=True),
+    rows=_step_rows,
+    metrics={
+        "qk_query_norm": "per head, `‖m_Q‖`",
+        "qk_key_norm": "per head, `‖m_K‖`",
+        "qk_cosine": "per head, `cos(m_Q, m_K)`",
+        "qk_mean_logit": "per head, `⟨m_Q, m_K⟩ / √d_head`",
+        "attention_entropy": "per head, mean `−Σⱼ aᵢⱼ log aᵢⱼ` (nats)",
+    },
+)

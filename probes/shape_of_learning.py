@@ -12,24 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from tangentlens.metrics import (
-    centred_anisotropy_from_moments,
-    centred_singular_anisotropy_from_moments,
-    isoscore_from_covariance,
-    twonn_dimension,
-)
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import PROBE_NEEDS, ShapeOfLearningConfig
+from tangentlens.probes.configs import ShapeOfLearningConfig
+from tangentlens.registry import Probe, StepInputs
 
-__all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
+torch = LazyModule("torch")
+metrics = LazyModule("tangentlens.metrics")
+
+__all__ = ["NAME", "PROBE", "ShapeOfLearningConfig", "rows"]
 
 NAME = "shape_of_learning"
-
-
-def needs(config: ShapeOfLearningConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def rows(data: Capture, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
@@ -37,19 +30,46 @@ def rows(data: Capture, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
     for site, stats in data.statistics.sites.items():
         h = stats.h
         common = {"site": site, "n_tokens": h.count}
-        anisotropy = centred_anisotropy_from_moments(h.count, h.sum, h.second_moment)
+        anisotropy = metrics.centred_anisotropy_from_moments(h.count, h.sum, h.second_moment)
         out.append(make_row(data, NAME, "centred_anisotropy", anisotropy, **common))
         if config.singular_anisotropy:
-            singular = centred_singular_anisotropy_from_moments(h.count, h.sum, h.second_moment)
+            singular = metrics.centred_singular_anisotropy_from_moments(
+                h.count, h.sum, h.second_moment
+            )
             out.append(make_row(data, NAME, "centred_singular_anisotropy", singular, **common))
         out.append(
-            make_row(data, NAME, "isoscore", isoscore_from_covariance(h.covariance()), **common)
+            make_row(
+                data, NAME, "isoscore", metrics.isoscore_from_covariance(h.covariance()), **common
+            )
         )
         if stats.reservoir is not None:
             sample = torch.unique(stats.reservoir.columns()["H"], dim=0)  # TwoNN drops repeats
             batch = config.twonn_batch if sample.shape[0] >= config.twonn_batch else None
-            dim = twonn_dimension(sample, config.twonn_fit, batch_size=batch, seed=config.seed)
+            dim = metrics.twonn_dimension(
+                sample, config.twonn_fit, batch_size=batch, seed=config.seed
+            )
             out.append(
                 make_row(data, NAME, "twonn_dimension", dim, site=site, n_tokens=sample.shape[0])
             )
     return out
+
+
+def _step_rows(inputs: StepInputs, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
+    return rows(inputs.capture, config)
+
+
+PROBE = Probe(
+    name=NAME,
+    config=ShapeOfLearningConfig,
+    scope="step",
+    needs=Needs(reservoir=True),
+    rows=_step_rows,
+    metrics={
+        "centred_anisotropy": (
+            "`σ₁² / Σσᵢ²` of the centred activations (largest covariance eigenvalue over the trace)"
+        ),
+        "centred_singular_anisotropy": "`σ₁ / Σσᵢ` (with `singular_anisotropy = true`)",
+        "isoscore": "IsoScore of the activation covariance (1 isotropic, 0 one direction)",
+        "twonn_dimension": "TwoNN intrinsic dimension of the distinct sampled rows",
+    },
+)

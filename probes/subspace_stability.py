@@ -12,28 +12,38 @@ data, so only the seed differs). Metrics: ``principal_angle_mean`` and ``princip
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tangentlens.metrics import principal_angles
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, StepLabel, make_row
-from tangentlens.probes.configs import PROBE_NEEDS, SubspaceStabilityConfig
-from tangentlens.typing import Basis
+from tangentlens.probes.configs import SubspaceStabilityConfig, TangentSpec
+from tangentlens.registry import AcrossInputs, Probe, StepInputs
 
-__all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows", "transition_rows"]
+if TYPE_CHECKING:
+    from tangentlens.typing import Basis
+
+metrics = LazyModule("tangentlens.metrics")
+fitting = LazyModule("tangentlens.proxies")
+
+__all__ = [
+    "NAME",
+    "PROBE",
+    "SubspaceStabilityConfig",
+    "reseeded_proxies",
+    "rows",
+    "transition_rows",
+]
 
 NAME = "subspace_stability"
-
-
-def needs(config: SubspaceStabilityConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def _angle_rows(
     data: StepLabel | Capture, site: str, method: str, a: Basis, b: Basis
 ) -> list[dict[str, Any]]:
-    degrees = principal_angles(a, b) * 180 / math.pi
+    degrees = metrics.principal_angles(a, b) * 180 / math.pi
     common = {"site": site, "method": method, "rank": min(a.shape[1], b.shape[1])}
     return [
         make_row(data, NAME, "principal_angle_mean", float(degrees.mean()), **common),
@@ -91,3 +101,56 @@ def _paired_rows(
         if method in other.get(site, {}):
             out += _angle_rows(data, site, f"{method}@{label}", basis, other[site][method])
     return out
+
+
+def reseeded_proxies(
+    stats: Any, spec: TangentSpec, seeds: int
+) -> dict[str, dict[str, dict[int, Basis]]]:
+    """The seeded dictionaries (``spec``'s methods but PCA) refitted on a step's statistics
+    ``stats`` with seeds ``spec.seed, spec.seed + 1, …`` (the recipe's seed included, so seeds
+    are compared on the same data): ``{site: {method: {seed: basis}}}``, empty when ``seeds``
+    is 1 or no method is seeded."""
+    seeded = tuple(m for m in spec.methods if m != "pca")
+    if seeds < 2 or not seeded:
+        return {}
+    out: dict[str, dict[str, dict[int, Basis]]] = {}
+    for offset in range(seeds):
+        seed = spec.seed + offset
+        config = dataclasses.replace(
+            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
+        )
+        for site, site_stats in stats.sites.items():
+            for method, basis in fitting.fit_proxies(site_stats, config).bases.items():
+                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
+    return out
+
+
+def _step_rows(inputs: StepInputs, config: SubspaceStabilityConfig) -> list[dict[str, Any]]:
+    reseeded = reseeded_proxies(inputs.capture.statistics, inputs.tangent, config.seeds)
+    return rows(inputs.capture, inputs.own or {}, reseeded, config, inputs.frozen)
+
+
+def _across_rows(inputs: AcrossInputs, config: SubspaceStabilityConfig) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for t in inputs.transitions:
+        out += transition_rows(t.label, t.now["proxies"], t.before["proxies"])
+    return out
+
+
+PROBE = Probe(
+    name=NAME,
+    config=SubspaceStabilityConfig,
+    scope="tangent",
+    needs=Needs(),
+    rows=_step_rows,
+    across=_across_rows,
+    refits=True,
+    metrics={
+        "principal_angle_mean": (
+            "mean principal angle (degrees) between two proxies: `a~b` methods, `<m>@prev` "
+            "previous step, `<m>@frozen` the frozen proxy, `<m>~seed<s>` seeds (each step's own "
+            "refits)"
+        ),
+        "principal_angle_max": "the largest principal angle (degrees)",
+    },
+)

@@ -41,43 +41,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tangentlens.capture import (
-    EnergyProjectors,
-    SequenceEnergy,
-    SequenceEnergyConfig,
-    SiteStatistics,
-)
+from tangentlens._lazy import LazyModule
 from tangentlens.checks import check_count
-from tangentlens.dictionaries import PCA
-from tangentlens.metrics import (
-    EnergyComparison,
-    bootstrap_ratio,
-    compare_energy,
-    control_frames,
-    data_matched_frames,
-    exclusion_basis,
-    group_sums,
-    reused_draws,
-)
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
-from tangentlens.probes.configs import PROBE_NEEDS, TangentEnergyConfig
-from tangentlens.probes.proxies import MEAN_DIRECTION
-from tangentlens.typing import Basis
+from tangentlens.probes.configs import MEAN_DIRECTION, TangentEnergyConfig, TangentSpec
+from tangentlens.registry import Probe, StepInputs
+
+if TYPE_CHECKING:
+    from tangentlens.typing import Basis
+
+torch = LazyModule("torch")
+metrics = LazyModule("tangentlens.metrics")
+capture = LazyModule("tangentlens.capture")
+dictionaries = LazyModule("tangentlens.dictionaries")
 
 __all__ = [
     "INTERVAL_ALL_SEQUENCES",
     "INTERVAL_SAMPLE",
     "NAME",
+    "PROBE",
     "TangentEnergyConfig",
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
     "interval_source",
-    "needs",
     "rows",
     "sequence_energy_config",
 ]
@@ -91,10 +80,6 @@ INTERVAL_SAMPLE = "reservoir_sample"
 
 #: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
 _SUMS_RTOL = 1e-8
-
-
-def needs(config: TangentEnergyConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def seed_key(
@@ -119,7 +104,7 @@ def exchangeable_excluded(proxies: Mapping[str, Basis], method: str) -> Basis | 
 def complement_excluded(proxies: Mapping[str, Basis], method: str) -> Basis:
     """What the complement controls of ``proxies[method]`` avoid: ``span(T, m̂)`` (d × (k_T + 1)),
     or ``span(T)`` where :func:`exchangeable_excluded` is None."""
-    return exclusion_basis(proxies[method], exchangeable_excluded(proxies, method))
+    return metrics.exclusion_basis(proxies[method], exchangeable_excluded(proxies, method))
 
 
 def exchangeable_frames(
@@ -128,11 +113,13 @@ def exchangeable_frames(
     """The exchangeable control frames ``(draws, d, k)`` of ``proxies[method]`` for seed ``key``:
     the frames the headline metrics, the intervals and the anisotropy share score."""
     d, rank = proxies[method].shape
-    return control_frames(d, rank, draws, key, excluded=exchangeable_excluded(proxies, method))
+    return metrics.control_frames(
+        d, rank, draws, key, excluded=exchangeable_excluded(proxies, method)
+    )
 
 
 def _sampled_gradients(
-    site: SiteStatistics, seq_len: int
+    site: capture.SiteStatistics, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
     """The reservoir's gradient rows (float64), their sequence index and frequency bin — read
     once per site for every bootstrap of that site."""
@@ -142,7 +129,6 @@ def _sampled_gradients(
     return columns["G"].double(), site.reservoir.ids // seq_len, columns.get("bin")
 
 
-@reused_draws()
 def sequence_energy_config(
     config: TangentEnergyConfig,
     step: int,
@@ -150,26 +136,27 @@ def sequence_energy_config(
     layers: dict[str, int | None],
     n_bins: int,
     seq_len: int,
-) -> SequenceEnergyConfig:
+) -> capture.SequenceEnergyConfig:
     """What the capture of ``step`` needs to gather per-sequence energy sums for the intervals
     of :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q``
     of each proxy and the mean projector of the control frames that :func:`rows` draws for
     each frequency bin slot (the same seeds). Pass it as
     ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the capture's.
     """
-    check_count(n_bins, "n_bins", minimum=0)
-    projectors = {}
-    for site, methods in proxies.items():
-        layer = layers[site]
-        keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
-        frames = {
-            method: [exchangeable_frames(methods, method, config.draws, key) for key in keys]
-            for method in methods
-        }
-        projectors[site] = EnergyProjectors.from_frames(
-            methods, frames, provenance=(config.draws, tuple(keys))
-        )
-    return SequenceEnergyConfig(seq_len=seq_len, projectors=projectors)
+    with metrics.reused_draws():  # each key's frames drawn once for every method
+        check_count(n_bins, "n_bins", minimum=0)
+        projectors = {}
+        for site, methods in proxies.items():
+            layer = layers[site]
+            keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
+            frames = {
+                method: [exchangeable_frames(methods, method, config.draws, key) for key in keys]
+                for method in methods
+            }
+            projectors[site] = capture.EnergyProjectors.from_frames(
+                methods, frames, provenance=(config.draws, tuple(keys))
+            )
+        return capture.SequenceEnergyConfig(seq_len=seq_len, projectors=projectors)
 
 
 def interval_source(data: Capture) -> str | None:
@@ -189,13 +176,13 @@ def interval_source(data: Capture) -> str | None:
 
 
 def _checked_sequence_energy(
-    site: SiteStatistics,
+    site: capture.SiteStatistics,
     site_name: str,
     proxies: dict[str, Basis],
     config: TangentEnergyConfig,
     step: int,
     layer: int | None,
-) -> SequenceEnergy | None:
+) -> capture.SequenceEnergy | None:
     """The site's per-sequence sums, after checking that they were gathered for these proxies
     and these control seeds (None when the capture kept none)."""
     energy = site.sequence_energy
@@ -235,10 +222,12 @@ def _sampled_interval(
         g, sequences = g[rows], sequences[rows]
     if torch.unique(sequences).numel() < 2:
         return None
-    inside, _ = group_sums((g @ proxy.double()).pow(2).sum(dim=1), sequences)
-    total, _ = group_sums(g.pow(2).sum(dim=1), sequences)
+    inside, _ = metrics.group_sums((g @ proxy.double()).pow(2).sum(dim=1), sequences)
+    total, _ = metrics.group_sums(g.pow(2).sum(dim=1), sequences)
     mean_projector = torch.einsum("jdk,jek->de", frames, frames) / frames.shape[0]
-    control, _ = group_sums(((g @ mean_projector) * g).sum(dim=1), sequences)  # meanⱼ ‖g Nⱼ‖²
+    control, _ = metrics.group_sums(
+        ((g @ mean_projector) * g).sum(dim=1), sequences
+    )  # meanⱼ ‖g Nⱼ‖²
     return inside, total, control
 
 
@@ -259,10 +248,10 @@ def _intervals(
     kwargs = {"replicates": config.bootstrap, "seed": config.seed, "method": config.interval}
     out = {}
     if math.isfinite(fraction):
-        e = bootstrap_ratio(inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs)
+        e = metrics.bootstrap_ratio(inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs)
         out["energy_fraction"] = (e.ci_low, e.ci_high)
     if math.isfinite(ratio):
-        r = bootstrap_ratio(inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs)
+        r = metrics.bootstrap_ratio(inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs)
         out["energy_ratio"] = (r.ci_low, r.ci_high)
     return out
 
@@ -281,8 +270,8 @@ def _check_sums(
 
 def _energy_rows(
     data: Capture,
-    headline: EnergyComparison,
-    complement: EnergyComparison,
+    headline: metrics.EnergyComparison,
+    complement: metrics.EnergyComparison,
     ci: dict[str, tuple[float, float]],
     common: dict[str, Any],
 ) -> list[dict[str, Any]]:
@@ -322,8 +311,10 @@ def _data_matched_rows(
     (``families``: metric infix → excluded basis)."""
     out = []
     for infix, excluded in families.items():
-        frames = data_matched_frames(pca_span, proxy.shape[1], draws, key, excluded=excluded)
-        result = compare_energy(moment, proxy, frames, excluded)
+        frames = metrics.data_matched_frames(
+            pca_span, proxy.shape[1], draws, key, excluded=excluded
+        )
+        result = metrics.compare_energy(moment, proxy, frames, excluded)
         out.append(
             make_row(data, NAME, f"data_matched_{infix}energy_ratio", result.energy_ratio, **common)
         )
@@ -355,7 +346,7 @@ def rows(
         if config.data_matched_m is not None:
             h = site.h
             m = config.data_matched_m
-            pca_span = PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
+            pca_span = dictionaries.PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
         for method, proxy in by_method.items():
             d, rank = proxy.shape
             families = {
@@ -372,12 +363,12 @@ def rows(
                     continue
                 key = seed_key(config, data.step, layer, bin_index)
                 frames = exchangeable_frames(by_method, method, config.draws, key)
-                headline = compare_energy(acc.second_moment, proxy, frames, families[""])
+                headline = metrics.compare_energy(acc.second_moment, proxy, frames, families[""])
                 excluded = families["complement_"]
-                complement = compare_energy(
+                complement = metrics.compare_energy(
                     acc.second_moment,
                     proxy,
-                    control_frames(d, rank, config.draws, key, excluded=excluded),
+                    metrics.control_frames(d, rank, config.draws, key, excluded=excluded),
                     excluded,
                 )
                 if energy is not None:
@@ -393,3 +384,59 @@ def rows(
                         common,
                     )  # fmt: skip
     return out
+
+
+def _step_rows(inputs: StepInputs, config: TangentSpec) -> list[dict[str, Any]]:
+    return rows(inputs.scored, inputs.proxies, config.energy_config())
+
+
+PROBE = Probe(
+    name=NAME,
+    config=TangentSpec,
+    scope="tangent",
+    needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
+    rows=_step_rows,
+    metrics={
+        "energy_fraction": (
+            "`‖GQ‖²_F / ‖G‖²_F`; `ci_low`/`ci_high`: 95 % studentized bootstrap over sequences "
+            "around the reported value (`frozen_early`: every analysed sequence; "
+            "`per_checkpoint`: the reservoir's sequences, rescaled onto the value)"
+        ),
+        "energy_control_mean": (
+            "mean energy fraction of the exchangeable controls (k-frames in m̂⊥)"
+        ),
+        "energy_control_std": "their standard deviation (ddof 1)",
+        "energy_control_min": "their minimum",
+        "energy_control_max": "their maximum",
+        "energy_null_mean": (
+            "their exact mean, `k/(d − 1) · (1 − E(m̂))` (`k/d` for `mean_direction` itself; a "
+            "self-check)"
+        ),
+        "energy_ratio": (
+            "`E(T) / mean E(N)` against the exchangeable controls, with a bootstrap interval"
+        ),
+        "energy_enrichment": "`E(T) / (k/d)`",
+        "energy_z": "`(E(T) − mean) / std` of the exchangeable controls",
+        "energy_p_value": "permutation p-value against the exchangeable controls (calibrated)",
+        "energy_complement_control_mean": (
+            "mean energy fraction of the complement controls (k-frames in span(T, m̂)⊥)"
+        ),
+        "energy_complement_null_mean": (
+            "their exact mean, `k/(d − 1 − k_T) · (1 − E(T) − E(m̂))` (a self-check)"
+        ),
+        "energy_complement_ratio": (
+            "`E(T) / mean E(N)` against the complement controls (the paper's tangent/normal ratio)"
+        ),
+        "energy_complement_p_value": (
+            "permutation p-value against the complement controls (not calibrated)"
+        ),
+        "data_matched_energy_ratio": (
+            "`E(T)` over the mean of k-frames inside the top-m PCA span and m̂⊥ (`data_matched_m`)"
+        ),
+        "data_matched_energy_p_value": "permutation p-value against those frames",
+        "data_matched_complement_energy_ratio": (
+            "`E(T)` over the mean of k-frames inside the top-m PCA span minus the proxy and m̂"
+        ),
+        "data_matched_complement_energy_p_value": "permutation p-value against those frames",
+    },
+)

@@ -7,22 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from tangentlens.models.untrained_block import UntrainedBlockConfig, run_untrained_block
+from tangentlens._lazy import LazyModule
+from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.probes.base import Needs, row
-from tangentlens.probes.configs import PROBE_NEEDS
+from tangentlens.registry import ModelFreeInputs, Probe
 
-__all__ = ["NAME", "UntrainedBlockConfig", "needs", "rows"]
+untrained = LazyModule("tangentlens.models.untrained_block")
+
+__all__ = ["NAME", "PROBE", "UntrainedBlockConfig", "rows"]
 
 NAME = "untrained_block"
 
 
-def needs(config: UntrainedBlockConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
-
-
 def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
     out = []
-    for result in run_untrained_block(config):
+    for result in untrained.run_untrained_block(config):
         for metric, value in (
             ("input_cosine_anisotropy", result.input_cosine_anisotropy),
             ("output_cosine_anisotropy", result.output_cosine_anisotropy),
@@ -44,3 +43,22 @@ def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
                 )
             )
     return out
+
+
+def _model_free_rows(inputs: ModelFreeInputs, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
+    return rows(inputs.suite, config)
+
+
+PROBE = Probe(
+    name=NAME,
+    config=UntrainedBlockConfig,
+    scope="model_free",
+    needs=Needs(),
+    rows=_model_free_rows,
+    metrics={
+        "input_cosine_anisotropy": "per bias norm N, cosine anisotropy of the block's input",
+        "output_cosine_anisotropy": "per bias norm N, of its output",
+        "norm_ratio": "mean output norm / mean input norm",
+        "attention_entropy": "mean attention entropy (nats)",
+    },
+)

@@ -20,30 +20,33 @@ when s′ lies past the end) is named ``embedding_update_in_window_*`` /
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from jaxtyping import Int
 
-from tangentlens.metrics import update_alignment
+from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Needs, StepLabel, make_row
-from tangentlens.probes.configs import PROBE_NEEDS, UpdateAlignmentConfig
+from tangentlens.probes.configs import UpdateAlignmentConfig
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
     exchangeable_excluded,
     exchangeable_frames,
     seed_key,
 )
-from tangentlens.typing import Basis
+from tangentlens.registry import AcrossInputs, Probe, StateInputs
 
-__all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows", "tracked_types"]
+if TYPE_CHECKING:
+    from jaxtyping import Int
+
+    from tangentlens.typing import Basis
+
+torch = LazyModule("torch")
+metrics = LazyModule("tangentlens.metrics")
+models = LazyModule("tangentlens.models")
+
+__all__ = ["NAME", "PROBE", "UpdateAlignmentConfig", "rows", "tracked_types"]
 
 NAME = "update_alignment"
-
-
-def needs(config: UpdateAlignmentConfig) -> Needs:
-    return PROBE_NEEDS[NAME]
 
 
 def tracked_types(
@@ -72,7 +75,9 @@ def _score(
     for method, proxy in proxies.items():
         key = seed_key(keys, data.step, data.layers.get(site), None)
         frames = exchangeable_frames(proxies, method, config.draws, key)
-        result = update_alignment(delta, proxy, frames, exchangeable_excluded(proxies, method))
+        result = metrics.update_alignment(
+            delta, proxy, frames, exchangeable_excluded(proxies, method)
+        )
         common = {
             "site": site,
             "method": method,
@@ -112,3 +117,98 @@ def rows(
         if site in proxies:
             out += _score(data, f"centroid_update{suffix}", site, proxies[site], delta, config)
     return out
+
+
+def _tracked_centroids(
+    stats: Any, counts: np.ndarray, config: UpdateAlignmentConfig
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per site: (ids of the ``centroid_types`` most frequent types seen at this step, their
+    centroids in float64 — the update is a difference of nearby centroids)."""
+    tracked = torch.from_numpy(tracked_types(config, counts))
+    out = {}
+    for site, s in stats.sites.items():
+        if s.types is None:
+            continue
+        at = s.types.rows_of(tracked)
+        seen = s.types.count[at] > 0
+        at = at[seen]
+        out[site] = (tracked[seen], s.types.sum[at].double() / s.types.count[at, None])
+    return out
+
+
+def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]:
+    """What a step keeps for the next transition: the tracked centroids per site, ``W_E``'s
+    rows of the types the analysis data holds (in the model's precision, on the CPU) and the
+    embedding's site."""
+    model, counts = inputs.model, inputs.data.frequencies.counts
+    if not hasattr(model, "W_E"):
+        raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
+    seen = torch.from_numpy(counts > 0)
+    return {
+        "centroids": _tracked_centroids(inputs.capture.statistics, counts, config),
+        "embedding": model.W_E.detach()[: seen.numel()][seen].to("cpu"),
+        "embed_site": models.hook_name(model, "embed"),
+    }
+
+
+def _across_rows(inputs: AcrossInputs, config: UpdateAlignmentConfig) -> list[dict[str, Any]]:
+    """Each transition's update, scored in ``scoring`` (fitted on data of the earlier step or
+    before: the frozen window's, else the earlier step's own fit)."""
+    out: list[dict[str, Any]] = []
+    for t in inputs.transitions:
+        deltas = {}
+        for site, (ids, centroids) in t.now["centroids"].items():
+            old_ids, old = t.before["centroids"][site]
+            _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
+            deltas[site] = centroids[at_now].double() - old[at_old].double()
+        delta_embed = t.now["embedding"].double() - t.before["embedding"].double()
+        out += rows(
+            t.label,
+            t.scoring if t.scoring is not None else t.before["proxies"],
+            (t.now["embed_site"], delta_embed),
+            deltas,
+            config,
+            in_window=t.in_window,
+        )
+    return out
+
+
+def _max_tracked_types(config: UpdateAlignmentConfig, max_tokens: int) -> int:
+    return config.centroid_types
+
+
+PROBE = Probe(
+    name=NAME,
+    config=UpdateAlignmentConfig,
+    scope="tangent",
+    needs=Needs(type_sums=True),
+    across=_across_rows,
+    state=_state,
+    tracked_types=tracked_types,
+    max_tracked_types=_max_tracked_types,
+    metrics={
+        "embedding_update_energy_fraction": (
+            "energy fraction of `ΔW_E` (s → s′) in the embedding proxy, fitted on data of s or "
+            "earlier"
+        ),
+        "embedding_update_energy_ratio": "over the controls' mean",
+        "embedding_update_energy_p_value": "permutation p-value",
+        "centroid_update_energy_fraction": (
+            "energy fraction of the change of each frequent type's mean activation, per site"
+        ),
+        "centroid_update_energy_ratio": "over the controls' mean",
+        "centroid_update_energy_p_value": "permutation p-value",
+        "embedding_update_in_window_energy_fraction": (
+            "as `embedding_update_*`, for a transition s → s′ that starts before the frozen fit "
+            "window's last checkpoint (s < its end: the proxy saw data after s — the update, or "
+            "part of it when s′ lies past the end; not evidence)"
+        ),
+        "embedding_update_in_window_energy_ratio": "idem",
+        "embedding_update_in_window_energy_p_value": "idem",
+        "centroid_update_in_window_energy_fraction": (
+            "as `centroid_update_*`, inside the fit window"
+        ),
+        "centroid_update_in_window_energy_ratio": "idem",
+        "centroid_update_in_window_energy_p_value": "idem",
+    },
+)

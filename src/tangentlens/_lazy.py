@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["LazyModule", "lazy_exports"]
 
 
 def lazy_exports(
@@ -40,3 +40,17 @@ def lazy_exports(
         return sorted({*vars(sys.modules[package]), *exported})
 
     return exported, getattr_, dir_
+
+
+class LazyModule:
+    """A module imported on first attribute access: ``torch = LazyModule("torch")`` at module
+    level keeps a light module light until one of its functions runs."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"

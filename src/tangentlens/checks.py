@@ -7,11 +7,12 @@ of the metrics are in :mod:`tangentlens.metrics._validate`.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable
 from numbers import Integral, Real
 
-__all__ = ["check_choice", "check_count", "check_fraction"]
+__all__ = ["check_choice", "check_count", "check_fraction", "suggest"]
 
 
 def check_count(n: object, name: str, *, minimum: int) -> int:
@@ -51,3 +52,9 @@ def check_choice(value: object, name: str, allowed: Iterable[str]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
     return str(value)
+
+
+def suggest(word: object, options: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the option nearest ``word``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""

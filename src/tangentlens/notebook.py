@@ -31,11 +31,9 @@ from tangentlens.data import (
 )
 from tangentlens.models import LensModel, has_lm_head, lens_model
 from tangentlens.probes.base import Capture, Needs
-from tangentlens.probes.configs import PROBE_NEEDS, TANGENT_COMPANIONS, needs_of
-from tangentlens.probes.user_proxies import resolve_proxies
+from tangentlens.registry import SCOPES, TANGENT, builtin_probes, needs_of, resolve, resolve_all
 from tangentlens.sweep.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.sweep.recipe import (
-    PROBE_CONFIGS,
     CaptureSpec,
     DataSpec,
     Recipe,
@@ -43,13 +41,13 @@ from tangentlens.sweep.recipe import (
     build_section,
 )
 from tangentlens.sweep.step import (
-    PER_STEP_PROBES,
     capture_sites,
     capture_step,
     check_attention,
     step_rows,
 )
 from tangentlens.sweep.store import SCHEMA
+from tangentlens.user_proxies import resolve_proxies
 
 __all__ = [
     "CAPTURE_SETTINGS",
@@ -65,10 +63,6 @@ DATA_SETTINGS: tuple[str, ...] = ("seq_len", "max_tokens", "batch_size", "n_bins
 #: Keyword settings that go to the recipe's ``[capture]`` table.
 CAPTURE_SETTINGS: tuple[str, ...] = ("sites", "layers", "embed", "reservoir", "seed", "passes")
 _LABEL = "model"
-_CROSS_STEP = {
-    "update_alignment": "it scores the update between two checkpoints: run a sweep",
-    "untrained_block": "it needs no model: call tangentlens.probes.untrained_block.rows",
-}
 
 
 class ResultTable:
@@ -119,18 +113,28 @@ class ResultTable:
 _WITHOUT_GRADIENTS = Needs(bins=True, type_sums=True, reservoir=True, attention=True)
 
 
+def _per_step_probes() -> tuple[str, ...]:
+    """The built-in probes with rows from one step: scope ``step``, then ``tangent``."""
+    probes = builtin_probes()
+    return tuple(
+        sorted((n for n, p in probes.items() if p.per_step), key=lambda n: probes[n].scope)
+    )
+
+
 def _runnable(kept: Needs) -> tuple[str, ...]:
-    """The per-step probes whose statistics ``kept`` holds (tangent_energy's companions only
-    with it)."""
-    fits = [p for p in PER_STEP_PROBES if not kept.missing(PROBE_NEEDS[p])]
-    if "tangent_energy" not in fits:
-        fits = [p for p in fits if p not in TANGENT_COMPANIONS]
+    """The per-step probes whose statistics ``kept`` holds (the tangent probes only with
+    tangent_energy)."""
+    probes = builtin_probes()
+    fits = [n for n in _per_step_probes() if not kept.missing(probes[n].needs)]
+    if TANGENT not in fits:
+        fits = [n for n in fits if probes[n].scope != "tangent"]
     return tuple(fits)
 
 
 def default_probes(model: Any) -> tuple[str, ...]:
-    """Every per-step probe the model supports (the tangent account needs a loss head)."""
-    return tuple(PER_STEP_PROBES) if has_lm_head(model) else _runnable(_WITHOUT_GRADIENTS)
+    """Every per-step built-in probe the model supports (the tangent account needs a loss
+    head)."""
+    return _per_step_probes() if has_lm_head(model) else _runnable(_WITHOUT_GRADIENTS)
 
 
 def _probe_configs(
@@ -145,11 +149,11 @@ def _probe_configs(
     items = probes.items() if isinstance(probes, Mapping) else ((p, None) for p in probes)
     out: dict[str, Any] = {}
     for name, config in items:
-        if name in _CROSS_STEP:
-            raise ValueError(f"probe {name!r} cannot run on one model: {_CROSS_STEP[name]}")
-        if name not in PER_STEP_PROBES:
-            raise ValueError(f"unknown probe {name!r}; allowed: {list(PER_STEP_PROBES)}")
-        cls = PROBE_CONFIGS[name]
+        probe = resolve(name)
+        if not probe.per_step:  # its rows compare checkpoints, or need no model
+            reason = SCOPES["model_free" if probe.scope == "model_free" else "across"]
+            raise ValueError(f"probe {name!r} cannot run on one model: {reason}")
+        cls = probe.config
         if config is None:
             config = cls()
         elif isinstance(config, Mapping):
@@ -170,7 +174,7 @@ def _probe_configs(
         if spec.held_out:
             raise ValueError(
                 "held_out needs two captures of disjoint halves: run a sweep, or fit on one "
-                "capture (tangentlens.probes.proxies.fit_proxies) and pass the proxy as proxies= "
+                "capture (tangentlens.proxies.fit_proxies) and pass the proxy as proxies= "
                 "to measure another"
             )
         if spec.pretrained_sae is not None:
@@ -264,7 +268,7 @@ def _loss(model: LensModel, loss: str | None, configs: Mapping[str, Any]) -> str
         loss = capture_loss(model.family, model.has_lm_head)
     elif loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    needing = [p for p in configs if PROBE_NEEDS[p].gradients]
+    needing = [k for k, p in resolve_all(configs).items() if p.needs.gradients]
     if needing and loss == "none":
         why = (
             "no loss was chosen"
@@ -383,24 +387,21 @@ def _kept(capture: Capture) -> Needs:
 
 def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
     kept = _kept(capture)
-    for name in configs:
-        missing = kept.missing(PROBE_NEEDS[name])
+    for name, probe in resolve_all(configs).items():
+        missing = kept.missing(probe.needs)
         if missing:
             raise ValueError(
                 f"probe {name!r} needs {missing}, which this capture did not keep: capture with "
                 f"capture_model(..., probes=[{name!r}, ...])"
             )
-    if "frequency_geometry" in configs:
-        from tangentlens.probes import frequency_geometry
-
-        wanted = frequency_geometry.tracked_types(
-            configs["frequency_geometry"], capture.frequencies.counts
-        )
+        if probe.tracked_types is None:
+            continue
+        wanted = probe.tracked_types(configs[name], capture.frequencies.counts)
         tracked = set(capture.statistics.statistics.type_ids or ())
         if not set(wanted.tolist()) <= tracked:
             raise ValueError(
-                "frequency_geometry's settings name types this capture did not track: capture "
-                "with the same probes={'frequency_geometry': …} settings"
+                f"{name}'s settings name types this capture did not track: capture with the "
+                f"same probes={{{name!r}: …}} settings"
             )
 
 
@@ -418,7 +419,7 @@ def measure(
     ``probes``: names, or ``{name: settings}`` with each probe's recipe keys (default: every
     per-step probe the model supports, or the capture kept statistics for). ``proxies``:
     your own tangent proxies, scored next to the fitted ones against the same matched-rank
-    controls (see :mod:`tangentlens.probes.user_proxies`: a d × k basis orthonormalised with
+    controls (see :mod:`tangentlens.user_proxies`: a d × k basis orthonormalised with
     rank tolerance ``proxy_rtol``, a fitted tangentlens dictionary, or an SAELens SAE whose
     ``rank`` most active latents span it); they need ``tangent_energy``. With a model, the
     other arguments are :func:`capture_model`'s.

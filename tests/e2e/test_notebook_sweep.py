@@ -10,9 +10,9 @@ import math
 import torch
 
 import tangentlens as tl
+from tangentlens.registry import resolve
 from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.runner import run_sweep
-from tangentlens.sweep.step import PER_STEP_PROBES
 from tangentlens.sweep.store import RunStore, read_parts
 
 STEP = 40
@@ -28,7 +28,7 @@ def _same(a, b) -> bool:
 def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None:
     overrides = [f"suite.steps='{STEP}'", "probes.tangent_energy.fit_policy='per_checkpoint'"]
     recipe = load_recipe(sweeps.recipe, overrides)
-    per_step = {k: v for k, v in recipe.probes.items() if k in PER_STEP_PROBES}
+    per_step = {k: v for k, v in recipe.probes.items() if resolve(k).per_step}
     recipe = dataclasses.replace(recipe, probes=per_step)
     out = run_sweep(recipe, tmp_path / "run")
     (part,) = RunStore(out).results.glob("step-*.parquet")  # the one step unit's rows

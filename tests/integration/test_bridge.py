@@ -32,15 +32,16 @@ from tangentlens.models.hub import hf_offline_mode
 from tangentlens.models.loading import boot_bridge, load_local_checkpoint
 from tangentlens.models.suites import LocalSuite, PythiaSuite
 from tangentlens.probes.configs import QKDriftConfig
+from tangentlens.registry import builtin_probes
 from tangentlens.sweep.recipe import Recipe, SuiteSpec
 from tangentlens.sweep.runner import plan_sweep
-from tangentlens.sweep.step import PER_STEP_PROBES
 from tests.integration.bridge_parity import TOLERANCES, keyed, mismatches, tolerance_class
 from tests.integration.conftest import SMALL, decoder_tokenizer, encoder_tokenizer
 
 #: Activations and gradients: float32 rounding in another op order (see bridge_parity).
 TENSOR_TOL = {"atol": 1e-5, "rtol": 1e-4}
 DRAWS = 40
+PER_STEP_PROBES = [name for name, probe in builtin_probes().items() if probe.per_step]
 PROBES = {name: {} for name in PER_STEP_PROBES}
 PROBES["tangent_energy"] = {"rank": 4, "draws": DRAWS, "bootstrap": 100}
 SETTINGS = {"seq_len": 32, "max_tokens": 2048, "n_bins": 3, "reservoir": 512, "embed": True,

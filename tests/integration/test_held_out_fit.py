@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tangentlens.data import FrequencyTable, decoder_special_ids
-from tangentlens.probes.configs import needs_of
+from tangentlens.registry import needs_of
 from tangentlens.sweep import units
 from tangentlens.sweep.data import AnalysisData
 from tangentlens.sweep.plan import Unit

@@ -14,8 +14,8 @@ import torch
 import tangentlens as tl
 from tangentlens.dictionaries import PCA
 from tangentlens.probes.configs import ProxyConfig
-from tangentlens.probes.proxies import fit_proxies
-from tangentlens.probes.user_proxies import resolve_proxies
+from tangentlens.proxies import fit_proxies
+from tangentlens.user_proxies import resolve_proxies
 
 SITE = "blocks.1.hook_resid_post"
 D = 32  # the micro suites' width
@@ -274,11 +274,13 @@ def test_an_sae_of_another_width_is_refused(capture):
             {"probes": ["tangent_energy"], "seq_lenn": 32},
             "unknown settings ['seq_lenn']; allowed: ['seq_len',",
         ),
-        ({"probes": ["tangent_enrgy"]}, "unknown probe 'tangent_enrgy'; allowed: ['cosine_drift',"),
+        (
+            {"probes": ["tangent_enrgy"]},
+            "unknown probe 'tangent_enrgy'; allowed: ['anisotropy_share',",
+        ),
         (
             {"probes": ["update_alignment"]},
-            "probe 'update_alignment' cannot run on one model: it scores the update between two "
-            "checkpoints",
+            "probe 'update_alignment' cannot run on one model: it compares checkpoints",
         ),
         (
             {"probes": {"tangent_energy": {"fit_policy": "frozen_early"}}},

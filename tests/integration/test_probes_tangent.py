@@ -12,7 +12,7 @@ import pytest
 from tangentlens.capture import RowReservoir
 from tangentlens.probes import anisotropy_share, tangent_energy
 from tangentlens.probes.base import ROW_FIELDS
-from tangentlens.probes.proxies import ProxyConfig, fit_proxies
+from tangentlens.proxies import ProxyConfig, fit_proxies
 
 
 def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):

@@ -23,7 +23,7 @@ from tangentlens.data import (
 from tangentlens.models import residual_sites
 from tangentlens.probes import tangent_energy
 from tangentlens.probes.base import Capture
-from tangentlens.probes.proxies import ProxyConfig, fit_proxies
+from tangentlens.proxies import ProxyConfig, fit_proxies
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10
 

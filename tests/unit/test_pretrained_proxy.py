@@ -4,7 +4,7 @@ direction projected out, its overlap reported."""
 import pytest
 import torch
 
-from tangentlens.probes.proxies import MEAN_DIRECTION, FittedProxies, add_fixed_proxy
+from tangentlens.proxies import MEAN_DIRECTION, FittedProxies, add_fixed_proxy
 
 
 def _orthonormal(d: int, k: int, seed: int) -> torch.Tensor:

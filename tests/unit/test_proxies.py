@@ -9,7 +9,7 @@ import torch
 from tangentlens.capture import MomentAccumulator
 from tangentlens.metrics import principal_angles
 from tangentlens.probes.base import Capture
-from tangentlens.probes.proxies import (
+from tangentlens.proxies import (
     FIT_PROBE,
     MEAN_DIRECTION,
     ActivationPool,

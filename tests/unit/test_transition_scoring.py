@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from tangentlens.dictionaries import in_window
+from tangentlens.probes.base import StepLabel
 from tangentlens.probes.configs import SubspaceStabilityConfig, UpdateAlignmentConfig
+from tangentlens.registry import AcrossInputs, Transition, resolve
 from tangentlens.sweep.recipe import CaptureSpec, Recipe, TangentSpec
-from tangentlens.sweep.units import _transition_rows
 
 EMBED, SITE = "hook_embed", "blocks.0.hook_resid_post"
 D = 6
@@ -79,6 +81,20 @@ def _states() -> tuple[dict, dict]:
         "embed_site": EMBED,
     }
     return before, now
+
+
+def _transition_rows(recipe, before, now, frozen, window):
+    """The across rows of the recipe's probes over the one transition ``before`` → ``now``, as
+    the sweep's across-steps unit builds it."""
+    label = StepLabel(recipe.suite.name, now["step"], now["tokens_seen"], now["layers"])
+    transition = Transition(label, before, now, frozen, in_window(before["step"], window))
+    inputs = AcrossInputs([], (transition,))
+    rows = []
+    for key, config in recipe.probes.items():
+        probe = resolve(key)
+        if probe.across is not None:
+            rows += probe.across(inputs, config)
+    return rows
 
 
 def test_update_s_to_s_prime_is_scored_in_the_proxy_of_s_not_of_s_prime():

@@ -59,7 +59,7 @@ def test_frequency_geometry_rows_unchanged_by_tracking_only_frequent_types(min_c
 
 
 def test_tracked_centroids_unchanged_by_tracking_only_their_types():
-    from tangentlens.sweep.units import _tracked_centroids
+    from tangentlens.probes.update_alignment import _tracked_centroids
 
     vocab, centroid_types = 400, 50
     tokens, rows = _stream(1, vocab)
@@ -81,5 +81,5 @@ def test_tracked_centroids_unchanged_by_tracking_only_their_types():
     seen = tracked[sums.count[tracked] > 0]
     expected = sums.sum[seen].double() / sums.count[seen, None]
     for stats in (full, subset):
-        got_ids, got = _tracked_centroids(stats, data, centroid_types)[SITE]
+        got_ids, got = _tracked_centroids(stats, data.frequencies.counts, config)[SITE]
         assert torch.equal(got_ids, seen) and torch.equal(got, expected)

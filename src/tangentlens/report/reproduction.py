@@ -33,7 +33,7 @@ from tangentlens.report.baseline import INIT_STEP, step_label
 
 __all__ = ["Finding", "reproduction_summary"]
 
-#: The rank-1 mean-direction proxy (``tangentlens.probes.proxies.MEAN_DIRECTION``).
+#: The rank-1 mean-direction proxy (``tangentlens.proxies.MEAN_DIRECTION``).
 MEAN_DIRECTION = "mean_direction"
 
 Row = dict[str, Any]

@@ -12,6 +12,7 @@ from typing import Any
 
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
+from tangentlens.registry import ENTRY_POINT_GROUP, resolve_all
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
@@ -93,6 +94,34 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _distribution(module: str, key: str) -> tuple[str, str]:
+    """(distribution, version) that ships ``module``: the one that registers the entry point
+    ``key``, else the installed one owning the module's top-level package, else unknown."""
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=key):
+        if entry.dist is not None:
+            return entry.dist.name, entry.dist.version
+    names = metadata.packages_distributions().get(module.split(".")[0], [])
+    try:
+        return (names[0], metadata.version(names[0])) if names else ("unknown", "unknown")
+    except metadata.PackageNotFoundError:
+        return names[0], "unknown"
+
+
+def _probe_sources(recipe: Recipe) -> dict[str, dict[str, str]]:
+    """Recipe key → the probe's name, the module that declares it and the distribution (with
+    its version) that ships it: what a reader needs to find a user's probe again."""
+    out = {}
+    for key, probe in resolve_all(recipe.probes).items():
+        distribution, version = _distribution(probe.module, key)
+        out[key] = {
+            "name": probe.name,
+            "module": probe.module,
+            "distribution": distribution,
+            "version": version,
+        }
+    return out
+
+
 def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
     """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks);
     ``loader`` is the loader every unit loads checkpoints with (``suite.loader`` resolved for
@@ -106,6 +135,7 @@ def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
         "units": len(plan.units),
         "estimators": {**ESTIMATORS, **_interval_estimator(recipe)},
         "versions": _versions(),
+        "probes": _probe_sources(recipe),
         "git_hash": _git_hash(),
         "python": platform.python_version(),
         "device": device,

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
 from tangentlens.models.shapes import ModelShape, suite_shape
-from tangentlens.probes.configs import needs_of
+from tangentlens.registry import needs_of, resolve_all
 from tangentlens.sweep.plan import gathers_sequence_sums
 from tangentlens.sweep.recipe import Recipe, select_layers
 
@@ -353,19 +353,18 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
 
 def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
     """The plan's inputs for ``recipe`` on models of ``shape`` (what its probes keep:
-    :func:`~tangentlens.probes.configs.needs_of`). Type sums are
-    planned for at most ``data.max_tokens // min_count`` types (frequency geometry) plus the
-    tracked centroids (update alignment): the analysis data is not read before the plan."""
+    :func:`~tangentlens.registry.needs_of`). Type sums are planned for the sum of each
+    type-tracking probe's ``max_tracked_types`` (e.g. ``data.max_tokens // min_count`` for
+    frequency geometry): the analysis data is not read before the plan."""
     needs = needs_of(recipe.probes)
     sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
     layers = select_layers(recipe.capture.layers, shape.n_layers)
     sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
     n_types = 0
     if needs.type_sums:
-        if "frequency_geometry" in recipe.probes:  # types seen ≥ min_count times
-            n_types += recipe.data.max_tokens // recipe.probes["frequency_geometry"].min_count
-        if "update_alignment" in recipe.probes:
-            n_types += recipe.probes["update_alignment"].centroid_types
+        for key, probe in resolve_all(recipe.probes).items():
+            if probe.max_tracked_types is not None:
+                n_types += probe.max_tracked_types(recipe.probes[key], recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
     spec = recipe.probes.get("tangent_energy")
     return PlanInputs(

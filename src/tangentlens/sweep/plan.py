@@ -18,7 +18,7 @@ so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by
   one selected step to the next (update alignment), the angles between consecutive steps'
   refits (subspace stability), the drift–anisotropy correlation across steps. One unit, not
   one per transition: each is a fraction of a second, less than a worker's start-up;
-* ``untrained-block`` — the untrained-block bias test (no checkpoint involved).
+* ``untrained-block`` — the model-free probes (the untrained-block bias test; no checkpoint).
 
 A unit is done when its output exists; every output is written to a temporary name and renamed
 into place, so a unit that runs twice (retry, requeue, duplicate submission) leaves one output.
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.dictionaries.policy import early_window
+from tangentlens.registry import resolve_all
 from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 
 __all__ = [
@@ -241,7 +242,8 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
         for s in selected
     ]
     units += steps
-    if {"cosine_drift", "update_alignment", "subspace_stability"} & set(recipe.probes):
+    probes = resolve_all(recipe.probes)
+    if any(probe.across is not None for probe in probes.values()):
         units.append(
             Unit(
                 "across-steps",
@@ -251,7 +253,7 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
                 "results/across-steps.parquet",
             )
         )
-    if "untrained_block" in recipe.probes:
+    if any(probe.scope == "model_free" for probe in probes.values()):
         units.append(
             Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
         )

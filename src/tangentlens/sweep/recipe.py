@@ -11,7 +11,6 @@ dataclasses), so a typo is reported at once.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import tomllib
@@ -22,30 +21,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tangentlens.checks import check_count, check_fraction
-from tangentlens.dictionaries.policy import FIT_POLICIES
+from tangentlens.checks import check_count, check_fraction, suggest
 from tangentlens.models.catalog import LOADER_CHOICES
-from tangentlens.models.configs import UntrainedBlockConfig
-from tangentlens.probes.configs import (
-    METHODS,
-    TANGENT_COMPANIONS,
-    AnisotropyShareConfig,
-    CosineDriftConfig,
-    FrequencyGeometryConfig,
-    ProxyConfig,
-    QKDriftConfig,
-    ShapeOfLearningConfig,
-    SubspaceStabilityConfig,
-    TangentEnergyConfig,
-    UpdateAlignmentConfig,
-)
+from tangentlens.probes.configs import PRETRAINED_SAE, PretrainedSAESpec, TangentSpec
+from tangentlens.registry import builtin_probes, check_companions, resolve_all
 
 __all__ = [
     "CAPTURE_SITE_KINDS",
     "EXECUTOR_KINDS",
     "LAYER_FORMS",
     "PRETRAINED_SAE",
-    "PROBE_CONFIGS",
     "WEIGHT_DTYPES",
     "CaptureSpec",
     "DataSpec",
@@ -87,18 +72,18 @@ class SuiteSpec:
         if self.loader not in LOADER_CHOICES:
             raise ValueError(
                 f"suite.loader must be one of {LOADER_CHOICES}, got {self.loader!r}"
-                f"{_suggest(self.loader, LOADER_CHOICES)}"
+                f"{suggest(self.loader, LOADER_CHOICES)}"
             )
         if self.dtype not in WEIGHT_DTYPES:
             raise ValueError(
                 f"suite.dtype must be one of {WEIGHT_DTYPES}, got {self.dtype!r}"
-                f"{_suggest(self.dtype, WEIGHT_DTYPES)}"
+                f"{suggest(self.dtype, WEIGHT_DTYPES)}"
             )
         base = self.device.split(":", 1)[0]
         if base not in DEVICES or (":" in self.device and base != "cuda"):
             raise ValueError(
                 f"suite.device must be one of {DEVICES} or 'cuda:N', got {self.device!r}"
-                f"{_suggest(self.device, DEVICES)}"
+                f"{suggest(self.device, DEVICES)}"
             )
 
     def resolved_device(self) -> str:
@@ -212,7 +197,7 @@ class CaptureSpec:
             if kind not in CAPTURE_SITE_KINDS:
                 raise ValueError(
                     f"capture.sites: unknown site kind {kind!r}; allowed: {CAPTURE_SITE_KINDS}"
-                    f"{_suggest(kind, CAPTURE_SITE_KINDS)}"
+                    f"{suggest(kind, CAPTURE_SITE_KINDS)}"
                 )
         if self.reduction != "sum":
             raise ValueError(
@@ -223,124 +208,6 @@ class CaptureSpec:
         check_count(self.threads, "capture.threads", minimum=1)
         check_count(self.passes, "capture.passes", minimum=0)
         _layer_form(self.layers)  # the form here; the range once a model is known
-
-
-#: The method name of the proxies spanned by published SAEs (:class:`PretrainedSAESpec`).
-PRETRAINED_SAE = "pretrained_sae"
-
-
-@dataclass(frozen=True)
-class PretrainedSAESpec:
-    """Published SAEs as tangent proxies (``[probes.tangent_energy.pretrained_sae]``, method
-    ``pretrained_sae``): the SAEs ``ids`` of the SAELens pretrained-registry ``release``, loaded
-    through ``sae_lens.SAE.from_pretrained``, one per captured site (the site is the SAE's hook
-    name, e.g. ``blocks.3.hook_resid_post``).
-
-    Each proxy is the orthonormalised span of the decoder rows of the ``rank`` latents that fire
-    most often (ties: larger mean activation) on the sampled activation rows of ``select_step``
-    (default: the sweep's first selected step; it may not be later), raw as the SAE reads them;
-    chosen once and held fixed for every step. The release and ids are checked against the
-    registry, the release's model against the suite's (``check_pretrained_sae``) when the sweep
-    is planned; each SAE's model, hook and width against the suite when it is loaded.
-    """
-
-    release: str = ""
-    ids: tuple[str, ...] = ()
-    select_step: int | None = None
-
-    def __post_init__(self) -> None:
-        path = f"probes.tangent_energy.{PRETRAINED_SAE}"
-        if not isinstance(self.release, str) or not self.release.strip():
-            raise ValueError(
-                f"{path}.release must name a release of SAELens' pretrained registry (e.g. "
-                f"'pythia-70m-deduped-res-sm'), got {self.release!r}"
-            )
-        ids = tuple(self.ids)
-        if (
-            not ids
-            or not all(isinstance(i, str) and i.strip() for i in ids)
-            or len(set(ids)) != len(ids)
-        ):
-            raise ValueError(
-                f"{path}.ids must list distinct SAE ids of release {self.release!r} (e.g. "
-                f"['blocks.3.hook_resid_post']), got {self.ids!r}"
-            )
-        object.__setattr__(self, "ids", ids)
-        if self.select_step is not None:
-            check_count(self.select_step, f"{path}.select_step", minimum=0)
-
-
-@dataclass(frozen=True)
-class TangentSpec:
-    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``);
-    ``pretrained_sae`` adds published SAEs as proxies (:class:`PretrainedSAESpec`)."""
-
-    methods: tuple[str, ...] = ("seminmf", "pca")
-    rank: int = 16
-    fit_policy: str = "per_checkpoint"
-    early_fraction: float = 0.3
-    window_checkpoints: int = 8
-    draws: int = 100
-    bootstrap: int = 200
-    interval: str = "studentized"
-    data_matched_m: int | None = None
-    seminmf_max_iter: int = 500
-    sae_samples: int = 100_000
-    sae_k: int = 16
-    centre: bool = True
-    mean_direction: bool = True
-    held_out: bool = False
-    seed: int = 0
-    pretrained_sae: PretrainedSAESpec | None = None
-
-    def __post_init__(self) -> None:
-        if self.fit_policy not in FIT_POLICIES:
-            raise ValueError(
-                f"probes.tangent_energy.fit_policy must be one of {FIT_POLICIES}, got "
-                f"{self.fit_policy!r}{_suggest(self.fit_policy, FIT_POLICIES)}"
-            )
-        for method in self.methods:
-            if method == PRETRAINED_SAE:
-                raise ValueError(
-                    f"probes.tangent_energy.methods: {PRETRAINED_SAE!r} is not fitted; enable it "
-                    f"with a [probes.tangent_energy.{PRETRAINED_SAE}] table (release, ids)"
-                )
-            if method not in METHODS:
-                raise ValueError(
-                    f"probes.tangent_energy.methods: unknown method {method!r}; allowed: "
-                    f"{METHODS}{_suggest(method, METHODS)}"
-                )
-        if self.held_out and self.fit_policy != "per_checkpoint":
-            raise ValueError(
-                "probes.tangent_energy.held_out = true fits each step's proxy on half of its "
-                "sequences and scores the other half: it needs fit_policy = 'per_checkpoint' "
-                "(frozen_early proxies are fitted on other checkpoints already)"
-            )
-        check_fraction(self.early_fraction, "probes.tangent_energy.early_fraction", low_open=True)
-        check_count(self.window_checkpoints, "probes.tangent_energy.window_checkpoints", minimum=1)
-        self.proxy_config()
-        self.energy_config()
-
-    def proxy_config(self) -> ProxyConfig:
-        return ProxyConfig(
-            methods=self.methods,
-            rank=self.rank,
-            seed=self.seed,
-            seminmf_max_iter=self.seminmf_max_iter,
-            sae_samples=self.sae_samples,
-            sae_k=self.sae_k,
-            centre=self.centre,
-            mean_direction=self.mean_direction,
-        )
-
-    def energy_config(self) -> TangentEnergyConfig:
-        return TangentEnergyConfig(
-            draws=self.draws,
-            bootstrap=self.bootstrap,
-            interval=self.interval,
-            data_matched_m=self.data_matched_m,
-            seed=self.seed,
-        )
 
 
 #: Where a sweep's units can run (``executor.kind``).
@@ -380,7 +247,7 @@ class ExecutorSpec:
         if self.kind not in EXECUTOR_KINDS:
             raise ValueError(
                 f"executor.kind must be one of {EXECUTOR_KINDS}, got {self.kind!r}"
-                f"{_suggest(self.kind, EXECUTOR_KINDS)}"
+                f"{suggest(self.kind, EXECUTOR_KINDS)}"
             )
         for name, minimum in (
             ("workers", 0),
@@ -401,20 +268,6 @@ class ExecutorSpec:
                 )
 
 
-#: Probe name → its recipe table's dataclass.
-PROBE_CONFIGS: dict[str, type] = {
-    "cosine_drift": CosineDriftConfig,
-    "shape_of_learning": ShapeOfLearningConfig,
-    "qk_drift": QKDriftConfig,
-    "frequency_geometry": FrequencyGeometryConfig,
-    "tangent_energy": TangentSpec,
-    "anisotropy_share": AnisotropyShareConfig,
-    "subspace_stability": SubspaceStabilityConfig,
-    "update_alignment": UpdateAlignmentConfig,
-    "untrained_block": UntrainedBlockConfig,
-}
-
-
 @dataclass(frozen=True)
 class Recipe:
     """A fully resolved recipe; ``probes`` maps each enabled probe to its config, ``executor``
@@ -428,18 +281,14 @@ class Recipe:
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
 
     def __post_init__(self) -> None:
-        for name in TANGENT_COMPANIONS:
-            if name in self.probes and "tangent_energy" not in self.probes:
-                raise ValueError(
-                    f"probes.{name} needs probes.tangent_energy (it uses the same proxies)"
-                )
+        check_companions(self.probes)
         if "update_alignment" in self.probes and not self.capture.embed:
             raise ValueError(
                 "probes.update_alignment scores ΔW_E in the embedding's proxy: set capture.embed "
                 "= true"
             )
         if not self.probes:
-            raise ValueError(f"the recipe enables no probe; allowed: {list(PROBE_CONFIGS)}")
+            raise ValueError(f"the recipe enables no probe; allowed: {list(builtin_probes())}")
         spec = self.probes.get("tangent_energy")
         if spec is not None and spec.pretrained_sae is not None and self.capture.reservoir < 1:
             raise ValueError(
@@ -470,11 +319,6 @@ class Recipe:
     def executor_dict(self) -> dict[str, Any]:
         """Plain JSON-able form of the executor settings (for the manifest)."""
         return dataclasses.asdict(self.executor)
-
-
-def _suggest(word: str, options: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _coerce(value: Any, annotation: Any, path: str) -> Any:
@@ -527,9 +371,14 @@ def build_section(cls: type, table: Any, path: str) -> Any:
     kwargs = {}
     for key, value in table.items():
         if key not in names:
-            raise ValueError(f"unknown key {path}.{key}; allowed: {names}{_suggest(key, names)}")
+            raise ValueError(f"unknown key {path}.{key}; allowed: {names}{suggest(key, names)}")
         kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as error:  # a config's own check: say where in the recipe
+        if str(error).startswith(f"{path}."):
+            raise
+        raise ValueError(f"{path}: {error}") from None
 
 
 def _apply_override(data: dict[str, Any], override: str) -> None:
@@ -570,7 +419,7 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     elif not path.is_file():
         raise ValueError(
             f"unknown recipe {str(spec)!r}: not a built-in ({sorted(builtin)}) nor a TOML file"
-            f"{_suggest(str(spec), builtin)}"
+            f"{suggest(str(spec), builtin)}"
         )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -582,19 +431,15 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     for key in data:
         if key not in allowed:
             raise ValueError(
-                f"unknown recipe section {key!r}; allowed: {allowed}{_suggest(key, allowed)}"
+                f"unknown recipe section {key!r}; allowed: {allowed}{suggest(key, allowed)}"
             )
     probes_table = data.get("probes", {})
     if not isinstance(probes_table, dict):
         raise ValueError("probes must be a table of probe tables")
-    probes = {}
-    for name, table in probes_table.items():
-        if name not in PROBE_CONFIGS:
-            raise ValueError(
-                f"unknown probe {name!r}; allowed: {list(PROBE_CONFIGS)}"
-                f"{_suggest(name, PROBE_CONFIGS)}"
-            )
-        probes[name] = build_section(PROBE_CONFIGS[name], table, f"probes.{name}")
+    probes = {
+        key: build_section(probe.config, probes_table[key], f"probes.{key}")
+        for key, probe in resolve_all(probes_table).items()
+    }
     return Recipe(
         name=path.stem,
         suite=build_section(SuiteSpec, data.get("suite", {}), "suite"),

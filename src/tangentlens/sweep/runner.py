@@ -27,7 +27,7 @@ from tangentlens.models.catalog import (
 )
 from tangentlens.models.schedule import select_steps
 from tangentlens.models.shapes import suite_shape
-from tangentlens.probes.configs import PROBE_NEEDS
+from tangentlens.registry import builtin_probes, resolve_all
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
 from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
@@ -83,9 +83,10 @@ def check_lm_head(recipe: Recipe) -> None:
     architectures = headless_architectures(recipe.suite.name)
     if architectures is None:
         return
-    needing = [name for name in recipe.probes if PROBE_NEEDS[name].gradients]
+    probes = resolve_all(recipe.probes)
+    needing = [key for key, probe in probes.items() if probe.needs.gradients]
     if needing:
-        activation_only = [name for name, needs in PROBE_NEEDS.items() if not needs.gradients]
+        activation_only = [n for n, p in builtin_probes().items() if not p.needs.gradients]
         raise ValueError(
             f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
             f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
@@ -99,7 +100,7 @@ def check_attention_heads(recipe: Recipe) -> None:
     heads than query heads, from ``config.json``): one line naming the suite, its heads or
     loader and those probes. Whether a loaded model exposes queries,
     keys and patterns at all is checked again when each unit plans its capture."""
-    needing = [name for name in recipe.probes if PROBE_NEEDS[name].attention]
+    needing = [key for key, probe in resolve_all(recipe.probes).items() if probe.needs.attention]
     if not needing:
         return
     if suite_loader(recipe.suite.name, recipe.suite.loader) == "hf":

@@ -24,32 +24,20 @@ from tangentlens.capture import (
 from tangentlens.data import iter_batches
 from tangentlens.metrics import reused_draws
 from tangentlens.models import hook_name, lens_model
-from tangentlens.probes import (
-    anisotropy_share,
-    cosine_drift,
-    frequency_geometry,
-    qk_drift,
-    shape_of_learning,
-    subspace_stability,
-    tangent_energy,
-    update_alignment,
-)
 from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import PROBE_NEEDS
-from tangentlens.probes.proxies import (
+from tangentlens.proxies import (
     FittedProxies,
     FixedProxy,
     add_fixed_proxy,
     fit_proxies,
     fit_rows,
 )
+from tangentlens.registry import TANGENT, Probe, StepInputs, resolve_all
 from tangentlens.sweep.data import AnalysisData
 from tangentlens.sweep.memory import site_groups
 from tangentlens.sweep.recipe import Recipe, select_layers
 
 __all__ = [
-    "PER_STEP_PROBES",
-    "SIMPLE_PROBES",
     "Proxies",
     "Status",
     "capture_rows",
@@ -60,21 +48,6 @@ __all__ = [
     "step_rows",
     "with_fixed",
 ]
-
-#: Probes computed from one step's capture alone, in the order their rows are written.
-SIMPLE_PROBES = {
-    "cosine_drift": cosine_drift,
-    "shape_of_learning": shape_of_learning,
-    "qk_drift": qk_drift,
-    "frequency_geometry": frequency_geometry,
-}
-#: Every probe :func:`step_rows` computes (the others compare steps or need no model).
-PER_STEP_PROBES: tuple[str, ...] = (
-    *SIMPLE_PROBES,
-    "tangent_energy",
-    "anisotropy_share",
-    "subspace_stability",
-)
 
 Status = Callable[[str], None]
 Proxies = dict[str, dict[str, torch.Tensor]]
@@ -103,7 +76,7 @@ def check_attention(model: Any, recipe: Recipe) -> None:
     """Refuse, in one line, the recipe's probes that need per-head attention statistics
     (``qk_drift``) on a model that does not expose them: no query, key or pattern hooks at
     every block (e.g. a state-space model's bridge), or grouped-query attention."""
-    needing = [name for name in recipe.probes if PROBE_NEEDS[name].attention]
+    needing = [key for key, probe in resolve_all(recipe.probes).items() if probe.needs.attention]
     reason = lens_model(model).attention_refusal() if needing else None
     if reason:
         raise ValueError(f"probe(s) {', '.join(needing)} cannot run: {reason}")
@@ -130,9 +103,9 @@ def capture_step(
     if needs.type_sums:
         counts = data.frequencies.counts
         wanted = np.zeros(counts.shape, dtype=bool)
-        for probe in (frequency_geometry, update_alignment):
-            if probe.NAME in recipe.probes:
-                wanted[probe.tracked_types(recipe.probes[probe.NAME], counts)] = True
+        for key, probe in resolve_all(recipe.probes).items():
+            if probe.tracked_types is not None:
+                wanted[probe.tracked_types(recipe.probes[key], counts)] = True
         type_ids = tuple(np.flatnonzero(wanted).tolist())
     model = lens_model(model)  # once: every pass and batch reads the same adapter
     attention = select_layers(recipe.capture.layers, model.n_layers) if needs.attention else ()
@@ -184,26 +157,6 @@ def capture_rows(capture: Capture) -> list[dict[str, Any]]:
     return out
 
 
-def _reseeded_proxies(
-    stats: CaptureStatistics, spec: Any, seeds: int
-) -> dict[str, dict[str, dict[int, torch.Tensor]]]:
-    """The seeded dictionaries refitted on this step's sample with seeds ``seed, seed + 1, …``
-    (the recipe's seed included, so seeds are compared on the same data)."""
-    seeded = tuple(m for m in spec.methods if m != "pca")
-    if seeds < 2 or not seeded:
-        return {}
-    out: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
-    for offset in range(seeds):
-        seed = spec.seed + offset
-        config = dataclasses.replace(
-            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
-        )
-        for site, site_stats in stats.sites.items():
-            for method, basis in fit_proxies(site_stats, config).bases.items():
-                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
-    return out
-
-
 def with_fixed(
     fitted: dict[str, FittedProxies], fixed: Mapping[str, Mapping[str, FixedProxy]]
 ) -> dict[str, FittedProxies]:
@@ -231,6 +184,13 @@ def fit_step(
     return with_fixed(fitted, fixed)
 
 
+def _probe_rows(probe: Probe, key: str, config: Any, inputs: StepInputs) -> list[dict[str, Any]]:
+    """The probe's rows on ``inputs``, checked against the schema and its declared metrics."""
+    rows = probe.rows(inputs, config)
+    probe.check_rows(rows, f"probe {key!r} at step {inputs.capture.step}")
+    return rows
+
+
 @reused_draws()  # a step's probes draw the control frames of each key up to eight times
 def step_rows(
     recipe: Recipe,
@@ -242,41 +202,41 @@ def step_rows(
     fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
     status: Status = _quiet,
 ) -> tuple[list[dict[str, Any]], Proxies | None]:
-    """Every per-step probe of ``recipe`` on ``capture`` (the whole stream): the capture's rows,
-    the activation probes, and the tangent account — fit diagnostics, energies, anisotropy
-    share, stability within the step. Returns the rows and the step's own fit (``{site:
-    {method: basis}}``, None when nothing was fitted).
+    """Every per-step probe of ``recipe`` on ``capture`` (the whole stream), in the recipe's
+    order: the capture's rows, the ``step`` probes, then the tangent account — fit diagnostics,
+    the ``tangent_energy`` rows and its companions' (scope ``tangent``). Returns the rows and
+    the step's own fit (``{site: {method: basis}}``, None when nothing was fitted).
 
     ``scored``: the statistics energies are scored on (held out: the second half; default the
     capture's); ``fitted``: proxies already fitted on other data (held out: the first half);
     ``frozen``: frozen-early proxies, scored instead of the step's own fit; ``fixed``: proxies
     known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit.
     """
+    probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.per_step}
     rows = capture_rows(capture)
-    for name, module in SIMPLE_PROBES.items():
-        if name in recipe.probes:
-            status(name)
-            rows += module.rows(capture, recipe.probes[name])
-    spec = recipe.probes.get("tangent_energy")
+    plain = StepInputs(capture=capture, scored=capture)
+    for key, probe in probes.items():
+        if probe.scope == "step":
+            status(key)
+            rows += _probe_rows(probe, key, recipe.probes[key], plain)
+    spec = recipe.probes.get(TANGENT)
     if spec is None:
         return rows, None
     fixed = fixed or {}
-    if fitted is None and (frozen is None or "subspace_stability" in recipe.probes):
+    refits = any(p.refits for p in probes.values())
+    if fitted is None and (frozen is None or refits):
         fitted = fit_step(capture.statistics, spec, fixed, status)
     own = {n: f.bases for n, f in (fitted or {}).items()}
     proxies = frozen if frozen is not None else own
     diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
     rows += fit_rows(capture, proxies, diagnostics)
-    status(f"controls ({spec.draws} per measurement)")
     scored_capture = capture if scored is None else dataclasses.replace(capture, statistics=scored)
-    rows += tangent_energy.rows(scored_capture, proxies, spec.energy_config())
-    if "anisotropy_share" in recipe.probes:
-        status("anisotropy share")
-        share = recipe.probes["anisotropy_share"]
-        rows += anisotropy_share.rows(scored_capture, proxies, share, spec.energy_config())
-    if "subspace_stability" in recipe.probes:
-        stability = recipe.probes["subspace_stability"]
-        reseeded = _reseeded_proxies(capture.statistics, spec, stability.seeds)
-        rows += subspace_stability.rows(capture, own, reseeded, stability, frozen)
+    inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, spec)
+    tangent = sorted(
+        (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
+    )
+    for key in tangent:
+        status(f"controls ({spec.draws} per measurement)" if key == TANGENT else key)
+        rows += _probe_rows(probes[key], key, recipe.probes[key], inputs)
     return rows, own or None

@@ -23,30 +23,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from tangentlens.capture import (
-    CaptureStatistics,
     MomentAccumulator,
 )
 from tangentlens.dictionaries import SAE, in_window
-from tangentlens.models import hook_name, lens_model, open_suite
+from tangentlens.models import lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
-from tangentlens.probes import (
-    cosine_drift,
-    subspace_stability,
-    tangent_energy,
-    untrained_block,
-    update_alignment,
-)
+from tangentlens.probes import tangent_energy
 from tangentlens.probes.base import Capture, Needs, StepLabel, make_row, row
-from tangentlens.probes.configs import needs_of
-from tangentlens.probes.proxies import (
+from tangentlens.proxies import (
     FIT_PROBE,
     ActivationPool,
     FixedProxy,
+)
+from tangentlens.registry import (
+    TANGENT,
+    AcrossInputs,
+    ModelFreeInputs,
+    StateInputs,
+    Transition,
+    needs_of,
+    resolve_all,
 )
 from tangentlens.sweep.data import (
     DATA_FILE,
@@ -59,7 +59,6 @@ from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 from tangentlens.sweep.step import (
-    Proxies,
     Status,
     capture_sites,
     capture_step,
@@ -347,32 +346,6 @@ def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
     return out
 
 
-def _tracked_centroids(
-    stats: CaptureStatistics, data: AnalysisData, centroid_types: int
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Per site: (ids of the ``centroid_types`` most frequent types seen at this step, their
-    centroids in float64 — the update is a difference of nearby centroids)."""
-    config = update_alignment.UpdateAlignmentConfig(centroid_types=centroid_types)
-    tracked = torch.from_numpy(update_alignment.tracked_types(config, data.frequencies.counts))
-    out = {}
-    for site, s in stats.sites.items():
-        if s.types is None:
-            continue
-        at = s.types.rows_of(tracked)
-        seen = s.types.count[at] > 0
-        at = at[seen]
-        out[site] = (tracked[seen], s.types.sum[at].double() / s.types.count[at, None])
-    return out
-
-
-def _embedding_rows(model: torch.nn.Module, data: AnalysisData) -> torch.Tensor:
-    """W_E's rows of the types the analysis data holds (in the model's precision, on the CPU)."""
-    if not hasattr(model, "W_E"):
-        raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
-    seen = torch.from_numpy(data.frequencies.counts > 0)
-    return model.W_E.detach()[: seen.numel()][seen].to("cpu")
-
-
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads."""
@@ -450,72 +423,52 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
     if spec is not None:
         saved["proxies"] = own
-    if "update_alignment" in recipe.probes:
-        config = recipe.probes["update_alignment"]
-        saved["centroids"] = _tracked_centroids(stats, data, config.centroid_types)
-        saved["embedding"] = _embedding_rows(model, data)
-        saved["embed_site"] = hook_name(model, "embed")
+    for key, probe in resolve_all(recipe.probes).items():
+        if probe.state is not None:
+            saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
     # the state first, the part last: the part marks the unit done
     store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
     store.write_part(unit.name, rows)
 
 
 def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    """What compares steps, from every step's saved state and rows: each transition from one
-    selected step to the next, and the drift–anisotropy correlation across steps."""
-    rows: list[dict[str, Any]] = []
-    if {"update_alignment", "subspace_stability"} & set(recipe.probes):
-        frozen = recipe.probes["tangent_energy"].fit_policy == "frozen_early"
+    """What compares steps, from every step's saved state and rows: each probe's ``across``
+    rows over the transitions from one selected step to the next and every step's rows."""
+    probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.across is not None}
+    transitions: list[Transition] = []
+    if any(p.scope == "tangent" for p in probes.values()):  # they read the saved proxies
+        frozen = recipe.probes[TANGENT].fit_policy == "frozen_early"
         scoring = _load_frozen(store)["bases"] if frozen else None
         window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
         before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)
         for name in unit.deps[1:]:
-            status(f"transition to {name}")
             now = torch.load(store.state / f"{name}.pt", weights_only=True)
-            rows += _transition_rows(recipe, before, now, scoring, window)
+            label = StepLabel(recipe.suite.name, now["step"], now["tokens_seen"], now["layers"])
+            transitions.append(
+                Transition(label, before, now, scoring, in_window(before["step"], window))
+            )
             before = now
-    if "cosine_drift" in recipe.probes:
-        parts = [store.part_path(name) for name in unit.deps]
-        rows += cosine_drift.across_steps_rows(read_parts(parts).to_pylist())
+    step_rows = read_parts([store.part_path(name) for name in unit.deps]).to_pylist()
+    inputs = AcrossInputs(step_rows, tuple(transitions))
+    rows: list[dict[str, Any]] = []
+    for key, probe in probes.items():
+        status(f"{key} across steps")
+        found = probe.across(inputs, recipe.probes[key])
+        probe.check_rows(found, f"unit {unit.name!r}")
+        rows += found
     store.write_part(unit.name, rows)
 
 
-def _transition_rows(
-    recipe: Recipe,
-    before: dict[str, Any],
-    now: dict[str, Any],
-    frozen: Proxies | None,
-    window: tuple[int, ...],
-) -> list[dict[str, Any]]:
-    """The update from the step saved in ``before`` to the one in ``now``, scored in proxies
-    fitted on data of the earlier step or before (its own fit, or the ``frozen`` window's, then
-    marked when the earlier step is before the ``window``'s end), and the angles between the
-    two steps' refits; keyed at the later step."""
-    data = StepLabel(recipe.suite.name, now["step"], now["tokens_seen"], now["layers"])
+def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+    """The model-free probes' rows (they read no checkpoint)."""
     rows: list[dict[str, Any]] = []
-    if "subspace_stability" in recipe.probes:
-        rows += subspace_stability.transition_rows(data, now["proxies"], before["proxies"])
-    if "update_alignment" in recipe.probes:
-        deltas = {}
-        for site, (ids, centroids) in now["centroids"].items():
-            old_ids, old = before["centroids"][site]
-            _, at_now, at_old = np.intersect1d(ids.numpy(), old_ids.numpy(), return_indices=True)
-            deltas[site] = centroids[at_now].double() - old[at_old].double()
-        delta_embed = now["embedding"].double() - before["embedding"].double()
-        rows += update_alignment.rows(
-            data,
-            frozen if frozen is not None else before["proxies"],
-            (now["embed_site"], delta_embed),
-            deltas,
-            recipe.probes["update_alignment"],
-            in_window=in_window(before["step"], window),
-        )
-    return rows
-
-
-def _untrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    config = recipe.probes["untrained_block"]
-    store.write_part(unit.name, untrained_block.rows(recipe.suite.name, config))
+    for key, probe in resolve_all(recipe.probes).items():
+        if probe.scope == "model_free":
+            status(key)
+            found = probe.rows(ModelFreeInputs(recipe.suite.name), recipe.probes[key])
+            probe.check_rows(found, f"unit {unit.name!r}")
+            rows += found
+    store.write_part(unit.name, rows)
 
 
 _RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
@@ -525,5 +478,5 @@ _RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
     "fit": _fit_unit,
     "step": _step_unit,
     "across": _across_unit,
-    "untrained": _untrained_unit,
+    "untrained": _model_free_unit,
 }

@@ -19,7 +19,7 @@ Every proxy is checked against the capture: its width against the site's, its ho
 captured sites, its rank against the complement the matched-rank controls are drawn from
 (``k ≤ d − 1 − k``: the complement controls avoid the proxy and m̂). Like every fitted proxy,
 the mean direction m̂ is then projected out of it
-(:func:`tangentlens.probes.proxies.add_fixed_proxy`).
+(:func:`tangentlens.proxies.add_fixed_proxy`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tangentlens.dictionaries import SAE, span_basis
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL
 from tangentlens.probes.base import Capture
 from tangentlens.probes.configs import METHODS
-from tangentlens.probes.proxies import MEAN_DIRECTION, FixedProxy
+from tangentlens.proxies import MEAN_DIRECTION, FixedProxy
 
 __all__ = ["RESERVED_METHODS", "resolve_proxies"]
 

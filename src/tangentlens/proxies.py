@@ -33,7 +33,7 @@ from jaxtyping import Float
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
 from tangentlens.probes.base import Capture, make_row
-from tangentlens.probes.configs import METHODS, ProxyConfig
+from tangentlens.probes.configs import MEAN_DIRECTION, METHODS, ProxyConfig
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -49,8 +49,6 @@ __all__ = [
     "fit_rows",
 ]
 
-#: The method name of the rank-1 proxy spanned by the mean activation.
-MEAN_DIRECTION = "mean_direction"
 #: The ``probe`` value of the fit-quality rows.
 FIT_PROBE = "proxy_fit"
 

@@ -1,0 +1,256 @@
+"""The probe registry: every built-in probe declared once (its metrics are the README
+glossary's), declarations and rows checked, probes resolved by name, entry point or import path
+with one-line refusals."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tangentlens.probes.base import make_row
+from tangentlens.probes.configs import Needs
+from tangentlens.registry import (
+    SCOPES,
+    TANGENT,
+    Probe,
+    builtin_probes,
+    check_companions,
+    needs_of,
+    resolve,
+    resolve_all,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+@dataclass(frozen=True)
+class Settings:
+    scale: float = 1.0
+
+
+@dataclass
+class Mutable:
+    scale: float = 1.0
+
+
+def _rows(inputs, config):
+    return []
+
+
+def _probe(**changes) -> Probe:
+    fields = {
+        "name": "mine",
+        "config": Settings,
+        "scope": "step",
+        "metrics": {"my_metric": "a definition"},
+        "rows": _rows,
+    }
+    return Probe(**{**fields, **changes})
+
+
+def _glossary() -> dict[str, dict[str, str]]:
+    text = README.read_text(encoding="utf-8")
+    body = text.split("## Metric glossary\n", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, dict[str, str]] = {}
+    for probe, metric, definition in re.findall(
+        r"^\| `([a-z_]+)` \| `([a-z0-9_<>]+)` \| (.*) \|$", body, flags=re.M
+    ):
+        found.setdefault(probe, {})[metric] = definition.replace("\\|", "|")
+    return found
+
+
+def test_the_builtin_catalogue_is_every_probe_module():
+    names = {p.stem for p in (ROOT / "probes").glob("*.py")} - {"__init__", "base", "configs"}
+    assert set(builtin_probes()) == names
+    for name, probe in builtin_probes().items():
+        assert probe.name == name and probe.module == f"tangentlens.probes.{name}"
+    scopes = {name: probe.scope for name, probe in builtin_probes().items()}
+    assert scopes == {
+        "cosine_drift": "step",
+        "shape_of_learning": "step",
+        "qk_drift": "step",
+        "frequency_geometry": "step",
+        "tangent_energy": "tangent",
+        "anisotropy_share": "tangent",
+        "subspace_stability": "tangent",
+        "update_alignment": "tangent",
+        "untrained_block": "model_free",
+    }
+    across = {n for n, p in builtin_probes().items() if p.across is not None}
+    assert across == {"cosine_drift", "subspace_stability", "update_alignment"}
+
+
+def test_each_probes_metrics_are_its_readme_glossary_rows_word_for_word():
+    glossary = _glossary()
+    for name, probe in builtin_probes().items():
+        assert dict(probe.metrics) == glossary[name], name
+    # what the core writes (not a probe's): the capture's and the proxy fit's rows
+    assert set(glossary) - set(builtin_probes()) == {"capture", "proxy_fit"}
+
+
+def test_needs_union_and_companions():
+    assert needs_of(["cosine_drift"]) == Needs()
+    assert needs_of(["qk_drift", "shape_of_learning"]) == Needs(attention=True, reservoir=True)
+    assert needs_of(["tangent_energy"]).bin_moments
+    check_companions(["tangent_energy", "anisotropy_share"])
+    for companion in ("anisotropy_share", "subspace_stability", "update_alignment"):
+        with pytest.raises(ValueError, match=rf"probes.{companion} needs probes.{TANGENT}"):
+            check_companions(["cosine_drift", companion])
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "My-Probe"}, "a probe's name must be snake_case"),
+        ({"scope": "sometimes"}, f"scope must be one of {list(SCOPES)}"),
+        ({"config": Mutable}, "config Mutable must be a frozen dataclass"),
+        ({"config": dict}, "config must be a dataclass type"),
+        ({"metrics": {}}, "metrics must map each snake_case metric name to its definition"),
+        ({"metrics": {"Bad Name": "x"}}, "metrics must map each snake_case"),
+        ({"rows": None}, "a 'step' probe needs a callable rows"),
+        ({"scope": "across", "rows": None}, "an 'across' probe needs a callable across"),
+        ({"state": _rows}, "state is kept for across rows: give across too"),
+        ({"refits": True}, "only a 'tangent' probe reads the step's own refit"),
+        ({"needs": Needs(type_sums=True)}, "a probe needing type sums names its types"),
+    ],
+)
+def test_a_bad_declaration_is_refused_naming_the_probe(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _probe(**changes)
+
+
+def _row(**changes):
+    row = {
+        "suite": "s",
+        "step": 3,
+        "tokens_seen": None,
+        "site": "blocks.0.hook_resid_post",
+        "layer": 0,
+        "probe": "mine",
+        "method": "-",
+        "rank": None,
+        "freq_bin": "all",
+        "metric": "my_metric",
+        "value": 1.5,
+        "ci_low": None,
+        "ci_high": None,
+        "n_tokens": 10,
+    }
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"metric": "other"}, "returned a row of probe 'mine', metric 'other'; it declares"),
+        ({"probe": "theirs"}, "returned a row of probe 'theirs'"),
+        ({"value": "1.5"}, "row field 'value' of probe 'mine' (metric 'my_metric') must be real"),
+        ({"step": 2.0}, "row field 'step' of probe 'mine' (metric 'my_metric') must be integral"),
+        ({"site": None}, "row field 'site' of probe 'mine' (metric 'my_metric') must be str,"),
+        ({"colour": "red"}, "unknown fields ['colour']"),
+    ],
+)
+def test_rows_outside_the_schema_or_the_declared_metrics_are_refused(row, message):
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        _probe().check_rows([_row(**row)], "unit 'step-00000003'")
+    assert str(error.value).startswith("unit 'step-00000003': ")
+
+
+def test_a_row_missing_a_field_is_refused_and_make_rows_pass():
+    row = _row()
+    del row["n_tokens"]
+    with pytest.raises(ValueError, match=re.escape("has missing fields ['n_tokens']")):
+        _probe().check_rows([row], "here")
+    _probe().check_rows([_row(), _row(value=float("nan"), ci_low=0.5, ci_high=2)], "here")
+
+
+def test_resolve_by_name_suggests_and_lists_the_allowed():
+    assert resolve("tangent_energy") is builtin_probes()["tangent_energy"]
+    with pytest.raises(ValueError, match=r"unknown probe 'tangent_enrgy'; allowed: \[") as error:
+        resolve("tangent_enrgy")
+    assert "(did you mean 'tangent_energy'?)" in str(error.value)
+    assert "'grad_norm'" in str(error.value)  # the installed example's entry point
+
+
+def test_the_installed_example_resolves_through_its_entry_point():
+    probe = resolve("grad_norm")
+    assert probe.name == "grad_norm" and probe.module == "tangentlens_gradnorm"
+    assert probe.needs == Needs(gradients=True, bins=True)
+
+
+def _module(tmp_path, monkeypatch, name: str, source: str) -> str:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+def test_import_paths_resolve_and_bad_ones_are_refused_in_one_line(tmp_path, monkeypatch):
+    source = """
+        from dataclasses import dataclass
+        from tangentlens.registry import Probe
+
+        @dataclass(frozen=True)
+        class Config:
+            pass
+
+        PROBE = Probe(name="ok_probe", config=Config, scope="step",
+                      metrics={"x": "a thing"}, rows=lambda inputs, config: [])
+        NOT_A_PROBE = 3
+    """
+    name = _module(tmp_path, monkeypatch, "probe_paths_ok", source)
+    assert resolve(f"{name}:PROBE").name == "ok_probe"
+    (tmp_path / "probe_package").mkdir()
+    (tmp_path / "probe_package" / "__init__.py").write_text("")
+    (tmp_path / "probe_package" / "mine.py").write_text(textwrap.dedent(source))
+    assert resolve("probe_package.mine").name == "ok_probe"  # a module: its PROBE
+    with pytest.raises(ValueError, match=r"NOT_A_PROBE is not a tangentlens.registry.Probe"):
+        resolve(f"{name}:NOT_A_PROBE")
+    broken = _module(tmp_path, monkeypatch, "probe_paths_broken", "import not_a_module_here\n")
+    with pytest.raises(ValueError) as error:
+        resolve(f"{broken}:PROBE")
+    assert str(error.value) == (
+        f"probe '{broken}:PROBE': cannot import '{broken}' (ModuleNotFoundError: No module named "
+        "'not_a_module_here')"
+    )
+    assert "\n" not in str(error.value)
+    shadow = _module(
+        tmp_path,
+        monkeypatch,
+        "probe_paths_shadow",
+        source.replace('name="ok_probe"', 'name="cosine_drift"'),
+    )
+    with pytest.raises(ValueError, match="a built-in probe's name"):
+        resolve(f"{shadow}:PROBE")
+    with pytest.raises(ValueError, match="are both named 'ok_probe'"):
+        resolve_all([f"{name}:PROBE", "probe_package.mine"])
+
+
+def test_the_readme_example_is_the_fixture_package_word_for_word():
+    text = README.read_text(encoding="utf-8")
+    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+    module = ROOT / "tests" / "fixtures" / "gradnorm_probe" / "tangentlens_gradnorm.py"
+    assert block == module.read_text(encoding="utf-8")
+
+
+def test_make_row_rows_of_the_example_pass_its_own_check():
+    probe = resolve("grad_norm")
+
+    @dataclass(frozen=True)
+    class Label:
+        suite: str = "s"
+        step: int = 0
+        tokens_seen: int | None = None
+        layers: dict | None = None
+
+    label = Label(layers={"blocks.0.hook_resid_post": 0})
+    row = make_row(label, "grad_norm", "gradient_rms", 2.0, site="blocks.0.hook_resid_post")
+    probe.check_rows([row], "here")
