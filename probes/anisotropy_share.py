@@ -42,10 +42,13 @@ from tangentlens.typing import Basis
 
 __all__ = ["NAME", "AnisotropyShareConfig", "needs", "rows"]
 
+#: The probe's name: its recipe table ``[probes.anisotropy_share]`` and its rows' ``probe``.
 NAME = "anisotropy_share"
 
 
 def needs(config: AnisotropyShareConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "row",
 ]
 
+#: The columns of a result row, in order.
 ROW_FIELDS: tuple[str, ...] = (
     "suite",
     "step",

@@ -41,7 +41,7 @@ class CosineDriftConfig:
 @dataclass(frozen=True)
 class ShapeOfLearningConfig:
     """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
-    ``twonn_fit``, batch size and shuffling seed."""
+    ``twonn_fit``, batch size (``twonn_batch``) and shuffling ``seed``."""
 
     singular_anisotropy: bool = False
     twonn_fit: str = "razzhigaev"
@@ -177,7 +177,8 @@ class SubspaceStabilityConfig:
 
 @dataclass(frozen=True)
 class UpdateAlignmentConfig:
-    """``draws`` controls; centroid updates of the ``centroid_types`` most frequent types."""
+    """``draws`` controls, drawn from ``seed``; centroid updates of the ``centroid_types`` most
+    frequent types."""
 
     draws: int = 100
     centroid_types: int = 2048

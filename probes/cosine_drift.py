@@ -33,6 +33,7 @@ from tangentlens.probes.configs import PROBE_NEEDS, CosineDriftConfig
 
 __all__ = ["NAME", "CosineDriftConfig", "across_steps_rows", "needs", "rows"]
 
+#: The probe's name: its recipe table ``[probes.cosine_drift]`` and its rows' ``probe``.
 NAME = "cosine_drift"
 
 #: Fewest points a drift–anisotropy correlation is computed on.
@@ -40,6 +41,8 @@ MIN_POINTS = 3
 
 
 def needs(config: CosineDriftConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 
@@ -52,6 +55,9 @@ def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, f
 
 
 def rows(data: Capture, config: CosineDriftConfig) -> list[dict[str, Any]]:
+    """Per site, ``cosine_anisotropy``, ``drift_norm`` and ``relative_drift`` from the streamed
+    sums of every kept token; then, over the sites, the drift–anisotropy Pearson and Spearman
+    (``method = "across_layers"``, none below :data:`MIN_POINTS` sites)."""
     out: list[dict[str, Any]] = []
     drifts, cosines = [], []
     for site, stats in data.statistics.sites.items():

@@ -72,6 +72,7 @@ __all__ = [
     "tracked_types",
 ]
 
+#: The probe's name: its recipe table ``[probes.frequency_geometry]`` and its rows' ``probe``.
 NAME = "frequency_geometry"
 
 #: Relative RMS spread below which a type's occurrences count as one vector (rounding only).
@@ -79,6 +80,8 @@ _SAME_VECTOR_TOL = 1e-6
 
 
 def needs(config: FrequencyGeometryConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 
@@ -92,6 +95,9 @@ def tracked_types(
 
 
 def rows(data: Capture, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
+    """Per site, the frequency–distance correlations (with the Spearman's shuffle null) from the
+    per-type sums, and ``curvature_visibility`` per frequency bin on the distinct sampled rows
+    (needs at least ``k`` of them). A capture without a frequency table is refused."""
     if data.frequencies is None:
         raise ValueError("the frequency_geometry probe needs the analysis corpus frequency table")
     log_frequency = torch.from_numpy(data.frequencies.log_frequency())

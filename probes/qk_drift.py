@@ -14,14 +14,18 @@ from tangentlens.probes.configs import PROBE_NEEDS, QKDriftConfig
 
 __all__ = ["NAME", "QKDriftConfig", "needs", "rows"]
 
+#: The probe's name: its recipe table ``[probes.qk_drift]`` and its rows' ``probe``.
 NAME = "qk_drift"
 
 
 def needs(config: QKDriftConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 
 def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
+    """One row per captured attention layer, head and metric (``method = "head{h}"``)."""
     out: list[dict[str, Any]] = []
     for layer, stats in sorted(data.statistics.attention.items()):
         drift = stats.drift()

@@ -25,14 +25,19 @@ from tangentlens.probes.configs import PROBE_NEEDS, ShapeOfLearningConfig
 
 __all__ = ["NAME", "ShapeOfLearningConfig", "needs", "rows"]
 
+#: The probe's name: its recipe table ``[probes.shape_of_learning]`` and its rows' ``probe``.
 NAME = "shape_of_learning"
 
 
 def needs(config: ShapeOfLearningConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 
 def rows(data: Capture, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
+    """Per site, ``centred_anisotropy`` (and ``centred_singular_anisotropy``) and ``isoscore``
+    from the streamed moments, ``twonn_dimension`` on the distinct rows of the reservoir."""
     out: list[dict[str, Any]] = []
     for site, stats in data.statistics.sites.items():
         h = stats.h

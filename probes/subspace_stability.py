@@ -23,10 +23,13 @@ from tangentlens.typing import Basis
 
 __all__ = ["NAME", "SubspaceStabilityConfig", "needs", "rows", "transition_rows"]
 
+#: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
 NAME = "subspace_stability"
 
 
 def needs(config: SubspaceStabilityConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 

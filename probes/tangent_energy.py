@@ -82,6 +82,7 @@ __all__ = [
     "sequence_energy_config",
 ]
 
+#: The probe's name: its recipe table ``[probes.tangent_energy]`` and its rows' ``probe``.
 NAME = "tangent_energy"
 
 #: Interval source: every analysed sequence, from per-sequence sums gathered during capture.
@@ -94,6 +95,8 @@ _SUMS_RTOL = 1e-8
 
 
 def needs(config: TangentEnergyConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 

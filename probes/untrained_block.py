@@ -13,14 +13,19 @@ from tangentlens.probes.configs import PROBE_NEEDS
 
 __all__ = ["NAME", "UntrainedBlockConfig", "needs", "rows"]
 
+#: The probe's name: its recipe table ``[probes.untrained_block]`` and its rows' ``probe``.
 NAME = "untrained_block"
 
 
 def needs(config: UntrainedBlockConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 
 def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
+    """Runs the experiment of ``config``: one row per bias norm and metric, labelled with
+    ``suite``."""
     out = []
     for result in run_untrained_block(config):
         for metric, value in (

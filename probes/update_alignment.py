@@ -39,10 +39,13 @@ from tangentlens.typing import Basis
 
 __all__ = ["NAME", "UpdateAlignmentConfig", "needs", "rows", "tracked_types"]
 
+#: The probe's name: its recipe table ``[probes.update_alignment]`` and its rows' ``probe``.
 NAME = "update_alignment"
 
 
 def needs(config: UpdateAlignmentConfig) -> Needs:
+    """What the probe needs from a step\'s capture (:data:`~tangentlens.probes.configs.PROBE_NEEDS`;
+    the same for every config)."""
     return PROBE_NEEDS[NAME]
 
 

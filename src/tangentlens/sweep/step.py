@@ -76,7 +76,9 @@ PER_STEP_PROBES: tuple[str, ...] = (
     "subspace_stability",
 )
 
+#: A callback that shows a one-line status (the sweep's progress display).
 Status = Callable[[str], None]
+#: Tangent proxies by site, then method: ``{site: {method: basis (d × k)}}``.
 Proxies = dict[str, dict[str, torch.Tensor]]
 
 
