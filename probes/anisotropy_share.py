@@ -46,6 +46,7 @@ metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
 
+#: The probe's name: its recipe table ``[probes.anisotropy_share]`` and its rows' ``probe``.
 NAME = "anisotropy_share"
 
 
@@ -99,6 +100,7 @@ def _step_rows(inputs: StepInputs, config: AnisotropyShareConfig) -> list[dict[s
     return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy_config())
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=AnisotropyShareConfig,

@@ -34,6 +34,7 @@ __all__ = [
     "row",
 ]
 
+#: The columns of a result row, in order.
 ROW_FIELDS: tuple[str, ...] = (
     "suite",
     "step",

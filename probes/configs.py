@@ -42,7 +42,7 @@ class CosineDriftConfig:
 @dataclass(frozen=True)
 class ShapeOfLearningConfig:
     """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
-    ``twonn_fit``, batch size and shuffling seed."""
+    ``twonn_fit``, batch size (``twonn_batch``) and shuffling ``seed``."""
 
     singular_anisotropy: bool = False
     twonn_fit: str = "razzhigaev"
@@ -180,7 +180,8 @@ class SubspaceStabilityConfig:
 
 @dataclass(frozen=True)
 class UpdateAlignmentConfig:
-    """``draws`` controls; centroid updates of the ``centroid_types`` most frequent types."""
+    """``draws`` controls, drawn from ``seed``; centroid updates of the ``centroid_types`` most
+    frequent types."""
 
     draws: int = 100
     centroid_types: int = 2048
@@ -275,7 +276,20 @@ class PretrainedSAESpec:
 
 @dataclass(frozen=True)
 class TangentSpec:
-    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``);
+    """The tangent account's dictionaries, fit policy and controls (``[probes.tangent_energy]``).
+
+    Proxies (:class:`ProxyConfig`): ``methods``, the dictionaries that span them (from
+    :data:`METHODS`); ``rank``, their rank k; ``seminmf_max_iter``, semi-NMF iterations;
+    ``sae_samples`` and ``sae_k``, the SAE's training rows and active latents per row;
+    ``centre``: fit on activations centred per checkpoint; ``mean_direction``: add the rank-1
+    proxy m̂ and project it out of the others. Fit (:mod:`~tangentlens.dictionaries.policy`):
+    ``fit_policy``, "per_checkpoint" or "frozen_early"; ``early_fraction`` and
+    ``window_checkpoints``, the frozen-early window (the checkpoints with step ≤ early_fraction ×
+    final step, at most window_checkpoints of them); ``held_out``: fit each step's proxy on the
+    first half of its sequences and score the second (per_checkpoint only). Controls
+    (:class:`TangentEnergyConfig`): ``draws`` per measurement; ``bootstrap`` replicates for the
+    intervals (0 = none) and their ``interval`` method; ``data_matched_m``, the PCA span of the
+    data-matched controls (unset = off); ``seed`` of the fits and the controls.
     ``pretrained_sae`` adds published SAEs as proxies (:class:`PretrainedSAESpec`)."""
 
     methods: tuple[str, ...] = ("seminmf", "pca")

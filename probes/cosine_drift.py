@@ -31,6 +31,7 @@ metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
 
+#: The probe's name: its recipe table ``[probes.cosine_drift]`` and its rows' ``probe``.
 NAME = "cosine_drift"
 
 #: Fewest points a drift–anisotropy correlation is computed on.
@@ -46,6 +47,9 @@ def _correlation(drifts: list[float], cosines: list[float]) -> list[tuple[str, f
 
 
 def rows(data: Capture, config: CosineDriftConfig) -> list[dict[str, Any]]:
+    """Per site, ``cosine_anisotropy``, ``drift_norm`` and ``relative_drift`` from the streamed
+    sums of every kept token; then, over the sites, the drift–anisotropy Pearson and Spearman
+    (``method = "across_layers"``, none below :data:`MIN_POINTS` sites)."""
     out: list[dict[str, Any]] = []
     drifts, cosines = [], []
     for site, stats in data.statistics.sites.items():
@@ -111,6 +115,7 @@ def _across_rows(inputs: AcrossInputs, config: CosineDriftConfig) -> list[dict[s
     return across_steps_rows(inputs.step_rows)
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=CosineDriftConfig,

@@ -68,6 +68,7 @@ __all__ = [
     "tracked_types",
 ]
 
+#: The probe's name: its recipe table ``[probes.frequency_geometry]`` and its rows' ``probe``.
 NAME = "frequency_geometry"
 
 #: Relative RMS spread below which a type's occurrences count as one vector (rounding only).
@@ -84,6 +85,9 @@ def tracked_types(
 
 
 def rows(data: Capture, config: FrequencyGeometryConfig) -> list[dict[str, Any]]:
+    """Per site, the frequency–distance correlations (with the Spearman's shuffle null) from the
+    per-type sums, and ``curvature_visibility`` per frequency bin on the distinct sampled rows
+    (needs at least ``k`` of them). A capture without a frequency table is refused."""
     if data.frequencies is None:
         raise ValueError("the frequency_geometry probe needs the analysis corpus frequency table")
     log_frequency = torch.from_numpy(data.frequencies.log_frequency())
@@ -207,6 +211,7 @@ def _max_tracked_types(config: FrequencyGeometryConfig, max_tokens: int) -> int:
     return max_tokens // config.min_count
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=FrequencyGeometryConfig,

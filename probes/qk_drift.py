@@ -15,10 +15,12 @@ from tangentlens.registry import Probe, StepInputs
 
 __all__ = ["NAME", "PROBE", "QKDriftConfig", "rows"]
 
+#: The probe's name: its recipe table ``[probes.qk_drift]`` and its rows' ``probe``.
 NAME = "qk_drift"
 
 
 def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
+    """One row per captured attention layer, head and metric (``method = "head{h}"``)."""
     out: list[dict[str, Any]] = []
     for layer, stats in sorted(data.statistics.attention.items()):
         drift = stats.drift()
@@ -45,6 +47,7 @@ def _step_rows(inputs: StepInputs, config: QKDriftConfig) -> list[dict[str, Any]
     return rows(inputs.capture, config)
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=QKDriftConfig,

@@ -22,10 +22,13 @@ metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "ShapeOfLearningConfig", "rows"]
 
+#: The probe's name: its recipe table ``[probes.shape_of_learning]`` and its rows' ``probe``.
 NAME = "shape_of_learning"
 
 
 def rows(data: Capture, config: ShapeOfLearningConfig) -> list[dict[str, Any]]:
+    """Per site, ``centred_anisotropy`` (and ``centred_singular_anisotropy``) and ``isoscore``
+    from the streamed moments, ``twonn_dimension`` on the distinct rows of the reservoir."""
     out: list[dict[str, Any]] = []
     for site, stats in data.statistics.sites.items():
         h = stats.h
@@ -58,6 +61,7 @@ def _step_rows(inputs: StepInputs, config: ShapeOfLearningConfig) -> list[dict[s
     return rows(inputs.capture, config)
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=ShapeOfLearningConfig,

@@ -37,6 +37,7 @@ __all__ = [
     "transition_rows",
 ]
 
+#: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
 NAME = "subspace_stability"
 
 
@@ -137,6 +138,7 @@ def _across_rows(inputs: AcrossInputs, config: SubspaceStabilityConfig) -> list[
     return out
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=SubspaceStabilityConfig,

@@ -71,6 +71,7 @@ __all__ = [
     "sequence_energy_config",
 ]
 
+#: The probe's name: its recipe table ``[probes.tangent_energy]`` and its rows' ``probe``.
 NAME = "tangent_energy"
 
 #: Interval source: every analysed sequence, from per-sequence sums gathered during capture.
@@ -390,6 +391,7 @@ def _step_rows(inputs: StepInputs, config: TangentSpec) -> list[dict[str, Any]]:
     return rows(inputs.scored, inputs.proxies, config.energy_config())
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=TangentSpec,

@@ -16,10 +16,13 @@ untrained = LazyModule("tangentlens.models.untrained_block")
 
 __all__ = ["NAME", "PROBE", "UntrainedBlockConfig", "rows"]
 
+#: The probe's name: its recipe table ``[probes.untrained_block]`` and its rows' ``probe``.
 NAME = "untrained_block"
 
 
 def rows(suite: str, config: UntrainedBlockConfig) -> list[dict[str, Any]]:
+    """Runs the experiment of ``config``: one row per bias norm and metric, labelled with
+    ``suite``."""
     out = []
     for result in untrained.run_untrained_block(config):
         for metric, value in (
@@ -49,6 +52,7 @@ def _model_free_rows(inputs: ModelFreeInputs, config: UntrainedBlockConfig) -> l
     return rows(inputs.suite, config)
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=UntrainedBlockConfig,

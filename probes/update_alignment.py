@@ -46,6 +46,7 @@ models = LazyModule("tangentlens.models")
 
 __all__ = ["NAME", "PROBE", "UpdateAlignmentConfig", "rows", "tracked_types"]
 
+#: The probe's name: its recipe table ``[probes.update_alignment]`` and its rows' ``probe``.
 NAME = "update_alignment"
 
 
@@ -177,6 +178,7 @@ def _max_tracked_types(config: UpdateAlignmentConfig, max_tokens: int) -> int:
     return config.centroid_types
 
 
+#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=UpdateAlignmentConfig,

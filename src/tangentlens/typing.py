@@ -19,15 +19,24 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 
+#: A torch tensor or a numpy array (metric functions take either).
 ArrayLike: TypeAlias = torch.Tensor | np.ndarray
 
+#: ``H``: activations at one hook site, ``(n, d)``, one row per kept token.
 Activations: TypeAlias = Float[torch.Tensor, "n d"]
+#: ``G``: gradients of the model's own loss with respect to ``H``, ``(n, d)``.
 Gradients: TypeAlias = Float[torch.Tensor, "n d"]
+#: ``Z``: non-negative codes of ``H ≈ Z D``, ``(n, k)``.
 Codes: TypeAlias = Float[torch.Tensor, "n k"]
+#: ``D``: a dictionary's directions, ``(k, d)``.
 Dictionary: TypeAlias = Float[torch.Tensor, "k d"]
+#: ``Q``: an orthonormal basis of a subspace, ``(d, r)``.
 Basis: TypeAlias = Float[torch.Tensor, "d r"]
+#: A second moment or covariance, ``(d, d)``.
 Moment: TypeAlias = Float[torch.Tensor, "d d"]
+#: Token ids, ``(batch, pos)``.
 Tokens: TypeAlias = Int[torch.Tensor, "batch pos"]
+#: Which positions are kept, ``(batch, pos)``.
 TokenMask: TypeAlias = Bool[torch.Tensor, "batch pos"]
 
 __all__ = [

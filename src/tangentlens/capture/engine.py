@@ -87,7 +87,11 @@ __all__ = [
     "frozen_parameters",
 ]
 
+#: The losses a capture differentiates (``CaptureConfig.loss``): next-token cross-entropy
+#: (decoders), masked-LM (encoders), or none (activations only, for a model without a head).
 LOSSES: tuple[str, ...] = ("next_token", "mlm", "none")
+#: How token losses are reduced before the backward pass: summed (a token's gradient does not depend
+#: on the batch).
 REDUCTIONS: tuple[str, ...] = ("sum",)
 
 SiteTensor = Float[torch.Tensor, "batch pos d"]

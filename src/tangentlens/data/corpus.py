@@ -41,6 +41,7 @@ __all__ = [
     "shakespeare",
 ]
 
+#: The forms of a corpus spec :func:`load_corpus` reads (for error messages and help).
 CORPUS_SPEC_FORMS = (
     '"shakespeare" (the default), "hf:<name>[:<config>][@<split>]" (a Hugging Face dataset), '
     "or the path of a .txt/.md file or of a folder containing them"

@@ -26,7 +26,9 @@ __all__ = [
     "train_bpe_tokenizer",
 ]
 
+#: Special tokens of a decoder's vocabulary (Pythia's: end of text, padding), ids 0 and 1.
 DECODER_SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|padding|>")
+#: Special tokens of an encoder's vocabulary (BERT's), ids 0 … 4 in this order.
 ENCODER_SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 #: Size of the byte-level alphabet every vocabulary contains.

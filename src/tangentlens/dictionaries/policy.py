@@ -20,6 +20,7 @@ from tangentlens.checks import check_count, check_fraction
 
 __all__ = ["FIT_POLICIES", "early_window", "in_window"]
 
+#: The fit policies (``probes.tangent_energy.fit_policy``), defined above.
 FIT_POLICIES: tuple[str, ...] = ("frozen_early", "per_checkpoint")
 
 

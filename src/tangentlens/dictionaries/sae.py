@@ -38,6 +38,8 @@ from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
 __all__ = ["SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"]
 
+#: SAE architectures :class:`SAE` trains: ``topk`` (the ``k`` largest latents per row) or
+#: ``standard`` (ReLU + L1 penalty).
 SAE_ARCHITECTURES: tuple[str, ...] = ("topk", "standard")
 
 

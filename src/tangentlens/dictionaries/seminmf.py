@@ -44,6 +44,7 @@ from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
 __all__ = ["SOLVERS", "SemiNMF"]
 
+#: Semi-NMF solvers: ``hals`` (the default) or ``mu`` (the multiplicative reference).
 SOLVERS: tuple[str, ...] = ("hals", "mu")
 _EPS = 1e-12
 #: A relative objective ‖H − ZD‖²/‖H‖² below this is an exact factorisation: stop there.

@@ -46,10 +46,14 @@ __all__ = [
 
 SuiteKind = Literal["pythia", "hub", "local", "mini"]
 
+#: Kinds of checkpoint suite: Pythia on the hub, a hub-catalogue suite, a local folder, each mini
+#: suite.
 SUITE_KINDS: tuple[str, ...] = ("pythia", "hub", "local", *MINI_SUITE_CONFIGS)
+#: The sizes of the Pythia suite.
 PYTHIA_SIZES: tuple[str, ...] = (
     "14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b",
 )  # fmt: skip
+#: Hub ids of every Pythia model, standard and deduplicated.
 PYTHIA_MODELS: tuple[str, ...] = tuple(
     f"EleutherAI/pythia-{size}{suffix}" for size in PYTHIA_SIZES for suffix in ("", "-deduped")
 )

@@ -35,7 +35,9 @@ TRAINING_FORMAT = 2
 of the cache key)."""
 
 Architecture = Literal["pythia", "bert"]
+#: Architectures a mini suite can have (``MiniSuiteConfig.architecture``).
 ARCHITECTURES: tuple[str, ...] = ("pythia", "bert")
+#: How a mini encoder's position table starts (``MiniSuiteConfig.position_init``).
 POSITION_INITS: tuple[str, ...] = ("sinusoidal", "normal")
 
 
@@ -165,6 +167,7 @@ _MICRO = {
     "eval_sequences": 16,
 }
 
+#: The built-in mini suites by name, each with its training config.
 MINI_SUITE_CONFIGS: dict[str, MiniSuiteConfig] = {
     "mini-pythia": MiniSuiteConfig(architecture="pythia"),
     # 15 % masking, 80/10/10; 32 × 128 tokens per step (~490 scored) for 1400 steps, the
@@ -186,8 +189,11 @@ MINI_SUITE_CONFIGS: dict[str, MiniSuiteConfig] = {
 
 
 BlockKind = Literal["bert", "pre_ln"]
+#: Untrained-block kinds: ``bert`` (post-LN) or ``pre_ln``.
 BLOCKS: tuple[str, ...] = ("bert", "pre_ln")
+#: Dtypes the untrained-block experiment runs in.
 DTYPES: tuple[str, ...] = ("float32", "float64")
+#: The norms N of the common bias the experiment adds to its input, by default.
 DEFAULT_BIAS_NORMS: tuple[float, ...] = (0.0, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3, 1e4)
 
 
@@ -201,6 +207,13 @@ def _positive(value: object, name: str) -> float:
 class UntrainedBlockConfig:
     """The experiment's sizes, initialisation, grid and seed (defaults: BERT-base, the paper's
     16 × 512 inputs). Validated on construction; ``bias_norms`` is stored as a tuple of floats.
+
+    The block: ``d_model``, ``n_heads``, ``d_mlp``; ``block``, one of :data:`BLOCKS`
+    ("bert" = post-LN, "pre_ln"); ``causal``: mask the future. Inputs: ``n_sequences`` random
+    sequences of ``seq_len`` tokens drawn from a table of ``vocab_size`` rows ~
+    N(0, ``embedding_std``²), plus a common bias of each norm in ``bias_norms``. Weights ~
+    N(0, ``init_std``²). Run in ``dtype`` (one of :data:`DTYPES`), ``batch_size`` sequences at
+    a time, every draw seeded from ``seed``.
     """
 
     d_model: int = 768

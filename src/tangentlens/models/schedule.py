@@ -22,7 +22,9 @@ import math
 import re
 from collections.abc import Sequence
 
+#: Pythia's 154 checkpoint steps: 0, log-spaced 1 … 512, then every 1000 to 143,000.
 PYTHIA_STEPS: tuple[int, ...] = (0, *(2**i for i in range(10)), *range(1000, 143_001, 1000))
+#: Tokens per Pythia training step (1024 sequences × 2048 tokens).
 PYTHIA_TOKENS_PER_STEP = 2_097_152
 
 SELECTION_FORMS = (

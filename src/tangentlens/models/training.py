@@ -6,7 +6,7 @@ Face format on Pythia's log-spaced checkpoint schedule, so that they load exactl
 folder of checkpoints. Training is seeded and deterministic (no dropout, like Pythia; every random
 draw comes from a seeded generator, the global RNG is forked and restored).
 
-Documents are tokenised with no special tokens (:func:`tangentlens.data.encode_documents`) and
+Documents are tokenised with no special tokens (:func:`tangentlens.data.document_encoder`) and
 packed by :func:`tangentlens.data.pack_rows`: analysis text goes through the same two functions,
 so it holds exactly the token layout the model was trained on.
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 __all__ = ["WEIGHT_FILE_FORMS", "verify_weight_files", "weight_files", "weights_hash"]
 
+#: The weight files a checkpoint folder may hold (for error messages).
 WEIGHT_FILE_FORMS = (
     "model.safetensors",
     "model-00001-of-0000N.safetensors (+ model.safetensors.index.json)",

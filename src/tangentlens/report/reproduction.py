@@ -41,6 +41,8 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Finding:
+    """One claim of a paper, whether this run reproduces it, and the numbers that say so."""
+
     claim: str
     holds: bool
     evidence: str

@@ -53,13 +53,15 @@ WEIGHT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 @dataclass(frozen=True)
 class SuiteSpec:
-    """The checkpoint suite: a spec for ``open_suite``, a step selection, where the model runs
-    (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available), the dtype its
-    weights are loaded in (``dtype``: one of :data:`WEIGHT_DTYPES`; activations and gradients
-    come in that dtype, every statistic accumulates in float64) and how each checkpoint is
+    """The checkpoint suite: ``name``, a spec for ``open_suite``; ``steps``, the step selection;
+    ``offline``: true = the local Hugging Face cache only (false: as the environment says);
+    where the model runs (``device``: "cpu", "cuda", "cuda:N" or "auto" = cuda when available);
+    the dtype its weights are loaded in (``dtype``: one of :data:`WEIGHT_DTYPES`; activations and
+    gradients come in that dtype, every statistic accumulates in float64); how each checkpoint is
     loaded (``loader``: "hooked" = TransformerLens' ``HookedTransformer`` / ``HookedEncoder``,
-    "bridge" = its ``TransformerBridge`` around the Hugging Face model, "auto" = the family's
-    default, :data:`~tangentlens.models.catalog.DEFAULT_LOADERS`)."""
+    "bridge" = its ``TransformerBridge`` around the Hugging Face model, "hf" = the Hugging Face
+    model itself, "auto" = the family's default,
+    :data:`~tangentlens.models.catalog.DEFAULT_LOADERS`)."""
 
     name: str = "mini-pythia"
     steps: str = "log:8"
@@ -106,8 +108,8 @@ class SuiteSpec:
 @dataclass(frozen=True)
 class DataSpec:
     """Analysis data: ``corpus`` ("analysis" = the suite's held-out split for mini suites, else a
-    ``load_corpus`` spec), rows of ``seq_len`` tokens, at most ``max_tokens`` tokens, batches of
-    ``batch_size`` rows, ``n_bins`` frequency bins."""
+    ``load_corpus`` spec); rows of ``seq_len`` tokens; at most ``max_tokens`` tokens; batches of
+    ``batch_size`` rows; ``n_bins`` frequency bins."""
 
     corpus: str = "analysis"
     seq_len: int = 128
@@ -173,15 +175,15 @@ def select_layers(spec: str, n_layers: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Sites (kinds from ``tangentlens.models.SITE_KINDS`` at the blocks ``layers`` selects —
-    ``"all"``, ``"every:K"`` or a list ``"0,6,11"`` —, plus the embedding if ``embed``), the
-    reservoir size, the loss reduction (``"sum"``, the only one: gradients of
-    the summed token loss), the seed, ``threads``: the torch intra-op threads every unit
-    pins, so that reductions run in the same order wherever a unit runs (part of the recipe:
-    another thread count can change the last bits of a sum), and ``passes``: capture passes per
-    step, each over a contiguous group of the sites (the model runs once per pass; a site's
-    statistics do not depend on its group; 0 = the fewest that fit the device's memory, chosen
-    by the memory plan where the unit runs)."""
+    """``sites`` (kinds from :data:`CAPTURE_SITE_KINDS`) at the blocks ``layers`` selects
+    (``"all"``, ``"every:K"`` or a list ``"0,6,11"``), plus the embedding if ``embed``; the
+    ``reservoir`` size (rows sampled per site); the loss ``reduction`` (``"sum"``, the only one:
+    gradients of the summed token loss); ``seed`` of the reservoir's sampling and the masked-LM
+    masking; ``threads``: the torch intra-op threads every unit pins, so that reductions run in
+    the same order wherever a unit runs (part of the recipe: another thread count can change the
+    last bits of a sum); ``passes``: capture passes per step, each over a contiguous group of the
+    sites (the model runs once per pass; a site's statistics do not depend on its group; 0 = the
+    fewest that fit the device's memory, chosen by the memory plan where the unit runs)."""
 
     sites: tuple[str, ...] = ("resid_post",)
     layers: str = "all"

@@ -49,7 +49,9 @@ __all__ = [
     "with_fixed",
 ]
 
+#: A callback that shows a one-line status (the sweep's progress display).
 Status = Callable[[str], None]
+#: Tangent proxies by site, then method: ``{site: {method: basis (d × k)}}``.
 Proxies = dict[str, dict[str, torch.Tensor]]
 
 

@@ -1,0 +1,112 @@
+"""The reference site builds strictly and offline (``make docs``): the README's sections, the
+glossary, each probe's definitions from its docstring, the recipe keys, the API."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tangentlens.registry import builtin_probes
+from tangentlens.sweep.recipe import Recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _text(page: Path) -> str:
+    """A page's visible text, tags dropped, entities decoded, white space collapsed."""
+    raw = re.sub(
+        r"<(script|style|svg)\b.*?</\1>", " ", page.read_text(encoding="utf-8"), flags=re.S
+    )
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", raw)))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-4000:]
+    return out
+
+
+@pytest.mark.slow
+def test_probe_pages_hold_the_definitions_of_their_docstrings(site):
+    page = site / "probes" / "tangent_energy.html"
+    text = _text(page)
+    assert "Haar k-frames in span(m̂)⊥" in text  # the exchangeable controls' definition
+    assert 'id="tangentlens.probes.tangent_energy.rows"' in page.read_text(encoding="utf-8")
+    for name in builtin_probes():  # one page per probe
+        assert (site / "probes" / f"{name}.html").is_file(), name
+
+
+@pytest.mark.slow
+def test_glossary_page_is_the_readme_glossary(site):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = readme.split("## Metric glossary\n", 1)[1].split("\n## ", 1)[0]
+    pairs = re.findall(r"^\| `([a-z_]+)` \| `([a-z0-9_<>]+)` \|", body, flags=re.M)
+    assert len(pairs) > 50
+    text = _text(site / "glossary.html")
+    for probe, metric in pairs:
+        assert f"{probe} {metric}" in text, (probe, metric)
+    assert "E(T) / mean E(N) against the exchangeable controls" in text
+    home = _text(site / "index.html")
+    assert "In a notebook" in home and "energy_complement_null_mean" not in home
+
+
+@pytest.mark.slow
+def test_recipe_keys_page_lists_every_key_with_its_default(site):
+    page = (site / "recipe-keys.html").read_text(encoding="utf-8")
+    found: dict[str, dict[str, str]] = {}
+    for section, body in re.findall(
+        r"<h2 id=[^>]*><code>\[([\w.]+)\]</code>(.*?)(?=<h2 |$)", page, re.S
+    ):
+        rows = re.findall(
+            r"<tr>\s*<td><code>(\w+)</code></td>\s*<td>.*?</td>\s*<td>(.*?)</td>", body, re.S
+        )
+        found[section] = {key: _text_of(default) for key, default in rows}
+    sections = {
+        field.name: type(field.default_factory())
+        for field in dataclasses.fields(Recipe)
+        if field.name not in ("name", "probes")
+    }
+    sections |= {f"probes.{name}": p.config for name, p in builtin_probes().items()}
+    for section, cls in sections.items():
+        assert set(found[section]) == {f.name for f in dataclasses.fields(cls)}, section
+    assert found["probes.tangent_energy"]["rank"] == "16"
+    assert found["probes.tangent_energy"]["fit_policy"] == '"per_checkpoint"'
+    assert found["suite"]["name"] == '"mini-pythia"'
+    assert found["capture"]["sites"] == '["resid_post"]'
+    assert set(found["probes.tangent_energy.pretrained_sae"]) == {"release", "ids", "select_step"}
+
+
+def _text_of(cell: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+
+
+@pytest.mark.slow
+def test_api_pages_and_nothing_fetched_from_the_web(site):
+    for package in ("tangentlens", "capture", "dictionaries", "metrics", "models", "data"):
+        name = "tangentlens" if package == "tangentlens" else f"tangentlens.{package}"
+        assert (site / "api" / f"{name}.html").is_file(), name
+    api = (site / "api" / "tangentlens.sweep.html").read_text(encoding="utf-8")
+    assert 'id="tangentlens.sweep.recipe.load_recipe"' in api
+    assert 'id="tangentlens.sweep.executors.base.Backend"' in api  # a subpackage of sweep
+    for page in site.rglob("*.html"):
+        fetched = re.findall(
+            r'<(?:link|script|img)\b[^>]*(?:href|src)="(https?:[^"]+)"',
+            page.read_text(encoding="utf-8"),
+        )
+        assert fetched == [], (page, fetched)

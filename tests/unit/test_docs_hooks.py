@@ -1,0 +1,72 @@
+"""The reference site's generated parts (docs/tooling/hooks.py): recipe-key tables from the
+recipe's dataclasses, the README split into its sections."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs/tooling/hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_clauses_cut_at_semicolons_and_sentences_outside_brackets_and_code(hooks):
+    text = "``a``: one (x; y). ``b``, e.g. two; ``c`` = `p; q`.\n\n Last"
+    assert hooks.clauses(text) == [
+        "``a``: one (x; y).",
+        "``b``, e.g. two;",
+        "``c`` = `p; q`.",
+        "Last",
+    ]
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A section. ``rate``: how fast (per second); ``size`` in bytes."""
+
+    rate: float = 0.5
+    size: int = 4
+    seed: int = 0
+
+
+def test_a_key_its_docstring_never_names_fails_the_build(hooks, caplog):
+    out: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.tangentlens"):
+        hooks._section("demo", _Section, out)
+    rows = [line for line in out if line.startswith("| `")]
+    assert rows == [
+        "| `rate` | `float` | `0.5` | ``rate``: how fast (per second); |",
+        "| `size` | `int` | `4` | ``size`` in bytes. |",
+        "| `seed` | `int` | `0` |  |",
+    ]
+    assert "A section." in out
+    assert [r.getMessage() for r in caplog.records] == [
+        f"recipe key demo.seed: {__name__}._Section's docstring never names it"
+    ]
+
+
+def test_every_recipe_key_is_named_by_its_section(hooks, caplog):
+    with caplog.at_level(logging.WARNING):
+        page = hooks.recipe_keys()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert "## `[probes.tangent_energy.pretrained_sae]`" in page
+    assert "| `early_fraction` | `float` | `0.3` | ``early_fraction`` and" in page
+
+
+def test_readme_sections_ignore_headings_inside_code(hooks):
+    text = "# T\nintro\n## One\n```\n## not a heading\n```\n## Two\nend\n"
+    sections = hooks.readme_sections(text)
+    assert [h for h, _ in sections] == ["", "One", "Two"]
+    assert "## not a heading" in sections[1][1]
+    assert "".join(body for _, body in sections) == text
