@@ -10,8 +10,9 @@ recipe does and run the sweep's own step code (:mod:`tangentlens.sweep.step`): o
 tokens and settings a notebook measurement and a sweep step give the same numbers.
 
 Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
-``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes`` (its
-``[capture]``), and each probe's own table as ``probes={"tangent_energy": {"rank": 8}}``.
+``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes``,
+``threads`` (its ``[capture]``: the threads are pinned for the capture and the probes, as a
+sweep's unit pins them), and each probe's own table as ``probes={"tangent_energy": {"rank": 8}}``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow as pa
 import torch
 
 from tangentlens.capture import LOSSES
+from tangentlens.checks import check_count
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
@@ -32,6 +34,7 @@ from tangentlens.data import (
 from tangentlens.models import LensModel, has_lm_head, lens_model
 from tangentlens.probes.base import Capture, Needs
 from tangentlens.registry import SCOPES, TANGENT, builtin_probes, needs_of, resolve, resolve_all
+from tangentlens.runtime import threads
 from tangentlens.sweep.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.sweep.recipe import (
     CaptureSpec,
@@ -61,7 +64,15 @@ __all__ = [
 #: Keyword settings that go to the recipe's ``[data]`` table.
 DATA_SETTINGS: tuple[str, ...] = ("seq_len", "max_tokens", "batch_size", "n_bins")
 #: Keyword settings that go to the recipe's ``[capture]`` table.
-CAPTURE_SETTINGS: tuple[str, ...] = ("sites", "layers", "embed", "reservoir", "seed", "passes")
+CAPTURE_SETTINGS: tuple[str, ...] = (
+    "sites",
+    "layers",
+    "embed",
+    "reservoir",
+    "seed",
+    "passes",
+    "threads",
+)
 _LABEL = "model"
 
 
@@ -351,16 +362,17 @@ def _capture(
     data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies, loss)
     needs = needs_of(configs)
     sites = capture_sites(model, recipe)
-    stats = capture_step(
-        model,
-        sites,
-        data,
-        recipe,
-        needs,
-        step,
-        gradients=needs.gradients,
-        passes=recipe.capture.passes,
-    )
+    with threads(recipe.capture.threads):  # as a sweep's unit pins them
+        stats = capture_step(
+            model,
+            sites,
+            data,
+            recipe,
+            needs,
+            step,
+            gradients=needs.gradients,
+            passes=recipe.capture.passes,
+        )
     return Capture(
         suite=suite,
         step=step,
@@ -421,12 +433,16 @@ def measure(
     your own tangent proxies, scored next to the fitted ones against the same matched-rank
     controls (see :mod:`tangentlens.user_proxies`: a d × k basis orthonormalised with
     rank tolerance ``proxy_rtol``, a fitted tangentlens dictionary, or an SAELens SAE whose
-    ``rank`` most active latents span it); they need ``tangent_energy``. With a model, the
-    other arguments are :func:`capture_model`'s.
+    ``rank`` most active latents span it); they need ``tangent_energy``. ``threads``: torch's
+    threads for the capture and the probes, pinned as a sweep's unit pins ``capture.threads``
+    (default 2; the last bits of the sums depend on it), the caller's count restored after. With
+    a model, the other arguments are :func:`capture_model`'s.
     """
+    count = check_count(settings.get("threads", CaptureSpec().threads), "threads", minimum=1)
     if isinstance(model_or_capture, Capture):
         if texts_or_tokens is not None:
             raise ValueError("a Capture already holds its tokens: call measure(capture, probes=…)")
+        settings.pop("threads", None)  # the probes' thread count
         capture_settings = sorted(set(settings) & {*DATA_SETTINGS, *CAPTURE_SETTINGS, "step"})
         if capture_settings:
             raise ValueError(f"{capture_settings} are capture settings: pass them to capture_model")
@@ -451,5 +467,6 @@ def measure(
         rank = configs["tangent_energy"].rank
         fixed = resolve_proxies(proxies, capture, rank=rank, model_name=model_name, **options)
     recipe = Recipe(name="notebook", suite=SuiteSpec(name=capture.suite), probes=configs)
-    rows, _ = step_rows(recipe, capture, fixed=fixed)
+    with threads(count):  # as a sweep's step unit pins them: the last bits depend on it
+        rows, _ = step_rows(recipe, capture, fixed=fixed)
     return ResultTable(rows)

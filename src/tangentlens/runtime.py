@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["RUNTIME_VARS", "runtime_env", "single_thread", "usable_cpus"]
+__all__ = ["RUNTIME_VARS", "runtime_env", "single_thread", "threads", "usable_cpus"]
 
 #: The threading runtimes' own settings (wait policy, spin and block times): a worker reads them
 #: when it imports torch, so they travel with every unit where the user set them.
@@ -79,13 +79,20 @@ def runtime_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Within the block, torch's CPU kernels run on one thread; the count is restored after."""
+def threads(count: int) -> Iterator[None]:
+    """Within the block, torch's CPU kernels run on ``count`` threads (a unit's
+    ``capture.threads``); the caller's count is restored after."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
+
+
+def single_thread() -> contextlib.AbstractContextManager[None]:
+    """Within the block (or the decorated function), torch's CPU kernels run on one thread;
+    the count is restored after."""
+    return threads(1)

@@ -36,8 +36,8 @@ def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None
 
     suite = tl.open_suite("micro-pythia")
     model = suite.load(STEP)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(recipe.capture.threads)  # as the step unit pins it
+    caller = torch.get_num_threads()
+    torch.set_num_threads(1 if recipe.capture.threads != 1 else 2)  # not the recipe's count
     try:
         table = tl.measure(
             model,
@@ -52,9 +52,11 @@ def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None
             sites=["resid_post"],
             embed=True,
             reservoir=512,
+            threads=recipe.capture.threads,  # pinned inside, as the step unit pins it
         )
+        assert torch.get_num_threads() == (1 if recipe.capture.threads != 1 else 2)  # restored
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(caller)
     got = {tuple(r[k] for k in _KEY): r for r in table.to_pylist()}
     assert len(got) == len(table) and got.keys() == want.keys()
     assert {k[1] for k in want} >= {"tangent_energy", "anisotropy_share", "frequency_geometry"}

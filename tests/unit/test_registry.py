@@ -254,3 +254,28 @@ def test_make_row_rows_of_the_example_pass_its_own_check():
     label = Label(layers={"blocks.0.hook_resid_post": 0})
     row = make_row(label, "grad_norm", "gradient_rms", 2.0, site="blocks.0.hook_resid_post")
     probe.check_rows([row], "here")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "probes.tangent_energy.rank=128",
+            "probes.tangent_energy.rank = 128 must be below the model's width: suite "
+            "'mini-pythia' (d_model = 128) allows 1 … 127",
+        ),
+        (
+            "probes.tangent_energy.data_matched_m=16",
+            "probes.tangent_energy.data_matched_m = 16 must be above the rank (16)",
+        ),
+        ('capture.layers="0,4"', "capture.layers names block(s) [4], but the model has 4 blocks"),
+    ],
+)
+def test_what_the_models_shape_rules_out_is_refused_at_planning(override, message):
+    """Checked from the suite's shape alone (no checkpoint opened, no unit run)."""
+    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.sweep.runner import plan_sweep
+
+    plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.rank=127"]))  # the widest
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan_sweep(load_recipe("quickstart", [override]))

@@ -86,6 +86,9 @@ def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch)
         with pytest.raises(RuntimeError), runtime.single_thread():
             raise RuntimeError
         assert torch.get_num_threads() == 2
+        with runtime.threads(3):  # a unit's capture.threads
+            assert torch.get_num_threads() == 3
+        assert torch.get_num_threads() == 2
 
         pinv = _threads_seen_by(monkeypatch, torch.linalg, "pinv")
         SemiNMF(2, max_iter=3).fit(torch.randn(20, 5, generator=torch.Generator().manual_seed(0)))

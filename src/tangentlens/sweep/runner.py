@@ -27,16 +27,17 @@ from tangentlens.models.catalog import (
 )
 from tangentlens.models.schedule import select_steps
 from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import builtin_probes, resolve_all
+from tangentlens.registry import TANGENT, builtin_probes, resolve_all
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
-from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
+from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe, select_layers
 
 __all__ = [
     "PLANNED_LOADER",
     "SweepFailedError",
     "check_attention_heads",
     "check_lm_head",
+    "check_model_shape",
     "check_pretrained_sae",
     "plan_sweep",
     "run_sweep",
@@ -177,12 +178,40 @@ def check_pretrained_sae(recipe: Recipe) -> None:
     )
 
 
+def check_model_shape(recipe: Recipe) -> None:
+    """Refuse, before anything runs, the settings that only the suite's model shape rules out:
+    blocks ``capture.layers`` names that the model lacks, a proxy ``rank`` not below the width
+    ``d_model``, a ``data_matched_m`` not between the rank and the width. A suite whose shape
+    is not known offline is checked when its units run."""
+    try:
+        shape = suite_shape(recipe.suite.name)
+    except ValueError:  # an architecture without a memory plan: refused by the plan itself
+        return
+    select_layers(recipe.capture.layers, shape.n_layers)
+    spec = recipe.probes.get(TANGENT)
+    if spec is None:
+        return
+    where, d = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})", shape.d_model
+    if not spec.rank < d:
+        raise ValueError(
+            f"probes.{TANGENT}.rank = {spec.rank} must be below the model's width: {where} "
+            f"allows 1 … {d - 1}"
+        )
+    m = spec.data_matched_m
+    if m is not None and not spec.rank < m <= d:
+        raise ValueError(
+            f"probes.{TANGENT}.data_matched_m = {m} must be above the rank ({spec.rank}) and at "
+            f"most the model's width: {where}"
+        )
+
+
 def plan_sweep(recipe: Recipe) -> Plan:
     """The units of ``recipe`` over its suite's selected steps (no model library imported);
     gradient probes on a suite without a head, attention probes on a suite with grouped-query
-    attention are refused here."""
+    attention, and settings the model's shape rules out are refused here."""
     check_lm_head(recipe)
     check_attention_heads(recipe)
+    check_model_shape(recipe)
     available = suite_steps(recipe.suite.name)
     return make_plan(recipe, available, select_steps(available, recipe.suite.steps))
 

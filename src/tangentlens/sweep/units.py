@@ -48,6 +48,7 @@ from tangentlens.registry import (
     needs_of,
     resolve_all,
 )
+from tangentlens.runtime import threads
 from tangentlens.sweep.data import (
     DATA_FILE,
     AnalysisData,
@@ -59,6 +60,7 @@ from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 from tangentlens.sweep.step import (
+    Proxies,
     Status,
     capture_sites,
     capture_step,
@@ -104,15 +106,14 @@ def run_unit(
     if "SLURM_JOB_ID" in os.environ:  # the Slurm job (array task) running the unit
         marker_text["job"] = os.environ["SLURM_JOB_ID"]
     store.write_file(f"units/{unit.name}.json", json.dumps(marker_text))
-    threads = torch.get_num_threads()  # the caller's, restored after (in-process executors)
-    torch.set_num_threads(recipe.capture.threads)
     try:
-        _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+        # the caller's thread count is restored after (in-process executors)
+        with threads(recipe.capture.threads):
+            _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
     except BaseException:
         store.write_file(f"logs/{unit.name}.log", traceback.format_exc())
         raise
     finally:
-        torch.set_num_threads(threads)
         marker.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     store.write_file(
@@ -241,7 +242,8 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
     step = _step(unit)
     tokens = _suite(recipe).tokens_seen(step) or 0
-    store.write_part(unit.name, _diagnostic_rows(recipe, step, tokens, layers, diagnostics))
+    rows = _diagnostic_rows(recipe, step, tokens, layers, diagnostics, bases)
+    store.write_part(unit.name, rows)
 
 
 def _diagnostic_rows(
@@ -250,8 +252,10 @@ def _diagnostic_rows(
     tokens: int,
     layers: dict[str, int | None],
     diagnostics: dict[str, dict[str, dict[str, float]]],
+    bases: Proxies,
 ) -> list[dict[str, Any]]:
-    """Fit-diagnostic rows (probe ``fit``) from ``diagnostics[site][method][metric]``."""
+    """Fit-diagnostic rows (probe ``proxy_fit``) from ``diagnostics[site][method][metric]``;
+    ``rank`` is the width of the method's basis (``bases[site][method]``), as in every row."""
     return [
         row(
             recipe.suite.name,
@@ -263,7 +267,7 @@ def _diagnostic_rows(
             site=site,
             layer=layers[site],
             method=method,
-            rank=recipe.probes["tangent_energy"].rank,
+            rank=bases[site][method].shape[1],
         )
         for site, by_method in diagnostics.items()
         for method, metrics in by_method.items()
