@@ -129,7 +129,7 @@ def module_probe(tmp_path, monkeypatch):
 
 
 def test_a_probe_from_a_temporary_module_runs_with_no_other_edit(
-    module_probe, sweeps, units_env, tmp_path
+    module_probe, sweeps, units_env, tmp_path, capsys
 ):
     recipe = _recipe_with(sweeps, tmp_path, f'[probes."{module_probe}"]\nscale = 2.0')
     out = tmp_path / "run"
@@ -144,6 +144,9 @@ def test_a_probe_from_a_temporary_module_runs_with_no_other_edit(
     assert {step for step, _ in kept} == {0, STEP} and len(kept) == 6
     for (step, _), row in kept.items():
         assert row["value"] == 2.0 * n_tokens[step] and row["n_tokens"] == n_tokens[step]
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "kept_tokens: kept" in capsys.readouterr().out  # the report's table of it
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["probes"][module_probe]["module"] == "kept_tokens_probe"
     assert manifest["recipe"]["probes"][module_probe] == {"scale": 2.0}

@@ -121,6 +121,19 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     return lines
 
 
+def _other_probe_tables(rows: list[Row], probes: set[str]) -> list[Table | None]:
+    """A step × layer table per metric (over every token, ``freq_bin`` "all"; the mean over
+    methods) of each probe that is not built in (a user's: entry point or import path)."""
+    from tangentlens.registry import builtin_probes
+
+    tables: list[Table | None] = []
+    for probe in sorted(probes - set(builtin_probes()) - {"capture", "proxy_fit"}):
+        for metric in sorted({r["metric"] for r in rows if r["probe"] == probe}):
+            selected = _select(rows, probe, metric, freq_bin="all")
+            tables.append(_pivot(selected, f"{probe}: {metric}", "layer", _mean_cell, _layer_label))
+    return tables
+
+
 def render_report(run_dir: str | Path, console: Console) -> None:
     """Print the headline tables of the run in ``run_dir``."""
     rows = read_results(run_dir).to_pylist()
@@ -200,6 +213,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
             values = {r["metric"]: r["value"] for r in block if r["method"] == norm}
             table.add_row(norm.split("=")[1], *(_fmt(values.get(m)) for m in metrics))
         tables.append(table)
+    tables += _other_probe_tables(rows, probes)
     for table in tables:
         if table is not None:
             console.print(table)

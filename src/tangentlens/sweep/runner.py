@@ -87,7 +87,9 @@ def check_lm_head(recipe: Recipe) -> None:
     probes = resolve_all(recipe.probes)
     needing = [key for key, probe in probes.items() if probe.needs.gradients]
     if needing:
-        activation_only = [n for n, p in builtin_probes().items() if not p.needs.gradients]
+        activation_only = [  # the tangent probes score tangent_energy's proxies: gradients
+            n for n, p in builtin_probes().items() if not p.needs.gradients and p.scope != "tangent"
+        ]
         raise ValueError(
             f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
             f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
