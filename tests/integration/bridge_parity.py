@@ -25,7 +25,10 @@ micro-bert (every per-step probe, the embedding and four site kinds at both bloc
   visibility and Spearman statistics): ``1e-4 + 1e-3·|a|`` (measured ≤ 2.5e-3 abs on a TwoNN
   dimension of 7.2, 8.6e-4 rel on a curvature visibility of 0.07);
 * ``iterative`` — rows of a semi-NMF proxy (``method`` naming ``seminmf``, stability angles in
-  degrees included): ``1e-3 + 1e-2·|a|`` (measured ≤ 0.19° on a 60° angle, 2.1e-3 rel); their
+  degrees included): ``1e-3 + 3e-2·|a|`` (measured ≤ 0.19° on a 60° angle, 2.1e-3 rel, until a
+  fresh environment on 2026-11-26 gave 60.83° against 59.82°, 1.7e-2 rel, on micro-bert's
+  block-0 mlp_out: both fits met their tolerance, at relative errors 0.60878 and 0.60846 — two
+  nearby local optima of a non-convex fit, not a loader difference); their
   z-scores (``iterative_z``), which divide that by the controls' spread: ``5e-2 + 1e-2·|a|``
   (measured ≤ 9e-3 abs);
 * ``p_value`` — a control may cross the observed statistic: 0.05 (one control of 20; measured
@@ -44,7 +47,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "exact": (0.0, 0.0),
     "moments": (1e-5, 1e-5),
     "neighbours": (1e-4, 1e-3),
-    "iterative": (1e-3, 1e-2),
+    "iterative": (1e-3, 3e-2),
     "iterative_z": (5e-2, 1e-2),
     "p_value": (0.05, 0.0),
     "iterative_p_value": (0.1, 0.0),
