@@ -49,8 +49,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src probes tests scripts benchmarks docs
-	$(BIN)/ruff format --check src probes tests scripts benchmarks docs
+	$(BIN)/ruff check src probes tests scripts benchmarks docs notebooks
+	$(BIN)/ruff format --check src probes tests scripts benchmarks docs notebooks
 
 # The reference site (mkdocs.yml, docs/): the README, the glossary, the recipe keys and the API,
 # from the docstrings; offline, strict (a broken reference or an undocumented recipe key fails).
