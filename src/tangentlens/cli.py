@@ -161,7 +161,7 @@ def _compare(args: argparse.Namespace) -> None:
     from tangentlens.report.console import console
 
     comparison = compare(args.runs, step=args.step)
-    out = args.out or "runs/compare-" + "-vs-".join(run.label for run in comparison.runs)
+    out = args.out or "runs/compare-" + "-vs-".join(run.root.name for run in comparison.runs)
     render_comparison(comparison, console)
     table, *figures = write_comparison(comparison, out)
     console.print(f"table: {table} ({len(comparison)} rows)")

@@ -239,12 +239,16 @@ def test_site_kinds_and_relative_depth():
     ]
 
 
-def test_cli_writes_the_table_and_figures(two_runs, tmp_path, capsys):
+def test_cli_writes_the_table_and_figures(two_runs, tmp_path, capsys, monkeypatch):
     dec, enc = two_runs
-    out = tmp_path / "cmp"
-    assert main(["compare", str(dec), str(enc), "--out", str(out)]) == 0
+    manifest = RunStore(enc).read_manifest()
+    RunStore(enc).write_manifest({**manifest, "finished": False})  # a run still going
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", str(dec), str(enc)]) == 0
+    out = tmp_path / "runs" / "compare-dec-vs-enc"  # the default folder
     shown = capsys.readouterr().out
     assert "flagged: seq_len differs" in shown and "Δln enc" in shown
+    assert "enc:" in shown and "partial run (2 steps)" in shown
     assert pq.read_table(out / "compare.parquet").equals(compare([dec, enc]).to_arrow())
     for name in ("energy_ratio", "anisotropy_depth"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
