@@ -241,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--step",
         type=_step_choice,
         default="last",
-        help="the step compared: 'last' (each run's last step with rows, the default) or a step "
-        "every run has",
+        help="the step compared: 'last' (each run's last scored step with rows, the default) "
+        "or a step every run has",
     )
     compare.set_defaults(handler=_compare)
     show = commands.add_parser(

@@ -104,12 +104,15 @@ def _encoder_rows(step: int) -> list[dict[str, Any]]:
 @pytest.fixture
 def two_runs(tmp_path):
     """``dec`` (4 blocks, steps 0 and 100) and ``enc`` (2 blocks, steps 0 and 50)."""
+    # the proxy fit's rows name the fit window's last checkpoint, 10: not a scored step
+    fit = row("dec", 10, 100, "proxy_fit", "explained_variance", 0.5, site="hook_embed")
     dec = _write_run(
         tmp_path / "dec",
-        _decoder_rows(0, 1.0) + _decoder_rows(100, 2.0),
+        [*_decoder_rows(0, 1.0), fit, *_decoder_rows(100, 2.0)],
         _recipe(),
         n_layers=4,
         fit_window=[0, 10],
+        steps=[0, 100],
     )
     enc = _write_run(
         tmp_path / "enc",
@@ -185,6 +188,8 @@ def test_a_chosen_step_every_run_has(two_runs):
     )
     with pytest.raises(ValueError, match=r"run enc has no rows at step 100; its steps: \[0, 50\]"):
         compare([dec, enc], step=100)
+    with pytest.raises(ValueError, match=r"run dec has no rows at step 10; its steps: \[0, 100\]"):
+        compare([dec, enc], step=10)
     with pytest.raises(ValueError, match="two or more run directories, got 1"):
         compare([dec])
 

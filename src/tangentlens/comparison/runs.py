@@ -49,15 +49,19 @@ class Run:
 
     @property
     def steps(self) -> list[int]:
-        """The checkpoint steps with rows (model-free rows, at a negative step, are none)."""
-        return sorted({r["step"] for r in self.rows if r["step"] is not None and r["step"] >= 0})
+        """The scored steps with rows: the manifest's ``steps`` that have rows (not the fit
+        window's other checkpoints, which only the proxy fit's rows name; not model-free rows,
+        at a negative step)."""
+        present = {r["step"] for r in self.rows if r["step"] is not None and r["step"] >= 0}
+        scored = self.manifest.get("steps")
+        return sorted(present if scored is None else present & set(scored))
 
     @property
     def recipe(self) -> dict[str, Any]:
         return self.manifest.get("recipe", {})
 
     def pick_step(self, step: int | str) -> int:
-        """``"last"`` → the last step with rows; an integer → that step, which the run must
+        """``"last"`` → the last scored step with rows; an integer → that step, which the run must
         have (a ``ValueError`` listing its steps otherwise)."""
         steps = self.steps
         if not steps:

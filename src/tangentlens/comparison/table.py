@@ -4,7 +4,7 @@ and each later run's difference from the first.
 Rows match across runs on ``(probe, metric, method, rank, freq_bin, site kind, relative depth)``
 (:mod:`tangentlens.comparison.runs`: the site kind makes a decoder's ``blocks.3.hook_resid_post``
 and a BERT encoder's ``blocks.3.hook_normalized_resid_post`` the same place), each run at its
-compared step: its last step with rows by default, or one step every run has. Model-free rows
+compared step: its last scored step with rows by default, or one step every run has. Model-free rows
 (``untrained_block``, at a negative step) are not compared. A row is shared when every run has
 it and no must-match setting that concerns it differs (:mod:`tangentlens.comparison.settings`).
 
@@ -189,10 +189,10 @@ def compare(
     """Compare the run directories ``runs`` (two or more; finished or partial), the first being
     the reference of the differences.
 
-    ``step``: ``"last"`` (each run's last step with rows) or a step every run has. ``labels``:
-    the runs' names in the table (default: the folder names). Returns a :class:`Comparison`
-    whose table holds the shared rows side by side and the differences (see the module
-    docstring). A ``ValueError`` when fewer than two runs are given or no row is shared.
+    ``step``: ``"last"`` (each run's last scored step with rows) or a step every run has.
+    ``labels``: the runs' names in the table (default: the folder names). Returns a
+    :class:`Comparison` whose table holds the shared rows side by side and the differences (see
+    the module docstring). A ``ValueError`` when fewer than two runs are given or no row is shared.
     """
     if isinstance(runs, str | Path):
         raise ValueError(f"runs must be a list of run directories, got the single path {runs!r}")
