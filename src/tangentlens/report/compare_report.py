@@ -19,6 +19,7 @@ Rows refused by a must-match setting are neither tabled nor drawn.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -54,8 +55,8 @@ _HEADLINES: tuple[tuple[str, str, str], ...] = (
     ("cosine_drift", "drift_norm", "drift ‖mean(H)‖"),
     ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
     ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
-    ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over the heads every run has"),
-    ("qk_drift", "attention_entropy", "attention entropy (nats), mean over shared heads"),
+    ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over shared heads"),
+    ("qk_drift", "attention_entropy", "attention entropy (nats), shared heads' mean"),
     ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
     ("frequency_geometry", "freq_distance_spearman_excess", "Spearman(log freq, s²) − null"),
     ("tangent_energy", "energy_ratio", "tangent/control energy ratio"),
@@ -181,6 +182,19 @@ def _drawn(comparison: Comparison, run: Run, probe: str, metric: str) -> list[Ro
     ]
 
 
+def _tokens_axis(ax: Axes, positive: list[int]) -> None:
+    """Symmetric-log x: linear up to the decade of the first positive value (0, the
+    initialisation, at the left edge, one decade wide), ticks at 0 and every decade above."""
+    low = math.floor(math.log10(min(positive, default=1)))
+    high = math.ceil(math.log10(max(positive, default=10)))
+    ax.set_xscale("symlog", linthresh=10**low)
+    ax.set_xlim(0, 10**high)
+    ax.set_xticks(
+        [0, *(10**k for k in range(low, high + 1))],
+        ["0", *(f"$10^{{{k}}}$" for k in range(low, high + 1))],
+    )
+
+
 def _energy_ratio(comparison: Comparison, path: Path) -> bool:
     """The energy ratio over training, one panel per method every run has, at the deepest
     (site kind, relative depth) every run has."""
@@ -212,8 +226,7 @@ def _energy_ratio(comparison: Comparison, path: Path) -> bool:
                 ax.plot(xs, ys, "o-", color=f"C{i}", label=run.label, markersize=4)
         ax.axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
         ax.set_yscale("log")
-        ax.set_xscale("symlog", linthresh=min(positive, default=1))
-        ax.set_xlim(left=0)
+        _tokens_axis(ax, positive)
         ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
         ax.set_title(f"{method} proxy")
         ax.grid(alpha=0.3)
