@@ -3,7 +3,8 @@
 From a notebook: ``tangentlens.measure(model, texts)`` runs the per-step probes on a model in
 memory and returns a :class:`ResultTable`; ``tangentlens.capture_model(model, texts)`` captures
 once for many measurements (a :class:`Capture`, which saves and reloads); ``open_suite`` loads
-checkpoints. The names are imported on first use.
+checkpoints; ``compare(runs)`` puts run directories side by side (a :class:`Comparison`). The
+names are imported on first use.
 """
 
 from tangentlens._lazy import lazy_exports
@@ -16,5 +17,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ".notebook": ("ResultTable", "capture_model", "measure"),
         ".probes.base": ("Capture",),
         ".models.suites": ("open_suite",),
+        ".comparison": ("Comparison", "compare"),
     },
 )

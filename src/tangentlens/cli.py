@@ -1,4 +1,5 @@
-"""The ``tangentlens`` command line: ``sweep``, ``report``, ``suite``, ``train-suite``."""
+"""The ``tangentlens`` command line: ``sweep``, ``report``, ``compare``, ``suite``,
+``train-suite``."""
 
 from __future__ import annotations
 
@@ -142,6 +143,31 @@ def _report(args: argparse.Namespace) -> None:
     _render_all(args.run_dir)
 
 
+def _step_choice(text: str) -> int | str:
+    """``--step``: "last" or a checkpoint step."""
+    if text == "last":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'last' or a checkpoint step (an integer), got {text!r}"
+        ) from None
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from tangentlens.comparison import compare
+    from tangentlens.report.compare_report import render_comparison, write_comparison
+    from tangentlens.report.console import console
+
+    comparison = compare(args.runs, step=args.step)
+    out = args.out or "runs/compare-" + "-vs-".join(run.root.name for run in comparison.runs)
+    render_comparison(comparison, console)
+    table, *figures = write_comparison(comparison, out)
+    console.print(f"table: {table} ({len(comparison)} rows)")
+    console.print(f"figures: {', '.join(str(f) for f in figures) or 'none (no rows to draw)'}")
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """The sweep's options (shared by ``tangentlens sweep`` and scripts/sweep_checkpoints.py)."""
     parser.add_argument(
@@ -194,6 +220,31 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="re-render the report of a run directory")
     report.add_argument("run_dir", help="a run directory written by `tangentlens sweep`")
     report.set_defaults(handler=_report)
+    compare = commands.add_parser(
+        "compare",
+        help="compare run directories side by side (metrics per relative depth, differences, "
+        "settings that differ, figures)",
+    )
+    compare.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="two or more run directories (the first is "
+        "the reference the differences are taken against)",
+    )
+    compare.add_argument(
+        "--out",
+        help="folder for compare.parquet and the figures (default "
+        "runs/compare-<RUN_A>-vs-<RUN_B>…, from the run folders' names)",
+    )
+    compare.add_argument(
+        "--step",
+        type=_step_choice,
+        default="last",
+        help="the step compared: 'last' (each run's last scored step with rows, the default) "
+        "or a step every run has",
+    )
+    compare.set_defaults(handler=_compare)
     show = commands.add_parser(
         "suite", help="show a checkpoint suite (training a mini suite on first use)"
     )

@@ -14,6 +14,7 @@ HEAVY = ("torch", "transformer_lens", "transformers", "sae_lens")
 
 LAZY_PACKAGES = (
     "tangentlens.capture",
+    "tangentlens.comparison",
     "tangentlens.data",
     "tangentlens.dictionaries",
     "tangentlens.metrics",

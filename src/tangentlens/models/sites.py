@@ -37,6 +37,7 @@ per-head attention hooks offers no ``q``, ``k``, ``pattern``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ __all__ = [
     "model_family",
     "parse_site",
     "residual_sites",
+    "site_kind",
     "site_kinds",
 ]
 
@@ -118,6 +120,27 @@ def bridge_templates(
 def hf_templates() -> SiteTemplates:
     """The sites of an ``"hf"``-loaded encoder (no per-head attention sites)."""
     return dict(_HF_ENCODER)
+
+
+#: The per-layer attention label of the rows of ``qk_drift`` (not a hook: the block's heads).
+_ATTENTION = "blocks.{l}.attn"
+
+
+def site_kind(name: str) -> str | None:
+    """The kind of the hook name ``name`` under any family and loader, without a model (no two
+    tables give one name two kinds); ``"attn"`` for ``qk_drift``'s ``blocks.{l}.attn``; None for
+    a name of none (e.g. ``"-"``, a row about the whole model).
+
+    >>> site_kind("blocks.3.hook_normalized_resid_post"), site_kind("hook_embed")
+    ('resid_post', 'embed')
+    """
+    tables = (_DECODER, _ENCODER, _BRIDGE_BERT, _HF_ENCODER, {"attn": _ATTENTION})
+    for table in tables:
+        for kind, template in table.items():
+            pattern = re.escape(template).replace(re.escape("{l}"), r"\d+")
+            if re.fullmatch(pattern, name):
+                return kind
+    return None
 
 
 def model_family(model: Any) -> Family:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tangentlens.report.baseline import baseline_notice, step_label
+from tangentlens.report.console import fmt_value
 from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.sweep.store import read_results
 from tangentlens.sweep.timing import time_line
@@ -27,14 +28,6 @@ from tangentlens.sweep.timing import time_line
 __all__ = ["render_report"]
 
 Row = dict[str, Any]
-
-
-def _fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
-        return f"{value:.2e}"
-    return f"{value:.3f}"
 
 
 def _pivot(
@@ -64,7 +57,7 @@ def _pivot(
 
 def _mean_cell(rows: list[Row]) -> str:
     values = [r["value"] for r in rows if r["value"] is not None and not math.isnan(r["value"])]
-    return _fmt(statistics.fmean(values)) if values else "–"
+    return fmt_value(statistics.fmean(values)) if values else "–"
 
 
 def _select(rows: list[Row], probe: str, metric: str, **where: Any) -> list[Row]:
@@ -181,7 +174,8 @@ def render_report(run_dir: str | Path, console: Console) -> None:
                 by_metric = {r["metric"]: r["value"] for r in cell_rows}
                 if "energy_ratio" not in by_metric:
                     return "–"
-                return f"{_fmt(by_metric['energy_ratio'])} p{_fmt(by_metric['energy_p_value'])}"
+                ratio, p = by_metric["energy_ratio"], by_metric["energy_p_value"]
+                return f"{fmt_value(ratio)} p{fmt_value(p)}"
 
             selected = [r for r in picked if r["metric"] in ("energy_ratio", "energy_p_value")]
             tables.append(
@@ -211,7 +205,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         norms = sorted({r["method"] for r in block}, key=lambda m: float(m.split("=")[1]))
         for norm in norms:
             values = {r["metric"]: r["value"] for r in block if r["method"] == norm}
-            table.add_row(norm.split("=")[1], *(_fmt(values.get(m)) for m in metrics))
+            table.add_row(norm.split("=")[1], *(fmt_value(values.get(m)) for m in metrics))
         tables.append(table)
     tables += _other_probe_tables(rows, probes)
     for table in tables:

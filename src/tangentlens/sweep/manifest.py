@@ -12,6 +12,7 @@ from typing import Any
 
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
+from tangentlens.models.shapes import suite_shape
 from tangentlens.registry import ENTRY_POINT_GROUP, resolve_all
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.recipe import Recipe
@@ -125,10 +126,12 @@ def _probe_sources(recipe: Recipe) -> dict[str, dict[str, str]]:
 def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
     """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks);
     ``loader`` is the loader every unit loads checkpoints with (``suite.loader`` resolved for
-    the suite's family: ``"hooked"`` or ``"bridge"``)."""
+    the suite's family: ``"hooked"`` or ``"bridge"``); ``n_layers`` the suite's blocks (what
+    ``tangentlens compare`` reads relative depth against)."""
     return {
         "recipe": recipe.to_dict(),
         "suite": {"name": recipe.suite.name},
+        "n_layers": suite_shape(recipe.suite.name).n_layers,
         "loader": suite_loader(recipe.suite.name, recipe.suite.loader),
         "steps": list(plan.steps),
         "fit_window": list(plan.window),

@@ -1,0 +1,233 @@
+"""Which recipe settings must match for a metric to be compared, which are only flagged, and what
+else differs between the runs' recipes and fit windows (all read from the manifests).
+
+Must match (:data:`MUST_MATCH`): a difference refuses the rows it concerns, in one line naming
+the setting and every run's value; the other rows are still compared.
+
+==================  =========================================  ================================
+setting             recipe key                                 rows refused when it differs
+==================  =========================================  ================================
+rank                probes.tangent_energy.rank                 the tangent account's probes
+draws               probes.tangent_energy.draws                tangent_energy, anisotropy_share
+draws               probes.anisotropy_share.isoscore_draws     anisotropy_share
+draws               probes.update_alignment.draws              update_alignment
+control family      probes.tangent_energy.mean_direction       the tangent account's probes
+control family      probes.tangent_energy.data_matched_m       tangent_energy's data_matched_*
+fit policy          probes.tangent_energy.fit_policy           the tangent account's probes
+held_out            probes.tangent_energy.held_out             the tangent account's probes
+bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
+==================  =========================================  ================================
+
+The tangent account's probes: tangent_energy, anisotropy_share, subspace_stability,
+update_alignment, proxy_fit. A setting is checked only where every run's recipe has it (a probe
+one run lacks has no shared rows).
+
+Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_len``,
+``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
+``capture`` probe's ``n_tokens`` at the compared steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tangentlens.comparison.runs import Run
+
+__all__ = [
+    "FLAGGED",
+    "MUST_MATCH",
+    "Refusal",
+    "Setting",
+    "corpus_size_flag",
+    "fit_window_lines",
+    "flag_lines",
+    "recipe_differences",
+    "refusals",
+]
+
+Row = dict[str, Any]
+
+#: The probes that score the tangent proxies (and the proxy fit's own rows).
+TANGENT_ACCOUNT: tuple[str, ...] = (
+    "tangent_energy",
+    "anisotropy_share",
+    "subspace_stability",
+    "update_alignment",
+    "proxy_fit",
+)
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A recipe setting (``path``: its dotted key) and the rows it concerns: those of
+    ``probes`` (None = every probe) whose metric starts with ``metric_prefix``, only the per-bin
+    rows if ``per_bin``."""
+
+    name: str
+    path: str
+    probes: tuple[str, ...] | None = None
+    metric_prefix: str = ""
+    per_bin: bool = False
+
+    def concerns(self, row: Row) -> bool:
+        return (
+            (self.probes is None or row["probe"] in self.probes)
+            and row["metric"].startswith(self.metric_prefix)
+            and (not self.per_bin or row["freq_bin"] != "all")
+        )
+
+    def value(self, recipe: dict[str, Any]) -> Any:
+        """The setting in a manifest's recipe, or ``_MISSING``."""
+        node: Any = recipe
+        for part in self.path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+
+    def what(self) -> str:
+        """The rows it concerns, in words."""
+        if self.per_bin:
+            return "per-bin rows (freq_bin ≠ all)"
+        probes = ", ".join(self.probes or ("every probe",))
+        return f"{probes} rows" + (f" ({self.metric_prefix}*)" if self.metric_prefix else "")
+
+
+#: Settings that must match for the rows they concern to be compared (else those rows are refused).
+MUST_MATCH: tuple[Setting, ...] = (
+    Setting("rank", "probes.tangent_energy.rank", TANGENT_ACCOUNT),
+    Setting("draws", "probes.tangent_energy.draws", ("tangent_energy", "anisotropy_share")),
+    Setting("draws", "probes.anisotropy_share.isoscore_draws", ("anisotropy_share",)),
+    Setting("draws", "probes.update_alignment.draws", ("update_alignment",)),
+    Setting("control family", "probes.tangent_energy.mean_direction", TANGENT_ACCOUNT),
+    Setting(
+        "control family",
+        "probes.tangent_energy.data_matched_m",
+        ("tangent_energy",),
+        metric_prefix="data_matched_",
+    ),
+    Setting("fit policy", "probes.tangent_energy.fit_policy", TANGENT_ACCOUNT),
+    Setting("held_out", "probes.tangent_energy.held_out", TANGENT_ACCOUNT),
+    Setting("bins", "data.n_bins", per_bin=True),
+)
+
+#: Settings that may differ: each difference is flagged in one line.
+FLAGGED: tuple[Setting, ...] = (
+    Setting("seq_len", "data.seq_len"),
+    Setting("token budget", "data.max_tokens"),
+)
+
+
+def _values(runs: Sequence[Run], setting: Setting) -> list[Any] | None:
+    """Every run's value of the setting; None when a run's recipe lacks it."""
+    values = [setting.value(run.recipe) for run in runs]
+    return None if any(v is _MISSING for v in values) else values
+
+
+def _listed(runs: Sequence[Run], values: Sequence[Any]) -> str:
+    return ", ".join(f"{run.label} {_shown(v)}" for run, v in zip(runs, values, strict=True))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A must-match setting that differs: the rows it concerns are not compared."""
+
+    setting: Setting
+    line: str
+
+
+def refusals(runs: Sequence[Run]) -> list[Refusal]:
+    """The must-match settings whose values differ across the runs, each with its line."""
+    out = []
+    for setting in MUST_MATCH:
+        values = _values(runs, setting)
+        if values is not None and len({repr(v) for v in values}) > 1:
+            line = (
+                f"{setting.name} differs ({setting.path}: {_listed(runs, values)}): "
+                f"{setting.what()} not compared"
+            )
+            out.append(Refusal(setting, line))
+    return out
+
+
+def flag_lines(runs: Sequence[Run]) -> list[str]:
+    """One line per flagged recipe setting that differs (compared, but read with care)."""
+    out = []
+    for setting in FLAGGED:
+        values = _values(runs, setting)
+        if values is not None and len({repr(v) for v in values}) > 1:
+            out.append(f"{setting.name} differs ({setting.path}: {_listed(runs, values)})")
+    return out
+
+
+def corpus_size_flag(runs: Sequence[Run], steps: Sequence[int]) -> str | None:
+    """One line when the tokens analysed (``capture`` ``n_tokens`` at each run's compared step)
+    differ; None when they agree or a run has no such row."""
+    sizes = []
+    for run, step in zip(runs, steps, strict=True):
+        found = [
+            r["value"]
+            for r in run.rows
+            if r["probe"] == "capture" and r["metric"] == "n_tokens" and r["step"] == step
+        ]
+        if not found:
+            return None
+        sizes.append(int(found[0]))
+    if len(set(sizes)) == 1:
+        return None
+    return f"corpus size differs (tokens analysed: {_listed(runs, sizes)})"
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def recipe_differences(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
+    """``(recipe key, each run's value as text)`` for every key whose values differ, keys
+    sorted; a probe that some runs do not run is one entry ``probes.<name>``: "on" or "—"."""
+    enabled = [set(run.recipe.get("probes", {})) for run in runs]
+    partial = set().union(*enabled) - set.intersection(*enabled)
+    out = [
+        (f"probes.{name}", ["on" if name in e else "—" for e in enabled])
+        for name in sorted(partial)
+    ]
+    flat = [_flatten(run.recipe) for run in runs]
+    for key in sorted(set().union(*flat)):
+        if key.split(".")[:2] in (["probes", name] for name in partial):
+            continue
+        values = [f.get(key, _MISSING) for f in flat]
+        if len({repr(v) for v in values}) > 1:
+            out.append((key, ["—" if v is _MISSING else _shown(v) for v in values]))
+    return sorted(out)
+
+
+def fit_window_lines(runs: Sequence[Run]) -> list[str]:
+    """Each run's fit window (the checkpoints frozen-early proxies were fitted on) when they
+    differ; nothing when they agree or no run has one."""
+    windows = [tuple(run.manifest.get("fit_window") or ()) for run in runs]
+    if len(set(windows)) <= 1:
+        return []
+    return [
+        f"fit window of {run.label}: " + (", ".join(map(str, w)) if w else "none")
+        for run, w in zip(runs, windows, strict=True)
+    ]

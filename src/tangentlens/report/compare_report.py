@@ -1,0 +1,328 @@
+"""The report of a comparison (:mod:`tangentlens.comparison`): rich tables and PNG figures.
+
+:func:`render_comparison` prints the runs and their compared steps, the flagged and refused
+settings, the fit windows and recipe keys that differ, then the headline metrics side by side
+per site kind and relative depth (frequency bin "all") with each later run's difference from the
+first (column "Δ B", or "Δln B" for ratios: ln B − ln A). :func:`write_comparison` writes
+``compare.parquet`` (the table) and the figures, one line (colour) per run:
+
+* ``energy_ratio.png`` — the energy ratio over training, one panel per proxy method, at the
+  deepest relative depth every run captured (frequency bin "all"); tokens seen on a
+  symmetric-log axis, so step 0 (the initialisation baseline) sits at the left edge;
+* ``anisotropy_depth.png`` — centred and cosine anisotropy against relative depth at each run's
+  compared step (solid), and at step 0 (dashed) where the run has it;
+* ``frequency_correlation.png`` — Pearson(log frequency, centroid spread) and the Spearman
+  excess over its shuffle null against relative depth, drawn the same way.
+
+Rows refused by a must-match setting are neither tabled nor drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pyarrow.parquet as pq
+from matplotlib.axes import Axes
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tangentlens.comparison.runs import MODEL_LEVEL, Run, row_place
+from tangentlens.comparison.table import INTERVAL_NOTE, Comparison, difference_label, is_ratio
+from tangentlens.report.baseline import INIT_STEP
+from tangentlens.report.console import fmt_value
+
+__all__ = ["TABLE_FILE", "render_comparison", "write_comparison"]
+
+Row = dict[str, Any]
+
+#: The comparison table's file name in the output folder.
+TABLE_FILE = "compare.parquet"
+
+#: (probe, metric, title) of the side-by-side tables; qk_drift's heads are averaged.
+_HEADLINES: tuple[tuple[str, str, str], ...] = (
+    ("capture", "mean_loss", "held-out loss (each suite's own loss)"),
+    ("cosine_drift", "cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
+    ("cosine_drift", "drift_norm", "drift ‖mean(H)‖"),
+    ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
+    ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
+    ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over shared heads"),
+    ("qk_drift", "attention_entropy", "attention entropy (nats), shared heads' mean"),
+    ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
+    ("frequency_geometry", "freq_distance_spearman_excess", "Spearman(log freq, s²) − null"),
+    ("tangent_energy", "energy_ratio", "tangent/control energy ratio"),
+    ("tangent_energy", "energy_p_value", "tangent energy p-value"),
+    ("anisotropy_share", "anisotropy_share_spectral", "spectral share of gradient anisotropy"),
+)
+_AVERAGED = ("qk_drift",)
+
+
+def _place(kind: str, depth: float | None) -> str:
+    if kind == MODEL_LEVEL:
+        return "model"
+    return kind if depth is None else f"{kind} {depth:.2f}"
+
+
+def _headline(comparison: Comparison, probe: str, metric: str, title: str) -> Table | None:
+    """One metric at frequency bin "all": a row per (method, site kind, depth), a column per
+    run, then a Δ (or Δln) column per later run."""
+    rows = [
+        r
+        for r in comparison.to_pylist()
+        if r["probe"] == probe and r["metric"] == metric and r["freq_bin"] == "all"
+    ]
+    if not rows:
+        return None
+    cells: dict[tuple[str, str, float | None], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        method = "-" if probe in _AVERAGED else r["method"]
+        cells[(method, r["site_kind"], r["relative_depth"])][r["run"]].append(r["value"])
+    labels = [run.label for run in comparison.runs]
+    later = [difference_label(label, labels[0]) for label in labels[1:]]
+    delta = "Δln" if is_ratio(metric) else "Δ"
+    table = Table(title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None)
+    methods = {key[0] for key in cells}
+    if methods != {"-"}:
+        table.add_column("method")
+    table.add_column("site, depth")
+    for label in labels:
+        table.add_column(escape(label), justify="right")
+    for label in labels[1:]:  # against the first run
+        table.add_column(escape(f"{delta} {label}"), justify="right")
+    order = sorted(cells, key=lambda k: (k[0], k[1] != "embed", k[1], k[2] or 0.0))
+    for method, kind, depth in order:
+        got = cells[(method, kind, depth)]
+        values = [
+            fmt_value(statistics.fmean(got[c]) if got.get(c) else None) for c in labels + later
+        ]
+        lead = [method] if methods != {"-"} else []
+        table.add_row(*lead, _place(kind, depth), *values)
+    return table
+
+
+def _header(comparison: Comparison) -> list[str]:
+    first = comparison.runs[0].label
+    lines = [f"[bold]{len(comparison.runs)} runs[/] (differences against {escape(first)})"]
+    for run, step in zip(comparison.runs, comparison.steps, strict=True):
+        suite = run.manifest.get("suite", {})
+        family = f", {suite['family']}" if "family" in suite else ""
+        tokens = next((r["tokens_seen"] for r in run.rows if r["step"] == step), None)
+        seen = "" if tokens is None else f", {tokens:,} tokens seen"
+        partial = "" if run.finished else f" · [yellow]partial run ({len(run.steps)} steps)[/]"
+        lines.append(
+            f"• {escape(run.label)}: {escape(str(run.root))} · {escape(str(suite.get('name')))}"
+            f" ({run.n_layers} blocks{family}) · step {step}{seen}{partial}"
+        )
+    lines += [f"[yellow]flagged: {escape(line)}[/]" for line in comparison.flagged]
+    lines += [f"[red]refused: {escape(r.line)}[/]" for r in comparison.refused]
+    lines += [f"[dim]{escape(line)}[/]" for line in comparison.fit_windows]
+    unshared = [
+        f"{run.label}: " + ", ".join(f"{probe} {n}" for probe, n in sorted(counts.items()))
+        for run, counts in zip(comparison.runs, comparison.unshared, strict=True)
+        if counts
+    ]
+    if unshared:
+        lines.append(
+            f"[dim]rows not shared (refused or in one run only): {escape('; '.join(unshared))}[/]"
+        )
+    lines.append(f"[dim]{INTERVAL_NOTE}[/]")
+    return lines
+
+
+def _recipe_table(comparison: Comparison) -> Table | None:
+    if not comparison.recipe_differences:
+        return None
+    table = Table(
+        title="[bold]recipe settings that differ", title_justify="left", pad_edge=False, box=None
+    )
+    table.add_column("key")
+    for run in comparison.runs:
+        table.add_column(escape(run.label))
+    for key, values in comparison.recipe_differences:
+        table.add_row(escape(key), *(escape(v) for v in values))
+    return table
+
+
+def render_comparison(comparison: Comparison, console: Console) -> None:
+    """Print the comparison's header lines and tables."""
+    for line in _header(comparison):
+        console.print(line, soft_wrap=True)
+    console.print()
+    tables = [_recipe_table(comparison)]
+    tables += [_headline(comparison, p, m, t) for p, m, t in _HEADLINES]
+    for table in tables:
+        if table is not None:
+            console.print(table)
+            console.print()
+
+
+# ---------------------------------------------------------------------------------- figures
+
+
+def _drawn(comparison: Comparison, run: Run, probe: str, metric: str) -> list[Row]:
+    """The run's rows of ``probe``/``metric`` at frequency bin "all" that are not refused."""
+    return [
+        r
+        for r in run.rows
+        if r["probe"] == probe
+        and r["metric"] == metric
+        and r["freq_bin"] == "all"
+        and not comparison.is_refused(r)
+    ]
+
+
+def _tokens_axis(ax: Axes, positive: list[int]) -> None:
+    """Symmetric-log x: linear up to the decade of the first positive value (0, the
+    initialisation, at the left edge, one decade wide), ticks at 0 and every decade above."""
+    low = math.floor(math.log10(min(positive, default=1)))
+    high = math.ceil(math.log10(max(positive, default=10)))
+    ax.set_xscale("symlog", linthresh=10**low)
+    ax.set_xlim(0, 10**high)
+    ax.set_xticks(
+        [0, *(10**k for k in range(low, high + 1))],
+        ["0", *(f"$10^{{{k}}}$" for k in range(low, high + 1))],
+    )
+
+
+def _energy_ratio(comparison: Comparison, path: Path) -> bool:
+    """The energy ratio over training, one panel per method every run has, at the deepest
+    (site kind, relative depth) every run has."""
+    drawn = [_drawn(comparison, run, "tangent_energy", "energy_ratio") for run in comparison.runs]
+    places = set.intersection(
+        *(
+            {row_place(r, run.n_layers) for r in rows}
+            for run, rows in zip(comparison.runs, drawn, strict=True)
+        )
+    )
+    places = {p for p in places if p[1] is not None}
+    methods = sorted(set.intersection(*({r["method"] for r in rows} for rows in drawn)))
+    if not places or not methods:
+        return False
+    kind, depth = max(places, key=lambda p: (p[1], p[0] == "resid_post"))
+    tokens = all(r["tokens_seen"] is not None for rows in drawn for r in rows)
+    x_of: Callable[[Row], int] = (lambda r: r["tokens_seen"]) if tokens else (lambda r: r["step"])
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.8), squeeze=False)
+    positive = [x_of(r) for rows in drawn for r in rows if x_of(r) > 0]
+    for ax, method in zip(axes[0], methods, strict=True):
+        for i, (run, rows) in enumerate(zip(comparison.runs, drawn, strict=True)):
+            points = sorted(
+                (x_of(r), r["value"])
+                for r in rows
+                if r["method"] == method and row_place(r, run.n_layers) == (kind, depth)
+            )
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, "o-", color=f"C{i}", label=run.label, markersize=4)
+        ax.axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
+        ax.set_yscale("log")
+        _tokens_axis(ax, positive)
+        ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
+        ax.set_title(f"{method} proxy")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("energy ratio (proxy / controls' mean)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"Tangent energy ratio over training ({kind}, relative depth {float(depth):.2f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _depth_profile(ax: Axes, comparison: Comparison, probe: str, metric: str) -> bool:
+    """One line per run at its compared step (solid) and at step 0 (dashed), over relative
+    depth (the embedding and the residual stream after each block)."""
+    drew = False
+    for i, (run, step) in enumerate(zip(comparison.runs, comparison.steps, strict=True)):
+        rows = _drawn(comparison, run, probe, metric)
+        lines = [(step, "o-", run.label, 1.0)]
+        if step != INIT_STEP and INIT_STEP in run.steps:
+            lines.append((INIT_STEP, "o--", f"{run.label} at init", 0.6))
+        for at, style, label, alpha in lines:
+            points = sorted(
+                (float(depth), r["value"])
+                for r in rows
+                if r["step"] == at
+                for kind, depth in [row_place(r, run.n_layers)]
+                if kind in ("embed", "resid_post")
+            )
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, style, color=f"C{i}", alpha=alpha, label=label, markersize=4)
+                drew = True
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_xlabel("relative depth (0 = embedding, 1 = last block)")
+    ax.grid(alpha=0.3)
+    return drew
+
+
+def _profiles(
+    comparison: Comparison, path: Path, panels: list[tuple[str, str, str]], title: str
+) -> bool:
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    drew = [
+        _depth_profile(ax, comparison, probe, metric)
+        for ax, (probe, metric, _) in zip(axes[0], panels, strict=True)
+    ]
+    if not any(drew):
+        plt.close(fig)
+        return False
+    for ax, (_, _, label), did in zip(axes[0], panels, drew, strict=True):
+        ax.set_ylabel(label)
+        if did:
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_comparison(comparison: Comparison, out: str | Path) -> list[Path]:
+    """Write ``compare.parquet`` and every figure the runs' rows allow into ``out`` (created);
+    returns the paths written."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = folder / TABLE_FILE
+    pq.write_table(comparison.table, table)
+    written = [table]
+    jobs: dict[str, Callable[[Path], bool]] = {
+        "energy_ratio.png": lambda p: _energy_ratio(comparison, p),
+        "anisotropy_depth.png": lambda p: _profiles(
+            comparison,
+            p,
+            [
+                ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
+                ("cosine_drift", "cosine_anisotropy", "cosine anisotropy"),
+            ],
+            "Anisotropy against relative depth",
+        ),
+        "frequency_correlation.png": lambda p: _profiles(
+            comparison,
+            p,
+            [
+                ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, spread s²)"),
+                (
+                    "frequency_geometry",
+                    "freq_distance_spearman_excess",
+                    "Spearman(log freq, s²) − shuffle null",
+                ),
+            ],
+            "Token frequency against centroid spread, over relative depth",
+        ),
+    }
+    for name, draw in jobs.items():
+        path = folder / name
+        if draw(path):
+            written.append(path)
+    return written
