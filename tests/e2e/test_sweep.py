@@ -215,7 +215,11 @@ def test_bad_input_is_one_red_line_and_exit_code_2(units_env, tmp_path, capsys):
         (["--set", "suite.steps=log:0"], "log"),
         (["--set", "capture.sites=['resid_mdi']"], "did you mean 'resid_mid'"),
         (["--set", "capture.sites=['resid_mid']"], "no resid_mid"),  # Pythia: parallel blocks
-        (["--set", "probes.tangent_energy.rank=32"], "rank must be an integer in [1, 31]"),
+        (
+            ["--set", "probes.tangent_energy.rank=32"],  # refused at planning, from the shape
+            "probes.tangent_energy.rank = 32 must be below the model's width: suite "
+            "'micro-pythia' (d_model = 32) allows 1 … 31",
+        ),
     ]
     for extra, message in cases:
         assert main(["sweep", "--recipe", MICRO, "--out", str(tmp_path / "x"), *extra]) == 2
