@@ -329,7 +329,9 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     store.write_state(f"{PRETRAINED_UNIT}.pt", lambda tmp: torch.save(saved, tmp))
     tokens = suite.tokens_seen(step) or 0
     diagnostics = {site: {PRETRAINED_SAE: m} for site, m in saved["diagnostics"].items()}
-    store.write_part(unit.name, _diagnostic_rows(recipe, step, tokens, sites, diagnostics))
+    bases = {site: {PRETRAINED_SAE: basis} for site, basis in saved["bases"].items()}
+    rows = _diagnostic_rows(recipe, step, tokens, sites, diagnostics, bases)
+    store.write_part(unit.name, rows)
 
 
 def _load_pretrained(store: RunStore) -> dict[str, dict[str, FixedProxy]]:
