@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
 from tangentlens.probes.configs import AnisotropyShareConfig
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
 torch = LazyModule("torch")
-metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
 

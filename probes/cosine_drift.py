@@ -22,12 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from tangentlens._lazy import LazyModule
+from tangentlens import metrics  # lazy packages
 from tangentlens.probes.base import Capture, Needs, make_row, row
 from tangentlens.probes.configs import CosineDriftConfig
 from tangentlens.registry import AcrossInputs, Probe, StepInputs
-
-metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
 

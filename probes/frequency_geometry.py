@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tangentlens import capture, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.probes.configs import FrequencyGeometryConfig
@@ -53,10 +54,8 @@ if TYPE_CHECKING:
     from jaxtyping import Int
 
 torch = LazyModule("torch")
-metrics = LazyModule("tangentlens.metrics")
 frequency = LazyModule("tangentlens.metrics.frequency")
 twonn = LazyModule("tangentlens.metrics.twonn")
-capture = LazyModule("tangentlens.capture")
 
 __all__ = [
     "NAME",

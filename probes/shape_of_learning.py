@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.probes.configs import ShapeOfLearningConfig
 from tangentlens.registry import Probe, StepInputs
 
 torch = LazyModule("torch")
-metrics = LazyModule("tangentlens.metrics")
 
 __all__ = ["NAME", "PROBE", "ShapeOfLearningConfig", "rows"]
 

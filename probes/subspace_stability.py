@@ -17,6 +17,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
+from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Capture, Needs, StepLabel, make_row
 from tangentlens.probes.configs import SubspaceStabilityConfig, TangentSpec
@@ -25,7 +26,6 @@ from tangentlens.registry import AcrossInputs, Probe, StepInputs
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
-metrics = LazyModule("tangentlens.metrics")
 fitting = LazyModule("tangentlens.proxies")
 
 __all__ = [

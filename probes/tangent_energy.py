@@ -43,6 +43,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tangentlens import capture, dictionaries, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.checks import check_count
 from tangentlens.probes.base import Capture, Needs, make_row, measurement
@@ -53,9 +54,6 @@ if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
 torch = LazyModule("torch")
-metrics = LazyModule("tangentlens.metrics")
-capture = LazyModule("tangentlens.capture")
-dictionaries = LazyModule("tangentlens.dictionaries")
 
 __all__ = [
     "INTERVAL_ALL_SEQUENCES",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tangentlens import metrics, models  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.probes.base import Needs, StepLabel, make_row
 from tangentlens.probes.configs import UpdateAlignmentConfig
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
 torch = LazyModule("torch")
-metrics = LazyModule("tangentlens.metrics")
-models = LazyModule("tangentlens.models")
 
 __all__ = ["NAME", "PROBE", "UpdateAlignmentConfig", "rows", "tracked_types"]
 
