@@ -5,10 +5,17 @@ Measured on this machine (2 cores, torch 2.13 CPU; the peak is ``VmHWM`` above t
 memory after imports, see ``peak_memory.py``): attention-heavy 2.37 GB measured / 2.61 GB
 planned (+10 %); statistics-heavy 3.439 / 3.440 GB (+0.02 %); bfloat16 1.69 / 1.83 GB (+8 %).
 The plan models no allocator slack: it may lie a little under a peak, hence the 3 % margin.
+
+The bfloat16 shape runs on the CPU only where its bfloat16 matmul is native. On an AVX2-only
+CPU (AMD EPYC, 2026-11-26) torch 2.13's bfloat16 ``mm`` ran at 0.47 GFLOP/s against 87 for
+float32 at 2048 × 512 × 2048 (180× slower; 13× at the 512³ the skip times), and the shape's
+capture took 5 min 37 s (its plan still held: 1.83 GB planned, 1.86 GB measured). There the
+host test is skipped with the measured ratio as the reason; the GPU test still runs it.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -38,8 +45,29 @@ def _peak(spec: dict) -> dict:
     return run_child(CHILD, spec, {})
 
 
+def _bfloat16_slowdown() -> float:
+    """How many times slower a 512 × 512 × 512 bfloat16 ``mm`` runs than a float32 one here."""
+    seconds = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.ones(512, 512, dtype=dtype)
+        torch.mm(a, a)
+        start = time.perf_counter()
+        torch.mm(a, a)
+        seconds[dtype] = time.perf_counter() - start
+    return seconds[torch.bfloat16] / seconds[torch.float32]
+
+
+def _skip_slow_bfloat16(name: str) -> None:
+    if SHAPES[name]["dtype"] == "bfloat16" and (slowdown := _bfloat16_slowdown()) > 8:
+        pytest.skip(
+            f"this CPU has no native bfloat16 matmul ({slowdown:.0f}× slower than float32): "
+            "the bfloat16 shape would take minutes"
+        )
+
+
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_plan_bounds_the_measured_host_peak(name) -> None:
+    _skip_slow_bfloat16(name)
     result = _peak({**SHAPES[name], "device": "cpu"})
     assert result["measured"] > 1.5e9  # a shape big enough that the plan's terms dominate
     assert 0.97 * result["measured"] <= result["planned"] <= 1.2 * result["measured"]
