@@ -25,7 +25,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from tangentlens.sweep.recipe import WEIGHT_DTYPES
+from tangentlens.core.recipe import WEIGHT_DTYPES
 
 MODULES = sorted(
     m.name.removeprefix("bench_")

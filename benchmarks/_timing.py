@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tangentlens.sweep.recipe import WEIGHT_DTYPES
+from tangentlens.core.recipe import WEIGHT_DTYPES
 
 __all__ = ["best_time", "ratio_row", "synchronize", "torch_dtype"]
 

@@ -41,13 +41,14 @@ from transformer_lens.loading_from_pretrained import convert_hf_model_config
 
 from benchmarks._timing import best_time, synchronize, torch_dtype
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
+from tangentlens.core.recipe import load_recipe
 from tangentlens.data import FrequencyBins, SpecialTokens
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.hub import hf_offline_mode
 from tangentlens.models.shapes import PYTHIA_CONFIGS, pythia_config
 from tangentlens.probes import frequency_geometry, update_alignment
-from tangentlens.probes.configs import FrequencyGeometryConfig, UpdateAlignmentConfig
-from tangentlens.sweep.recipe import load_recipe
+from tangentlens.probes.frequency_geometry import FrequencyGeometryConfig
+from tangentlens.probes.update_alignment import UpdateAlignmentConfig
 
 #: The pythia_1b recipe's batch (rows × tokens): the GPU shapes run at it.
 _RECIPE = load_recipe("pythia_1b")

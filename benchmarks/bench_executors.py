@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 from benchmarks._timing import ratio_row
+from tangentlens.core.recipe import Recipe, load_recipe
 from tangentlens.models.suites import ensure_mini_suite
 from tangentlens.sweep.executors.base import UnitEvent
-from tangentlens.sweep.recipe import Recipe, load_recipe
 from tangentlens.sweep.runner import run_sweep
 
 _QUICK = [

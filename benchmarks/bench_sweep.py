@@ -45,11 +45,11 @@ from transformers.utils import logging as hf_logging
 
 from benchmarks._timing import best_time, ratio_row, synchronize, torch_dtype
 from benchmarks.bench_capture import SHORT_DTYPES, _training_step, release_memory
+from tangentlens.core.data import prepare_analysis_data
+from tangentlens.core.recipe import Recipe, load_recipe
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.models.suites import LocalSuite, ensure_mini_suite
-from tangentlens.sweep.data import prepare_analysis_data
-from tangentlens.sweep.recipe import Recipe, load_recipe
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.timing import SweepCost, read_unit_times, sweep_cost
 

@@ -1,13 +1,12 @@
 """The probe catalogue, installed as ``tangentlens.probes``.
 
-Each probe module has a frozen ``*Config`` dataclass, ``needs(config)`` (what the capture must
-keep) and ``rows(capture, ...)`` turning one step's :class:`~tangentlens.probes.base.Capture`
-(what ``tangentlens.capture_model`` returns, and what a sweep's step unit builds) into tidy
-result rows; the tangent probes also take proxies ``{site: {method: basis}}`` (fitted by
-:mod:`~tangentlens.proxies`, or your own through
-:mod:`~tangentlens.user_proxies`). The configs are defined in
-:mod:`tangentlens.probes.configs` (plain dataclasses: a recipe validates without importing
-torch) and re-exported by each probe module. The probe modules are imported on first use.
+Each probe module declares one :class:`~tangentlens.registry.Probe` (``PROBE``): its name, its
+frozen config dataclass (defined in the module: a recipe validates without importing torch), what
+it needs captured, its scope and a ``rows`` function turning one step's
+:class:`~tangentlens.capture.Capture` (what ``tangentlens.capture_model`` returns, and what a
+sweep's step unit builds) into tidy result rows (:mod:`tangentlens.results`); the tangent probes
+also read proxies ``{site: {method: basis}}`` (fitted by :mod:`~tangentlens.proxies`, or your
+own through :mod:`~tangentlens.user_proxies`). The probe modules are imported on first use.
 """
 
 from tangentlens._lazy import lazy_exports

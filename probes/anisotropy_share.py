@@ -30,14 +30,17 @@ p-values are calibrated under "the proxy is a random set of directions in ``span
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.probes.base import Capture, Needs, make_row, measurement
-from tangentlens.probes.configs import AnisotropyShareConfig
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import check_count
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, exchangeable_frames, seed_key
 from tangentlens.registry import Probe, StepInputs
+from tangentlens.results import make_row, measurement
 
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
@@ -45,6 +48,22 @@ if TYPE_CHECKING:
 torch = LazyModule("torch")
 
 __all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
+
+
+@dataclass(frozen=True)
+class AnisotropyShareConfig:
+    """``isoscore_draws`` control frames for ΔIsoScore* (its p-value floor is
+    ``1/(isoscore_draws + 1)``); ``zeta`` the IsoScore* shrinkage. The spectral share uses the
+    tangent-energy probe's ``draws``; both use its ``seed``."""
+
+    isoscore_draws: int = 20
+    zeta: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_count(self.isoscore_draws, "isoscore_draws", minimum=1)
+        if not 0 <= self.zeta <= 1:
+            raise ValueError(f"zeta must be in [0, 1], got {self.zeta!r}")
+
 
 #: The probe's name: its recipe table ``[probes.anisotropy_share]`` and its rows' ``probe``.
 NAME = "anisotropy_share"
@@ -97,7 +116,7 @@ def rows(
 
 
 def _step_rows(inputs: StepInputs, config: AnisotropyShareConfig) -> list[dict[str, Any]]:
-    return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy_config())
+    return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy)
 
 
 #: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.

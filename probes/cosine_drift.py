@@ -18,16 +18,24 @@ handful of points takes few values.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tangentlens import metrics  # lazy packages
-from tangentlens.probes.base import Capture, Needs, make_row, row
-from tangentlens.probes.configs import CosineDriftConfig
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
 from tangentlens.registry import AcrossInputs, Probe, StepInputs
+from tangentlens.results import make_row, row
 
 __all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
+
+
+@dataclass(frozen=True)
+class CosineDriftConfig:
+    """No settings: the metrics are exact functions of the streamed sums."""
+
 
 #: The probe's name: its recipe table ``[probes.cosine_drift]`` and its rows' ``probe``.
 NAME = "cosine_drift"

@@ -40,15 +40,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tangentlens import capture, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import FrequencyGeometryConfig
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import check_count
 from tangentlens.registry import Probe, StepInputs
+from tangentlens.results import make_row
 
 if TYPE_CHECKING:
     from jaxtyping import Int
@@ -66,6 +69,33 @@ __all__ = [
     "rows",
     "tracked_types",
 ]
+
+
+@dataclass(frozen=True)
+class FrequencyGeometryConfig:
+    """``min_count`` (≥ 2) occurrences in the capture stream for a type to enter the correlation;
+    ``null_draws`` replicates of the Spearman's count-preserving shuffle null (0 = no null
+    rows, else ≥ 2 for its standard deviation); curvature patches of ``k`` neighbours, tangent
+    dimension ``tangent_dim``, ``n_anchors`` anchors; ``seed`` of the anchors and of the null's
+    draws."""
+
+    min_count: int = 5
+    null_draws: int = 20
+    k: int = 32
+    tangent_dim: int = 8
+    n_anchors: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_count(self.min_count, "frequency_geometry min_count", minimum=2)
+        check_count(self.null_draws, "frequency_geometry null_draws", minimum=0)
+        if self.null_draws == 1:
+            raise ValueError(
+                "frequency_geometry null_draws must be 0 (no shuffle null) or ≥ 2 (the null's "
+                "standard deviation needs two replicates), got 1"
+            )
+        check_count(self.seed, "frequency_geometry seed", minimum=0)
+
 
 #: The probe's name: its recipe table ``[probes.frequency_geometry]`` and its rows' ``probe``.
 NAME = "frequency_geometry"

@@ -7,13 +7,21 @@ and ``attention_entropy`` (nats, mean over kept query positions)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import QKDriftConfig
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
 from tangentlens.registry import Probe, StepInputs
+from tangentlens.results import make_row
 
 __all__ = ["NAME", "PROBE", "QKDriftConfig", "rows"]
+
+
+@dataclass(frozen=True)
+class QKDriftConfig:
+    """No settings: every captured attention layer is reported."""
+
 
 #: The probe's name: its recipe table ``[probes.qk_drift]`` and its rows' ``probe``.
 NAME = "qk_drift"

@@ -10,17 +10,41 @@ the same vector; ``twonn_fit`` "razzhigaev" or "facco")."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.probes.base import Capture, Needs, make_row
-from tangentlens.probes.configs import ShapeOfLearningConfig
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import check_choice, check_count
+from tangentlens.metrics.options import TWONN_FITS
 from tangentlens.registry import Probe, StepInputs
+from tangentlens.results import make_row
 
 torch = LazyModule("torch")
 
 __all__ = ["NAME", "PROBE", "ShapeOfLearningConfig", "rows"]
+
+
+@dataclass(frozen=True)
+class ShapeOfLearningConfig:
+    """``singular_anisotropy``: also emit ``centred_singular_anisotropy`` (σ₁/Σσᵢ); TwoNN
+    ``twonn_fit``, batch size (``twonn_batch``) and shuffling ``seed``."""
+
+    singular_anisotropy: bool = False
+    twonn_fit: str = "razzhigaev"
+    twonn_batch: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.singular_anisotropy, bool):
+            raise ValueError(
+                f"singular_anisotropy must be true or false, got {self.singular_anisotropy!r}"
+            )
+        check_choice(self.twonn_fit, "twonn_fit", TWONN_FITS)
+        check_count(self.twonn_batch, "twonn_batch", minimum=3)
+
 
 #: The probe's name: its recipe table ``[probes.shape_of_learning]`` and its rows' ``probe``.
 NAME = "shape_of_learning"

@@ -15,13 +15,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tangentlens import metrics  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.probes.base import Capture, Needs, StepLabel, make_row
-from tangentlens.probes.configs import SubspaceStabilityConfig, TangentSpec
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import check_count
+from tangentlens.probes.tangent_energy import TangentSpec
 from tangentlens.registry import AcrossInputs, Probe, StepInputs
+from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
@@ -36,6 +40,17 @@ __all__ = [
     "rows",
     "transition_rows",
 ]
+
+
+@dataclass(frozen=True)
+class SubspaceStabilityConfig:
+    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
+
+    seeds: int = 1
+
+    def __post_init__(self) -> None:
+        check_count(self.seeds, "seeds", minimum=1)
+
 
 #: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
 NAME = "subspace_stability"
@@ -108,18 +123,16 @@ def reseeded_proxies(
     stats: Any, spec: TangentSpec, seeds: int
 ) -> dict[str, dict[str, dict[int, Basis]]]:
     """The seeded dictionaries (``spec``'s methods but PCA) refitted on a step's statistics
-    ``stats`` with seeds ``spec.seed, spec.seed + 1, …`` (the recipe's seed included, so seeds
-    are compared on the same data): ``{site: {method: {seed: basis}}}``, empty when ``seeds``
+    ``stats`` with seeds ``seed, seed + 1, …`` (the recipe's seed included, so seeds are
+    compared on the same data): ``{site: {method: {seed: basis}}}``, empty when ``seeds``
     is 1 or no method is seeded."""
-    seeded = tuple(m for m in spec.methods if m != "pca")
+    seeded = tuple(m for m in spec.proxies.methods if m != "pca")
     if seeds < 2 or not seeded:
         return {}
     out: dict[str, dict[str, dict[int, Basis]]] = {}
     for offset in range(seeds):
-        seed = spec.seed + offset
-        config = dataclasses.replace(
-            spec.proxy_config(), methods=seeded, seed=seed, mean_direction=False
-        )
+        seed = spec.proxies.seed + offset
+        config = dataclasses.replace(spec.proxies, methods=seeded, seed=seed, mean_direction=False)
         for site, site_stats in stats.sites.items():
             for method, basis in fitting.fit_proxies(site_stats, config).bases.items():
                 out.setdefault(site, {}).setdefault(method, {})[seed] = basis

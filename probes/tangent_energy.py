@@ -39,16 +39,27 @@ Every interval contains its own point value.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tangentlens import capture, dictionaries, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.checks import check_count
-from tangentlens.probes.base import Capture, Needs, make_row, measurement
-from tangentlens.probes.configs import MEAN_DIRECTION, TangentEnergyConfig, TangentSpec
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import build_section, check_choice, check_count, suggest
+from tangentlens.dictionaries.policy import FitConfig
+from tangentlens.dictionaries.proxy_config import (
+    MEAN_DIRECTION,
+    PRETRAINED_SAE,
+    PretrainedSAESpec,
+    ProxyConfig,
+)
+from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.registry import Probe, StepInputs
+from tangentlens.results import make_row, measurement
 
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
@@ -61,6 +72,7 @@ __all__ = [
     "NAME",
     "PROBE",
     "TangentEnergyConfig",
+    "TangentSpec",
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
@@ -68,6 +80,117 @@ __all__ = [
     "rows",
     "sequence_energy_config",
 ]
+
+
+@dataclass(frozen=True)
+class TangentEnergyConfig:
+    """``draws`` controls per measurement (100, ours; the paper used 20), drawn from ``seed``;
+    ``bootstrap``
+    replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
+    data-matched control (None = off); ``interval`` the bootstrap interval (one of
+    :data:`tangentlens.metrics.options.BOOTSTRAP_METHODS`; studentized by default: it covered
+    best on simulated sequences)."""
+
+    draws: int = 100
+    bootstrap: int = 200
+    data_matched_m: int | None = None
+    seed: int = 0
+    interval: str = "studentized"
+
+    def __post_init__(self) -> None:
+        check_count(self.draws, "draws", minimum=1)
+        check_count(self.bootstrap, "bootstrap", minimum=0)
+        if 0 < self.bootstrap < MIN_REPLICATES:
+            raise ValueError(
+                f"bootstrap must be 0 (no interval) or ≥ {MIN_REPLICATES} replicates, got "
+                f"{self.bootstrap}"
+            )
+        check_count(self.seed, "seed", minimum=0)
+        check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
+        m = self.data_matched_m
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
+            raise ValueError(
+                f"data_matched_m must be an integer ≥ 2 (above the proxy rank) or None, got {m!r}"
+            )
+
+
+#: The configs the ``[probes.tangent_energy]`` table is composed of (:class:`TangentSpec`).
+_TANGENT_PARTS: dict[str, type] = {
+    "proxies": ProxyConfig,
+    "fit": FitConfig,
+    "energy": TangentEnergyConfig,
+}
+
+
+@dataclass(frozen=True)
+class TangentSpec:
+    """The tangent account's settings: the recipe's ``[probes.tangent_energy]`` table, one flat
+    table composed of three configs — ``proxies``
+    (:class:`~tangentlens.dictionaries.proxy_config.ProxyConfig`: ``methods``, ``rank``,
+    ``seminmf_max_iter``, ``sae_samples``, ``sae_k``, ``centre``, ``mean_direction``), ``fit``
+    (:class:`~tangentlens.dictionaries.policy.FitConfig`: ``fit_policy``, ``early_fraction``,
+    ``window_checkpoints``, ``held_out``) and ``energy`` (:class:`TangentEnergyConfig`:
+    ``draws``, ``bootstrap``, ``interval``, ``data_matched_m``); ``seed`` seeds the fits and the
+    controls alike. ``pretrained_sae``: a ``[probes.tangent_energy.pretrained_sae]`` table adds
+    published SAEs as proxies (:class:`~tangentlens.dictionaries.proxy_config.PretrainedSAESpec`).
+
+    >>> TangentSpec.from_table({"rank": 8, "draws": 20}).proxies.rank
+    8
+    """
+
+    proxies: ProxyConfig = field(default_factory=ProxyConfig)
+    fit: FitConfig = field(default_factory=FitConfig)
+    energy: TangentEnergyConfig = field(default_factory=TangentEnergyConfig)
+    pretrained_sae: PretrainedSAESpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxies.seed != self.energy.seed:
+            raise ValueError(
+                f"seed: the proxies' seed ({self.proxies.seed}) and the controls' seed "
+                f"({self.energy.seed}) are one setting; give both the same value"
+            )
+
+    @classmethod
+    def from_table(
+        cls, table: Mapping[str, Any], path: str = "probes.tangent_energy"
+    ) -> TangentSpec:
+        """The spec of a flat recipe table: each key goes to the part(s) that declare it
+        (``seed`` to the proxies and the controls); unknown keys are refused naming
+        ``path.key``."""
+        allowed = [*dict.fromkeys(f for part in _TANGENT_PARTS.values() for f in _names(part))]
+        allowed.append(PRETRAINED_SAE)
+        for key in table:
+            if key not in allowed:
+                raise ValueError(
+                    f"unknown key {path}.{key}; allowed: {allowed}{suggest(key, allowed)}"
+                )
+        parts = {
+            name: build_section(part, {k: v for k, v in table.items() if k in _names(part)}, path)
+            for name, part in _TANGENT_PARTS.items()
+        }
+        sae = table.get(PRETRAINED_SAE)
+        if sae is not None:
+            sae = build_section(PretrainedSAESpec, sae, f"{path}.{PRETRAINED_SAE}")
+        return cls(**parts, pretrained_sae=sae)
+
+    def to_table(self) -> dict[str, Any]:
+        """The flat table this spec reads from (every key, defaults included)."""
+        table: dict[str, Any] = {}
+        for name in _TANGENT_PARTS:
+            table.update(dataclasses.asdict(getattr(self, name)))
+        sae = self.pretrained_sae
+        table[PRETRAINED_SAE] = None if sae is None else dataclasses.asdict(sae)
+        return table
+
+    @classmethod
+    def parts(cls) -> dict[str, type]:
+        """The configs the flat table is composed of: ``{attribute: config class}``."""
+        return dict(_TANGENT_PARTS)
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
 
 #: The probe's name: its recipe table ``[probes.tangent_energy]`` and its rows' ``probe``.
 NAME = "tangent_energy"
@@ -386,7 +509,15 @@ def rows(
 
 
 def _step_rows(inputs: StepInputs, config: TangentSpec) -> list[dict[str, Any]]:
-    return rows(inputs.scored, inputs.proxies, config.energy_config())
+    return rows(inputs.scored, inputs.proxies, config.energy)
+
+
+def _check_recipe(config: TangentSpec, recipe: Any) -> None:
+    if config.pretrained_sae is not None and recipe.capture.reservoir < 1:
+        raise ValueError(
+            f"probes.tangent_energy.{PRETRAINED_SAE} chooses its latents on the sampled "
+            "activation rows: set capture.reservoir ≥ 1"
+        )
 
 
 #: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
@@ -396,6 +527,7 @@ PROBE = Probe(
     scope="tangent",
     needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
     rows=_step_rows,
+    recipe_check=_check_recipe,
     metrics={
         "energy_fraction": (
             "`‖GQ‖²_F / ‖G‖²_F`; `ci_low`/`ci_high`: 95 % studentized bootstrap over sequences "

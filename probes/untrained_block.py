@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from tangentlens._lazy import LazyModule
+from tangentlens.capture.needs import Needs
 from tangentlens.models.configs import UntrainedBlockConfig
-from tangentlens.probes.base import Needs, row
 from tangentlens.registry import ModelFreeInputs, Probe
+from tangentlens.results import row
 
 untrained = LazyModule("tangentlens.models.untrained_block")
 

@@ -20,14 +20,15 @@ when s′ lies past the end) is named ``embedding_update_in_window_*`` /
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tangentlens import metrics, models  # lazy packages
 from tangentlens._lazy import LazyModule
-from tangentlens.probes.base import Needs, StepLabel, make_row
-from tangentlens.probes.configs import UpdateAlignmentConfig
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import check_count
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
     exchangeable_excluded,
@@ -35,6 +36,7 @@ from tangentlens.probes.tangent_energy import (
     seed_key,
 )
 from tangentlens.registry import AcrossInputs, Probe, StateInputs
+from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
     from jaxtyping import Int
@@ -44,6 +46,21 @@ if TYPE_CHECKING:
 torch = LazyModule("torch")
 
 __all__ = ["NAME", "PROBE", "UpdateAlignmentConfig", "rows", "tracked_types"]
+
+
+@dataclass(frozen=True)
+class UpdateAlignmentConfig:
+    """``draws`` controls, drawn from ``seed``; centroid updates of the ``centroid_types`` most
+    frequent types."""
+
+    draws: int = 100
+    centroid_types: int = 2048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("draws", "centroid_types"):
+            check_count(getattr(self, name), name, minimum=1)
+
 
 #: The probe's name: its recipe table ``[probes.update_alignment]`` and its rows' ``probe``.
 NAME = "update_alignment"
@@ -177,6 +194,13 @@ def _max_tracked_types(config: UpdateAlignmentConfig, max_tokens: int) -> int:
     return config.centroid_types
 
 
+def _check_recipe(config: UpdateAlignmentConfig, recipe: Any) -> None:
+    if not recipe.capture.embed:
+        raise ValueError(
+            "probes.update_alignment scores ΔW_E in the embedding's proxy: set capture.embed = true"
+        )
+
+
 #: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
@@ -187,6 +211,7 @@ PROBE = Probe(
     state=_state,
     tracked_types=tracked_types,
     max_tracked_types=_max_tracked_types,
+    recipe_check=_check_recipe,
     metrics={
         "embedding_update_energy_fraction": (
             "energy fraction of `ΔW_E` (s → s′) in the embedding proxy, fitted on data of s or "

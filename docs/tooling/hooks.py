@@ -3,7 +3,7 @@
 * the README is the home page (``<!-- readme -->``, less its metric glossary) and the glossary
   page (``<!-- readme: Metric glossary -->``), read at build time;
 * ``<!-- recipe-keys -->`` becomes one table per recipe section, built from the dataclasses the
-  recipe is validated against (:mod:`tangentlens.sweep.recipe`): each key, its type, its
+  recipe is validated against (:mod:`tangentlens.core.recipe`): each key, its type, its
   default and the part of the section's docstring that names it;
 * one page per probe (``probes/<name>.md``: the module's docstring holds its definitions) and one
   per package of pyproject.toml (``api/<package>.md``), generated with their nav entries.
@@ -243,31 +243,59 @@ def _api():
     return _extension().load_package(ROOT)
 
 
+def _keys(cls: type) -> list[tuple[dataclasses.Field, object, list[str]]]:
+    """Each key of ``cls``'s table: its field, type and the clauses of the docstring that name
+    it. A composed config (``cls.parts()``) has its parts' keys (each once) and its own fields
+    that are no part."""
+    parts = cls.parts() if hasattr(cls, "parts") else {}
+    owners = [*parts.values(), cls] if parts else [cls]
+    keys, seen = [], set(parts)
+    for owner in owners:
+        docs = clauses(_docstring(owner))
+        hints = typing.get_type_hints(owner)
+        for f in dataclasses.fields(owner):
+            if f.name not in seen:
+                seen.add(f.name)
+                keys.append((f, hints[f.name], [c for c in docs if f"``{f.name}``" in c]))
+    return keys
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _section(path: str, cls: type, out: list[str]) -> None:
     docs = clauses(_docstring(cls))
-    fields = dataclasses.fields(cls)
-    hints = typing.get_type_hints(cls)
-    named = {f.name: [c for c in docs if f"``{f.name}``" in c] for f in fields}
-    general = [c for c in docs if not any(c in found for found in named.values())]
-    qualified = f"{cls.__module__}.{cls.__qualname__}"
-    out += [f"## `[{path}]`", "", f"Validated by [`{cls.__name__}`][{qualified}]."]
+    keys = _keys(cls)
+    general = [c for c in docs if not any(c in named for _, _, named in keys)]
+    qualified = _qualified(cls)
+    parts = cls.parts() if hasattr(cls, "parts") else {}
+    composed = ", ".join(f"[`{p.__name__}`][{_qualified(p)}]" for p in parts.values())
+    out += [
+        f"## `[{path}]`",
+        "",
+        f"Validated by [`{cls.__name__}`][{qualified}]"
+        + (f", composed of {composed}." if composed else "."),
+    ]
+    if parts:
+        general = []  # the composed class's docstring lists its parts' keys: the table says it
     if general:
         out += ["", " ".join(general)]
     out.append("")
-    if not fields:
+    if not keys:
         out += ["No keys.", ""]
         return
     out += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     nested = []
-    for field in fields:
-        sub = _section_class(hints[field.name])
+    for field, hint, named in keys:
+        sub = _section_class(hint)
         default = _toml(_default(field))
         if sub is not None:
             nested.append((f"{path}.{field.name}", sub))
             default = f"unset: a [`[{path}.{field.name}]`](#{_anchor(path, field.name)}) table"
         elif isinstance(_default(field), dict):
             default = f"`{{}}`: a `[{path}.{field.name}]` table"
-        meaning = " ".join(named[field.name])
+        meaning = " ".join(named)
         if not meaning:
             log.warning(
                 "recipe key %s.%s: %s's docstring never names it", path, field.name, qualified
@@ -286,8 +314,8 @@ def _anchor(*parts: str) -> str:
 
 def recipe_keys() -> str:
     """The generated body of the recipe-keys page."""
+    from tangentlens.core.recipe import Recipe
     from tangentlens.registry import builtin_probes
-    from tangentlens.sweep.recipe import Recipe
 
     out: list[str] = []
     for field in dataclasses.fields(Recipe):

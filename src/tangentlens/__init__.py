@@ -14,8 +14,9 @@ __version__ = "0.1.0"
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".notebook": ("ResultTable", "capture_model", "measure"),
-        ".probes.base": ("Capture",),
+        ".notebook": ("capture_model", "measure"),
+        ".results": ("ResultTable",),
+        ".capture.captured": ("Capture",),
         ".models.suites": ("open_suite",),
         ".comparison": ("Comparison", "compare"),
     },

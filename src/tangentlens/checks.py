@@ -1,18 +1,48 @@
-"""Scalar argument checks shared by configs and functions: counts, fractions, option values.
+"""Every argument check of tangentlens: scalars (counts, fractions, option values), tensors
+(shapes, finiteness, float64 conversion) and recipe tables (a config dataclass built from a TOML
+table, :func:`build_section`).
 
-Every check raises ``ValueError`` naming the argument, what was wrong and what is allowed. No
-numeric library is imported here, so recipe and config validation stays light; the tensor checks
-of the metrics are in :mod:`tangentlens.metrics._validate`.
+Every check raises ``ValueError`` naming the argument, what was wrong and what is allowed. torch
+is imported on the first tensor check, so recipe and config validation stays light. Tensors keep
+their device; numpy arrays become CPU tensors without a copy where possible.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import types
+import typing
+import warnings
 from collections.abc import Iterable
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["check_choice", "check_count", "check_fraction", "suggest"]
+import numpy as np
+
+from tangentlens._lazy import LazyModule
+
+if TYPE_CHECKING:
+    import torch
+
+    from tangentlens.typing import ArrayLike
+else:
+    torch = LazyModule("torch")
+
+__all__ = [
+    "CHUNK_ROWS",
+    "as_tensor",
+    "build_section",
+    "check_choice",
+    "check_count",
+    "check_fraction",
+    "check_matrix",
+    "check_square",
+    "check_vector",
+    "suggest",
+    "to_float64",
+]
 
 
 def check_count(n: object, name: str, *, minimum: int) -> int:
@@ -58,3 +88,147 @@ def suggest(word: object, options: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the option nearest ``word``, or ``""`` when none is close."""
     close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+#: Rows converted to float64 at a time by the chunked reductions (8192 × 768 × 8 B ≈ 50 MB).
+CHUNK_ROWS = 8192
+
+
+def as_tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    """``x`` as a real floating tensor (integers become float64); rejects bool and complex."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "biufc":
+            raise ValueError(f"{name} must be a numeric array, got dtype {x.dtype}")
+        if not x.dtype.isnative:
+            x = x.astype(x.dtype.newbyteorder("="))
+        with warnings.catch_warnings():  # read-only arrays are fine: metrics never write
+            warnings.simplefilter("ignore", UserWarning)
+            x = torch.from_numpy(np.ascontiguousarray(x))
+    elif not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    x = x.detach()
+    if x.dtype == torch.bool or x.is_complex():
+        raise ValueError(f"{name} must be real-valued (float or int), got dtype {x.dtype}")
+    if not x.is_floating_point():
+        x = x.to(torch.float64)
+    return x
+
+
+def _check_finite(x: torch.Tensor, name: str) -> None:
+    # Row chunks keep the temporary boolean mask small on large matrices.
+    flat = x.reshape(x.shape[0], -1) if x.ndim > 0 else x.reshape(1, 1)
+    for start in range(0, flat.shape[0], CHUNK_ROWS):
+        if not bool(torch.isfinite(flat[start : start + CHUNK_ROWS]).all()):
+            raise ValueError(f"{name} contains NaN or inf; only finite values are allowed")
+
+
+def check_matrix(x: ArrayLike, name: str, *, min_rows: int = 1, min_cols: int = 1) -> torch.Tensor:
+    """Validate an ``(n, d)`` matrix: 2-D, finite, ``n ≥ min_rows``, ``d ≥ min_cols``."""
+    t = as_tensor(x, name)
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n × d), got {t.ndim}-D with shape {tuple(t.shape)}")
+    n, d = t.shape
+    if n < min_rows:
+        raise ValueError(f"{name} needs at least {min_rows} rows, got {n}")
+    if d < min_cols:
+        raise ValueError(f"{name} needs at least {min_cols} columns, got {d}")
+    _check_finite(t, name)
+    return t
+
+
+def check_vector(
+    x: ArrayLike, name: str, *, length: int | None = None, min_length: int = 1
+) -> torch.Tensor:
+    """Validate a 1-D finite vector, optionally of an exact ``length``."""
+    t = as_tensor(x, name)
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got {t.ndim}-D with shape {tuple(t.shape)}")
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name} must have length {length}, got {t.shape[0]}")
+    if t.shape[0] < min_length:
+        raise ValueError(f"{name} needs at least {min_length} entries, got {t.shape[0]}")
+    _check_finite(t, name)
+    return t
+
+
+def check_square(x: ArrayLike, name: str, *, size: int | None = None) -> torch.Tensor:
+    """Validate a finite square ``(d, d)`` matrix (optionally ``d == size``)."""
+    t = as_tensor(x, name)
+    if t.ndim != 2 or t.shape[0] != t.shape[1]:
+        raise ValueError(f"{name} must be a square (d × d) matrix, got shape {tuple(t.shape)}")
+    if size is not None and t.shape[0] != size:
+        raise ValueError(f"{name} must be {size} × {size}, got {tuple(t.shape)}")
+    _check_finite(t, name)
+    return t
+
+
+def to_float64(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float64 on its device (no copy if it already is)."""
+    return x.to(torch.float64)
+
+
+def _coerce(value: Any, annotation: Any, path: str) -> Any:
+    """Check a TOML value against a field annotation (as a string from ``__future__``)."""
+    hint = annotation
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], path)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{path} must be a list, got {value!r}")
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"{path} must be a table ([{path}] or {path}.KEY = VALUE), got {value!r}"
+            )
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{path} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{path} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{path} must be a string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return build_section(hint, value, path)
+    return value
+
+
+def build_section(cls: type, table: Any, path: str) -> Any:
+    """``cls`` (a recipe section's dataclass) from a TOML-like table: unknown keys and values
+    of the wrong type are refused naming ``path.key`` (and the nearest allowed key). A class
+    that composes other configs builds itself (``cls.from_table(table, path)``). A config's own
+    check that names one of its fields is reported under ``path.field``, any other under
+    ``path``."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{path} must be a table, got {table!r}")
+    if hasattr(cls, "from_table"):
+        return cls.from_table(table, path)
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in table.items():
+        if key not in names:
+            raise ValueError(f"unknown key {path}.{key}; allowed: {names}{suggest(key, names)}")
+        kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
+    try:
+        return cls(**kwargs)
+    except ValueError as error:  # a config's own check: say where in the recipe
+        message = str(error)
+        if message.startswith(f"{path}."):
+            raise
+        first = message.split(" ", 1)[0].rstrip(":")
+        raise ValueError(f"{path}.{message}" if first in names else f"{path}: {message}") from None

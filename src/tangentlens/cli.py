@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tangentlens.core.recipe import EXECUTOR_KINDS, Recipe
 from tangentlens.report.console import fail
 from tangentlens.sweep.plan import Plan
-from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
 
 def _suite(args: argparse.Namespace) -> None:
@@ -55,9 +55,9 @@ def _memory_lines(recipe: Recipe) -> str:
 def _sweep(args: argparse.Namespace) -> None:
     # validation and planning import no model library: a typo is reported at once (published
     # SAEs are checked against SAELens' registry and the suite's model, with SAELens imported)
+    from tangentlens.core.recipe import load_recipe
     from tangentlens.report.console import console
     from tangentlens.sweep.executors import check_executor
-    from tangentlens.sweep.recipe import load_recipe
     from tangentlens.sweep.runner import check_pretrained_sae, plan_sweep
 
     overrides = [*(args.set or ()), *([f"executor.kind={args.executor}"] if args.executor else [])]

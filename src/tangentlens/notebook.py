@@ -4,9 +4,9 @@
 ``HookedEncoder`` or ``TransformerBridge`` (a decoder, or a BERT masked-LM encoder; see
 :mod:`tangentlens.models.lens`) and returns the rows a sweep writes for one step, as a
 :class:`ResultTable` (``.to_pandas()``, ``.to_arrow()``). :func:`capture_model` does the
-forward/backward pass once and returns a :class:`~tangentlens.probes.base.Capture` that every
+forward/backward pass once and returns a :class:`~tangentlens.capture.Capture` that every
 probe (and :func:`measure`) can reuse, and that saves and reloads. Both build the settings as a
-recipe does and run the sweep's own step code (:mod:`tangentlens.sweep.step`): on the same model,
+recipe does and run the sweep's own step code (:mod:`tangentlens.core.step`): on the same model,
 tokens and settings a notebook measurement and a sweep step give the same numbers.
 
 Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
@@ -17,45 +17,33 @@ sweep's unit pins them), and each probe's own table as ``probes={"tangent_energy
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from tangentlens.capture import LOSSES
-from tangentlens.checks import check_count
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.checks import build_section, check_count
+from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
+from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
+from tangentlens.core.step import capture_sites, capture_step, check_attention, step_rows
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
     special_tokens_of,
 )
 from tangentlens.models import LensModel, has_lm_head, lens_model
-from tangentlens.probes.base import Capture, Needs
 from tangentlens.registry import SCOPES, TANGENT, builtin_probes, needs_of, resolve, resolve_all
+from tangentlens.results import ResultTable
 from tangentlens.runtime import threads
-from tangentlens.sweep.data import AnalysisData, capture_loss, pack_texts
-from tangentlens.sweep.recipe import (
-    CaptureSpec,
-    DataSpec,
-    Recipe,
-    SuiteSpec,
-    build_section,
-)
-from tangentlens.sweep.step import (
-    capture_sites,
-    capture_step,
-    check_attention,
-    step_rows,
-)
-from tangentlens.sweep.store import SCHEMA
 from tangentlens.user_proxies import resolve_proxies
 
 __all__ = [
     "CAPTURE_SETTINGS",
     "DATA_SETTINGS",
-    "ResultTable",
     "capture_model",
     "default_probes",
     "measure",
@@ -74,50 +62,6 @@ CAPTURE_SETTINGS: tuple[str, ...] = (
     "threads",
 )
 _LABEL = "model"
-
-
-class ResultTable:
-    """Tidy result rows (the sweep's schema: ``suite, step, tokens_seen, site, layer, probe,
-    method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``)."""
-
-    def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        self._table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
-
-    def to_arrow(self) -> pa.Table:
-        return self._table
-
-    def to_pandas(self) -> Any:
-        """A pandas DataFrame, one row per measurement (``step``, ``layer``, ``rank``,
-        ``n_tokens`` as nullable integers: the embedding's layer is missing, not NaN)."""
-        import pandas as pd
-
-        return self._table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-
-    def to_pylist(self) -> list[dict[str, Any]]:
-        return self._table.to_pylist()
-
-    def __len__(self) -> int:
-        return self._table.num_rows
-
-    def __repr__(self) -> str:
-        probes = sorted(set(self._table.column("probe").to_pylist()))
-        return f"ResultTable({len(self)} rows; probes {probes})"
-
-    def where(self, **fields: Any) -> ResultTable:
-        """The rows whose ``fields`` equal the given values (``metric="energy_ratio"``, …)."""
-        unknown = sorted(set(fields) - set(SCHEMA.names))
-        if unknown:
-            raise ValueError(f"unknown row fields {unknown}; allowed: {SCHEMA.names}")
-        return ResultTable(r for r in self.to_pylist() if all(r[k] == v for k, v in fields.items()))
-
-    def value(self, **fields: Any) -> float:
-        """The value of the one row whose ``fields`` equal the given values."""
-        rows = self.where(**fields).to_pylist()
-        if len(rows) != 1:
-            raise ValueError(
-                f"{len(rows)} rows match {fields}; name the row fully (site, method, freq_bin, …)"
-            )
-        return rows[0]["value"]
 
 
 #: What a capture without a loss keeps: everything but gradients.
@@ -177,12 +121,12 @@ def _probe_configs(
         out[name] = config
     spec = out.get("tangent_energy")
     if spec is not None:
-        if spec.fit_policy != "per_checkpoint":
+        if spec.fit.fit_policy != "per_checkpoint":
             raise ValueError(
                 "fit_policy 'frozen_early' fits on a suite's early checkpoints: run a sweep, or "
                 "fit a proxy on an early checkpoint's capture and pass it as proxies="
             )
-        if spec.held_out:
+        if spec.fit.held_out:
             raise ValueError(
                 "held_out needs two captures of disjoint halves: run a sweep, or fit on one "
                 "capture (tangentlens.proxies.fit_proxies) and pass the proxy as proxies= "

@@ -31,13 +31,14 @@ import torch
 from jaxtyping import Float
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
+from tangentlens.capture.captured import Capture
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
-from tangentlens.probes.base import Capture, make_row
-from tangentlens.probes.configs import MEAN_DIRECTION, METHODS, ProxyConfig
+from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION, METHODS, ProxyConfig
+from tangentlens.registry import FIT_PROBE
+from tangentlens.results import make_row
 from tangentlens.typing import Basis
 
 __all__ = [
-    "FIT_PROBE",
     "MEAN_DIRECTION",
     "METHODS",
     "ActivationPool",
@@ -48,9 +49,6 @@ __all__ = [
     "fit_proxies",
     "fit_rows",
 ]
-
-#: The ``probe`` value of the fit-quality rows.
-FIT_PROBE = "proxy_fit"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ One rows signature per scope: ``rows(inputs, config) -> list[row]`` with ``input
 :class:`StepInputs` (scopes ``step`` and ``tangent``) or :class:`ModelFreeInputs` (``model_free``);
 a probe that also compares steps gives ``across(inputs: AcrossInputs, config)``, and may keep a
 per-step ``state(inputs: StateInputs, config) -> dict`` for it. Rows are dictionaries of the
-results schema (:func:`tangentlens.probes.base.make_row` builds them).
+results schema (:func:`tangentlens.results.make_row` builds them).
 
 This module imports neither torch nor a model library: a recipe is checked without them.
 """
@@ -38,16 +38,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tangentlens.capture.needs import Needs
 from tangentlens.checks import suggest
-from tangentlens.probes.configs import Needs
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from tangentlens.probes.base import Capture, StepLabel
+    from tangentlens.capture.captured import Capture
+    from tangentlens.results import StepLabel
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "FIT_PROBE",
     "SCOPES",
     "TANGENT",
     "AcrossInputs",
@@ -69,6 +71,8 @@ ENTRY_POINT_GROUP = "tangentlens.probes"
 #: The probe whose proxies (``[probes.tangent_energy]``: dictionaries, rank, fit policy,
 #: controls) the ``tangent`` probes score; it runs them.
 TANGENT = "tangent_energy"
+#: The ``probe`` value of the proxy fit's own rows (fit quality, frozen-fit diagnostics).
+FIT_PROBE = "proxy_fit"
 #: Where a probe's rows are computed.
 SCOPES: dict[str, str] = {
     "step": "its rows come from one step's capture (a sweep's step unit, measure)",
@@ -157,7 +161,9 @@ class Probe:
     types they track: ``tracked_types(config, counts) -> type ids`` and at most how many,
     ``max_tracked_types(config, max_tokens)`` (the memory plan). ``refits``: a ``tangent``
     probe that reads each step's own fit (``StepInputs.own``) even when the scored proxies are
-    frozen: the step refits them for it."""
+    frozen: the step refits them for it. ``recipe_check(config, recipe)``: raises a
+    ``ValueError`` when the rest of the recipe cannot serve the probe (e.g. a site it needs is
+    not captured); run when a recipe is built."""
 
     name: str
     config: type
@@ -170,6 +176,7 @@ class Probe:
     tracked_types: Callable[[Any, np.ndarray], np.ndarray] | None = None
     max_tracked_types: Callable[[Any, int], int] | None = None
     refits: bool = False
+    recipe_check: Callable[[Any, Any], None] | None = None
 
     def __post_init__(self) -> None:
         where = f"probe {self.name!r}"
@@ -212,6 +219,11 @@ class Probe:
                 "max_tracked_types), and only such a probe does"
             )
 
+    def check_recipe(self, config: Any, recipe: Any) -> None:
+        """Refuse a recipe that cannot serve this probe (its ``recipe_check``), else nothing."""
+        if self.recipe_check is not None:
+            self.recipe_check(config, recipe)
+
     @property
     def module(self) -> str:
         """The module that declares the probe's rows (or its config)."""
@@ -226,7 +238,7 @@ class Probe:
     def check_rows(self, rows: Iterable[Mapping[str, Any]], where: str) -> None:
         """Refuse rows outside the results schema or naming a metric the probe did not declare;
         ``where`` names the unit (or call) in the message."""
-        from tangentlens.probes.base import check_row
+        from tangentlens.results import check_row
 
         for row in rows:
             check_row(row, where)

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from tangentlens.capture.captured import Capture
 from tangentlens.dictionaries import SAE, span_basis
+from tangentlens.dictionaries.proxy_config import METHODS
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL
-from tangentlens.probes.base import Capture
-from tangentlens.probes.configs import METHODS
 from tangentlens.proxies import MEAN_DIRECTION, FixedProxy
 
 __all__ = ["RESERVED_METHODS", "resolve_proxies"]

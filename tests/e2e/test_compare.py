@@ -13,7 +13,8 @@ import pytest
 
 import tangentlens
 from tangentlens.cli import main
-from tangentlens.sweep.store import SCHEMA, read_results
+from tangentlens.results import SCHEMA
+from tangentlens.sweep.store import read_results
 
 #: Both recipes on a micro suite, two steps, every size cut (the must-match settings agree).
 TINY = (

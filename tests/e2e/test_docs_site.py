@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.registry import builtin_probes
-from tangentlens.sweep.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +102,7 @@ def test_api_pages_and_nothing_fetched_from_the_web(site):
         name = "tangentlens" if package == "tangentlens" else f"tangentlens.{package}"
         assert (site / "api" / f"{name}.html").is_file(), name
     api = (site / "api" / "tangentlens.sweep.html").read_text(encoding="utf-8")
-    assert 'id="tangentlens.sweep.recipe.load_recipe"' in api
+    assert 'id="tangentlens.core.recipe.load_recipe"' in api
     executors = (site / "api" / "tangentlens.sweep.executors.html").read_text(encoding="utf-8")
     assert 'id="tangentlens.sweep.executors.base.Backend"' in executors  # its own package
     for page in site.rglob("*.html"):

@@ -10,8 +10,8 @@ import math
 import torch
 
 import tangentlens as tl
+from tangentlens.core.recipe import load_recipe
 from tangentlens.registry import resolve
-from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.store import RunStore, read_parts
 

@@ -61,8 +61,9 @@ def test_notebook_examples_run_and_equal_the_sweep(tmp_path, monkeypatch, capsys
     import torch
 
     import tangentlens as tl
-    from tangentlens.probes.configs import CosineDriftConfig
-    from tangentlens.sweep.recipe import Recipe, SuiteSpec, TangentSpec
+    from tangentlens.core.recipe import Recipe, SuiteSpec
+    from tangentlens.probes.cosine_drift import CosineDriftConfig
+    from tangentlens.probes.tangent_energy import TangentSpec
     from tangentlens.sweep.runner import run_sweep
     from tangentlens.sweep.store import read_parts
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from tangentlens.cli import main
-from tangentlens.sweep.store import SCHEMA, read_results
+from tangentlens.results import SCHEMA
+from tangentlens.sweep.store import read_results
 
 MICRO = str(Path(__file__).parent / "recipes" / "micro.toml")
 KEY = ("step", "site", "probe", "method", "rank", "freq_bin", "metric")

@@ -96,7 +96,7 @@ def test_the_readme_example_runs_on_ray_workers_and_in_measure(sweeps, units_env
 PROBE_SOURCE = """
     from dataclasses import dataclass
 
-    from tangentlens.probes.base import make_row
+    from tangentlens.results import make_row
     from tangentlens.registry import Probe
 
 

@@ -175,6 +175,7 @@ def micro_step_data(micro_pythia):
     residual site with gradients, 3 frequency bins, type sums, a 2048-row reservoir and the
     attention of both layers."""
     from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
+    from tangentlens.capture.captured import Capture
     from tangentlens.data import (
         FrequencyTable,
         decoder_special_ids,
@@ -184,7 +185,6 @@ def micro_step_data(micro_pythia):
         tokenize_corpus,
     )
     from tangentlens.models import residual_sites
-    from tangentlens.probes.base import Capture
 
     step = micro_pythia.steps[-1]
     model = micro_pythia.load(step)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from tangentlens.core.data import prepare_analysis_data
+from tangentlens.core.recipe import load_recipe
 from tangentlens.data import analysis_mask
 from tangentlens.models.training import prepare_data
-from tangentlens.sweep.data import prepare_analysis_data
-from tangentlens.sweep.recipe import load_recipe
 
 
 def _recipe(seq_len: int):
@@ -59,7 +59,7 @@ def test_frequencies_count_only_kept_positions(micro_pythia, micro_bert):
 def test_saved_analysis_data_reads_back_identically(micro_bert, tmp_path):
     """What the sweep's data unit writes is what every other unit reads: same rows, counts,
     bins and special tokens; the file's hash is stable."""
-    from tangentlens.sweep.data import data_sha256, load_analysis_data, save_analysis_data
+    from tangentlens.core.data import data_sha256, load_analysis_data, save_analysis_data
 
     data = prepare_analysis_data(micro_bert, _recipe(micro_bert.config.seq_len))
     save_analysis_data(data, tmp_path / "a.npz")

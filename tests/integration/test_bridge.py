@@ -26,14 +26,14 @@ from transformers import (
 
 import tangentlens as tl
 from tangentlens.capture import CaptureConfig, capture_batch
+from tangentlens.core.recipe import Recipe, SuiteSpec
 from tangentlens.data import special_tokens_of
 from tangentlens.models import DEFAULT_LOADERS, hook_name, lens_model, parse_site, site_kinds
 from tangentlens.models.hub import hf_offline_mode
 from tangentlens.models.loading import boot_bridge, load_local_checkpoint
 from tangentlens.models.suites import LocalSuite, PythiaSuite
-from tangentlens.probes.configs import QKDriftConfig
+from tangentlens.probes.qk_drift import QKDriftConfig
 from tangentlens.registry import builtin_probes
-from tangentlens.sweep.recipe import Recipe, SuiteSpec
 from tangentlens.sweep.runner import plan_sweep
 from tests.integration.bridge_parity import TOLERANCES, keyed, mismatches, tolerance_class
 from tests.integration.conftest import SMALL, decoder_tokenizer, encoder_tokenizer

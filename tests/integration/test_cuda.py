@@ -48,7 +48,7 @@ def test_capture_on_cuda_equals_cpu():
 def test_sweep_runs_on_cuda(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
     from tangentlens.sweep.store import read_results
 

@@ -14,12 +14,12 @@ import torch
 from transformer_lens import HookedEncoder
 from transformers import AutoTokenizer, BertModel
 
+from tangentlens.core.data import prepare_analysis_data
+from tangentlens.core.recipe import load_recipe
 from tangentlens.models.catalog import headless_architectures
 from tangentlens.models.loading import has_lm_head, load_local_checkpoint
 from tangentlens.models.sites import hook_name
 from tangentlens.models.suites import LocalSuite
-from tangentlens.sweep.data import prepare_analysis_data
-from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.store import read_results
 

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 import torch
 
+from tangentlens.core.data import AnalysisData
+from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
+from tangentlens.core.step import capture_sites, capture_step, fit_step
 from tangentlens.data import FrequencyTable, decoder_special_ids
+from tangentlens.probes.tangent_energy import TangentSpec
 from tangentlens.registry import needs_of
 from tangentlens.sweep import units
-from tangentlens.sweep.data import AnalysisData
 from tangentlens.sweep.plan import Unit
-from tangentlens.sweep.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec, TangentSpec
-from tangentlens.sweep.step import capture_sites, capture_step, fit_step
 from tangentlens.sweep.store import RunStore, read_parts
 
 STEP, N_ROWS, SEQ_LEN, N_BINS = 7, 32, 16, 2
@@ -64,13 +65,15 @@ def _recipe() -> Recipe:
         data=DataSpec(seq_len=SEQ_LEN, max_tokens=N_ROWS * SEQ_LEN, batch_size=8, n_bins=N_BINS),
         capture=CaptureSpec(sites=("resid_post",), reservoir=128, threads=1),
         probes={
-            "tangent_energy": TangentSpec(
-                methods=("pca",),
-                rank=3,
-                fit_policy="per_checkpoint",
-                held_out=True,
-                draws=10,
-                bootstrap=10,
+            "tangent_energy": TangentSpec.from_table(
+                {
+                    "methods": ["pca"],
+                    "rank": 3,
+                    "fit_policy": "per_checkpoint",
+                    "held_out": True,
+                    "draws": 10,
+                    "bootstrap": 10,
+                }
             )
         },
     )

@@ -23,14 +23,15 @@ from transformers import (
 
 import tangentlens as tl
 from tangentlens.capture import CaptureConfig, capture_batch
+from tangentlens.core.recipe import Recipe, SuiteSpec, load_recipe
 from tangentlens.data import special_tokens_of
 from tangentlens.models import hook_name, lens_model, resolve_loader
 from tangentlens.models.catalog import HF_MODEL_TYPES
 from tangentlens.models.hf_lens import HF_ENCODERS, HfLens
 from tangentlens.models.loading import load_local_checkpoint
 from tangentlens.models.suites import LocalSuite
-from tangentlens.probes.configs import CosineDriftConfig, QKDriftConfig
-from tangentlens.sweep.recipe import Recipe, SuiteSpec, load_recipe
+from tangentlens.probes.cosine_drift import CosineDriftConfig
+from tangentlens.probes.qk_drift import QKDriftConfig
 from tangentlens.sweep.runner import plan_sweep, run_sweep
 from tangentlens.sweep.store import read_results
 from tests.integration.conftest import TEXT, VOCAB, encoder_tokenizer

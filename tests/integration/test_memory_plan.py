@@ -164,8 +164,8 @@ def test_saved_per_block_is_what_autograd_saves(
 def test_large_recipes_state_their_memory_plan(name) -> None:
     """The header comment of the large-model recipes is the plan the sweep prints, and the
     plan fits one 80 GB GPU."""
+    from tangentlens.core.recipe import builtin_recipes, load_recipe
     from tangentlens.sweep.memory import plan_recipe
-    from tangentlens.sweep.recipe import builtin_recipes, load_recipe
 
     recipe = load_recipe(name)
     plan = plan_recipe(recipe, accelerator=80 * 10**9)
@@ -175,8 +175,8 @@ def test_large_recipes_state_their_memory_plan(name) -> None:
 def _fit_cell(size: str, dtype: str) -> str:
     """The README's cell: planned peak GiB and passes on one 80 GB GPU at pythia_1b's
     settings with automatic passes, or what would make it fit."""
+    from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.memory import GIB, plan_recipe
-    from tangentlens.sweep.recipe import load_recipe
 
     overrides = [
         f"suite.name='EleutherAI/pythia-{size}'",

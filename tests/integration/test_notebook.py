@@ -13,7 +13,7 @@ import torch
 
 import tangentlens as tl
 from tangentlens.dictionaries import PCA
-from tangentlens.probes.configs import ProxyConfig
+from tangentlens.dictionaries.proxy_config import ProxyConfig
 from tangentlens.proxies import fit_proxies
 from tangentlens.user_proxies import resolve_proxies
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tangentlens.core.recipe import load_recipe
 from tangentlens.dictionaries import SAE, check_pretrained
-from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.runner import SweepFailedError, run_sweep
 from tangentlens.sweep.store import read_results
 

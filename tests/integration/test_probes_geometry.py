@@ -10,7 +10,7 @@ from tangentlens.metrics import (
     qk_drift_from_means,
 )
 from tangentlens.probes import cosine_drift, frequency_geometry, qk_drift, shape_of_learning
-from tangentlens.probes.base import ROW_FIELDS
+from tangentlens.results import ROW_FIELDS
 
 
 def _by_key(rows):

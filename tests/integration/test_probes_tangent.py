@@ -11,8 +11,8 @@ import pytest
 
 from tangentlens.capture import RowReservoir
 from tangentlens.probes import anisotropy_share, tangent_energy
-from tangentlens.probes.base import ROW_FIELDS
 from tangentlens.proxies import ProxyConfig, fit_proxies
+from tangentlens.results import ROW_FIELDS
 
 
 def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):

@@ -13,6 +13,7 @@ from tangentlens.capture import (
     capture_batch,
     capture_statistics,
 )
+from tangentlens.capture.captured import Capture
 from tangentlens.data import (
     FrequencyTable,
     decoder_special_ids,
@@ -22,7 +23,6 @@ from tangentlens.data import (
 )
 from tangentlens.models import residual_sites
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture
 from tangentlens.proxies import ProxyConfig, fit_proxies
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10

@@ -269,7 +269,7 @@ def test_an_offline_sweep_names_uncached_revisions_and_how_to_fetch_them(fake_hf
 
 
 def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cache, tmp_path):
-    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
 
     recipe = load_recipe(

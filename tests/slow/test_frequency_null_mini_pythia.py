@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tangentlens.core.data import pack_texts
 from tangentlens.data import special_tokens_of
 from tangentlens.data.masks import analysis_mask
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
@@ -19,7 +20,6 @@ from tangentlens.models.loading import load_local_checkpoint
 from tangentlens.models.suites import ensure_mini_suite
 from tangentlens.models.training import build_model, training_split, wrap_tokenizer
 from tangentlens.notebook import measure
-from tangentlens.sweep.data import pack_texts
 
 SITES = [f"blocks.{layer}.hook_resid_post" for layer in range(4)]
 #: The quickstart's step-0 Spearman per site (issue 20: "+0.068 to +0.123").

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tangentlens.capture.accumulators import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics import anisotropy_shares_spectral, control_frames
 from tangentlens.probes import anisotropy_share
-from tangentlens.probes.base import Capture
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
 
 D, K, N = 32, 4, 3000

@@ -17,7 +17,7 @@ from tangentlens.cli import main
 from tangentlens.comparison import COMPARE_SCHEMA, compare
 from tangentlens.comparison import runs as comparison_runs
 from tangentlens.models.sites import site_kind
-from tangentlens.probes.base import row
+from tangentlens.results import row
 from tangentlens.sweep.store import RunStore
 
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from tangentlens.capture.accumulators import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics import compare_energy, control_frames
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture
 
 D, K = 32, 4
 SITE, LAYER = "blocks.1.hook_resid_post", 1

@@ -9,8 +9,8 @@ import torch
 from scipy import stats
 
 from tangentlens.capture import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.probes import cosine_drift
-from tangentlens.probes.base import Capture
 
 N, D = 200, 16
 

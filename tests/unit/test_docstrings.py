@@ -66,7 +66,7 @@ def test_the_walk_covers_the_lazy_packages_and_the_probes(package):
     probes = modules["tangentlens.probes.tangent_energy"]
     assert Path(probes.filepath) == ROOT / "probes" / "tangent_energy.py"
     assert "Haar k-frames" in probes.docstring.value
-    weight_dtypes = modules["tangentlens.sweep.recipe"]["WEIGHT_DTYPES"]
+    weight_dtypes = modules["tangentlens.core.recipe"]["WEIGHT_DTYPES"]
     assert weight_dtypes.docstring.value.startswith("Weight dtypes a suite can be loaded in")
 
 
@@ -79,14 +79,14 @@ def test_every_role_names_an_object(package, extension):
 def test_roles_become_references_and_a_dangling_one_is_reported(package, extension):
     """``:class:`~a.b.C``` links to the object's documented path; a name of no object is kept
     as a reference (a strict build fails on it) and listed."""
-    suite = package["sweep.recipe.SuiteSpec"]
-    assert "[`WEIGHT_DTYPES`][tangentlens.sweep.recipe.WEIGHT_DTYPES]" in suite.docstring.value
+    suite = package["core.recipe.SuiteSpec"]
+    assert "[`WEIGHT_DTYPES`][tangentlens.core.recipe.WEIGHT_DTYPES]" in suite.docstring.value
     assert (
         "[`DEFAULT_LOADERS`][tangentlens.models.catalog.DEFAULT_LOADERS]" in suite.docstring.value
     )
     before = len(extension.BROKEN)
     assert extension._crossref(suite, "no_such_name") == "[`no_such_name`][no_such_name]"
-    assert extension.BROKEN[before:] == [("tangentlens.sweep.recipe.SuiteSpec", "no_such_name")]
+    assert extension.BROKEN[before:] == [("tangentlens.core.recipe.SuiteSpec", "no_such_name")]
     del extension.BROKEN[before:]
     assert extension._crossref(suite, "~torch.Tensor") == "`Tensor`"  # external: code
     # a re-exported name links to where it is defined; a private one is code
@@ -94,4 +94,4 @@ def test_roles_become_references_and_a_dangling_one_is_reported(package, extensi
         extension._crossref(suite, "tangentlens.capture.CaptureConfig")
         == "[`tangentlens.capture.CaptureConfig`][tangentlens.capture.engine.CaptureConfig]"
     )
-    assert extension._crossref(suite, "_coerce") == "`_coerce`"
+    assert extension._crossref(suite, "_table") == "`_table`"

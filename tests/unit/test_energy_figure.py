@@ -13,10 +13,9 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from tangentlens.probes.base import row
 from tangentlens.report import figures
 from tangentlens.report.figures import energy_by_bin
-from tangentlens.sweep.store import SCHEMA
+from tangentlens.results import SCHEMA, row
 
 BINS = [str(i) for i in range(12)] + ["all"]  # 12 bins: string order would put "10" after "1"
 METHODS = {"pca": 4, "mean_direction": 1}  # listed out of name order on purpose

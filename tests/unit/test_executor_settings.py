@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tangentlens.cli import main
+from tangentlens.core.recipe import load_recipe
 from tangentlens.sweep.executors import SLURM_TOOLS, check_executor
 from tangentlens.sweep.executors.base import concurrent_units, unit_cpus, worker_env
-from tangentlens.sweep.recipe import load_recipe
 
 
 def _path_with(tmp_path: Path, tools: tuple[str, ...]) -> str:

@@ -12,6 +12,7 @@ from scipy.stats import pearsonr, rankdata, spearmanr
 
 from tangentlens.capture import CaptureConfig, CaptureStatistics, StatisticsConfig, TypeSums
 from tangentlens.capture.accumulators import SiteStatistics
+from tangentlens.capture.captured import Capture
 from tangentlens.data import FrequencyTable
 from tangentlens.metrics import (
     bootstrap_ratio,
@@ -23,7 +24,6 @@ from tangentlens.metrics import (
     pooled_visibility,
 )
 from tangentlens.probes import frequency_geometry
-from tangentlens.probes.base import Capture
 
 # ------------------------------------------------------------------ frequency and spread
 

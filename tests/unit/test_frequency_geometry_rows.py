@@ -12,11 +12,11 @@ import torch
 
 from tangentlens.capture import CaptureConfig, CaptureStatistics, StatisticsConfig
 from tangentlens.capture.accumulators import SiteStatistics
+from tangentlens.capture.captured import Capture
 from tangentlens.data import FrequencyTable
 from tangentlens.metrics import local_spectra, pooled_visibility
 from tangentlens.metrics.twonn import remove_duplicate_rows
 from tangentlens.probes import frequency_geometry
-from tangentlens.probes.base import Capture
 
 D, VOCAB, N, N_BINS, STEP = 6, 40, 600, 3, 9
 SITES = {"hook_embed": None, "blocks.0.hook_resid_post": 0, "blocks.1.hook_resid_post": 1}

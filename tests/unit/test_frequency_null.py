@@ -18,7 +18,7 @@ from tangentlens.metrics.frequency import (
     min_pool_rows,
     shuffled_spreads,
 )
-from tangentlens.probes.configs import FrequencyGeometryConfig
+from tangentlens.probes.frequency_geometry import FrequencyGeometryConfig
 from tangentlens.seeding import seeded_generator
 
 VOCAB, N_TOKENS, SEQ_LEN, RESERVOIR, MIN_COUNT = 3000, 40_000, 128, 4096, 5

@@ -13,6 +13,7 @@ import torch
 from scipy import stats
 
 from tangentlens.capture.accumulators import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics.geometry import (
     Correlation,
     centred_anisotropy,
@@ -31,7 +32,6 @@ from tangentlens.metrics.geometry import (
     unit_row_sum,
 )
 from tangentlens.probes import shape_of_learning
-from tangentlens.probes.base import Capture
 
 
 def _pair_cosines(H: np.ndarray) -> np.ndarray:

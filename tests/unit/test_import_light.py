@@ -32,7 +32,7 @@ def test_recipes_and_suite_steps_import_no_heavy_library(tmp_path):
 
         from tangentlens.dictionaries.policy import early_window
         from tangentlens.models.catalog import suite_steps
-        from tangentlens.sweep.recipe import builtin_recipes, load_recipe
+        from tangentlens.core.recipe import builtin_recipes, load_recipe
 
         for name in builtin_recipes():
             load_recipe(name)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tangentlens.core.recipe import SuiteSpec, load_recipe
 from tangentlens.models.catalog import (
     DEFAULT_LOADERS,
     ENCODER_MODEL_TYPES,
@@ -18,7 +19,6 @@ from tangentlens.models.catalog import (
     suite_family,
 )
 from tangentlens.sweep.manifest import initial_manifest
-from tangentlens.sweep.recipe import SuiteSpec, load_recipe
 from tangentlens.sweep.runner import plan_sweep
 
 

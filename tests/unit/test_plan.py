@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
+from tangentlens.core.recipe import load_recipe
 from tangentlens.sweep.plan import make_plan
-from tangentlens.sweep.recipe import load_recipe
 
 STEPS = (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 400, 1200)
 

@@ -64,7 +64,7 @@ def test_centroid_shift_and_update_alignment():
 
 def _alignment_rows(delta, proxy, in_window=False):
     from tangentlens.probes import update_alignment as probe
-    from tangentlens.probes.base import StepLabel
+    from tangentlens.results import StepLabel
 
     data = StepLabel("s", 8, 0, layers={"site": 1})
     config = probe.UpdateAlignmentConfig(draws=99)
@@ -104,7 +104,7 @@ def test_update_alignment_controls_avoid_the_mean_direction():
     null): against controls in m̂⊥ the ratio reads 1 on average; controls free to fall along m̂
     would read (1 − f)(d − k)/((d − 1) − k(1 − f)) ≈ 0.35 (the flipped conclusion of issue 20)."""
     from tangentlens.probes import update_alignment as probe
-    from tangentlens.probes.base import StepLabel
+    from tangentlens.results import StepLabel
 
     gen = torch.Generator().manual_seed(8)
     d, k, f = 32, 4, 0.7
@@ -151,7 +151,7 @@ def test_update_rows_equal_an_independent_recomputation_with_their_seed_key():
     """A one-row update at layer 3 of step 12: its ratio and p-value are those of the frames
     drawn from (seed, 12, 4, 0) in m̂⊥; its labels are the site's."""
     from tangentlens.probes import update_alignment as probe
-    from tangentlens.probes.base import StepLabel
+    from tangentlens.results import StepLabel
 
     gen = torch.Generator().manual_seed(9)
     d, k = 16, 3

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from tangentlens.sweep.recipe import PretrainedSAESpec, load_recipe
+from tangentlens.core.recipe import load_recipe
+from tangentlens.dictionaries.proxy_config import PretrainedSAESpec
 from tangentlens.sweep.runner import plan_sweep
 
 TABLE = "probes.tangent_energy.pretrained_sae"
@@ -114,7 +115,7 @@ def test_reading_and_planning_import_no_heavy_library(recipe_path):
     script = textwrap.dedent(
         f"""
         import sys
-        from tangentlens.sweep.recipe import load_recipe
+        from tangentlens.core.recipe import load_recipe
         from tangentlens.sweep.runner import plan_sweep
 
         plan_sweep(load_recipe({str(recipe_path)!r}))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tangentlens.cli import main
+from tangentlens.core.recipe import load_recipe
 from tangentlens.models.shapes import PYTHIA_CONFIGS
-from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.runner import check_pretrained_sae, run_sweep
 
 RELEASE = "pythia-70m-deduped-res-sm"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tangentlens.capture import AttentionStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.captured import Capture
 from tangentlens.probes import qk_drift, shape_of_learning, tangent_energy
-from tangentlens.probes.base import Capture
 
 D, K = 32, 4
 

@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from tangentlens.capture import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics import principal_angles
-from tangentlens.probes.base import Capture
 from tangentlens.proxies import (
-    FIT_PROBE,
     MEAN_DIRECTION,
     ActivationPool,
     ProxyConfig,
     fit_rows,
 )
+from tangentlens.registry import FIT_PROBE
 
 D, K = 24, 3
 

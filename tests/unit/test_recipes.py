@@ -2,7 +2,7 @@
 
 import pytest
 
-from tangentlens.sweep.recipe import ExecutorSpec, builtin_recipes, load_recipe
+from tangentlens.core.recipe import ExecutorSpec, builtin_recipes, load_recipe
 
 
 @pytest.mark.parametrize("name", sorted(builtin_recipes()))
@@ -25,9 +25,9 @@ def test_expected_recipes_ship():
 
 def test_overrides_are_typed_and_checked():
     recipe = load_recipe("quickstart", ["probes.tangent_energy.rank=32", "suite.steps=log:3"])
-    assert recipe.probes["tangent_energy"].rank == 32 and recipe.suite.steps == "log:3"
+    assert recipe.probes["tangent_energy"].proxies.rank == 32 and recipe.suite.steps == "log:3"
     recipe = load_recipe("quickstart", ["probes.tangent_energy.methods=['pca']"])
-    assert recipe.probes["tangent_energy"].methods == ("pca",)
+    assert recipe.probes["tangent_energy"].proxies.methods == ("pca",)
     with pytest.raises(ValueError, match=r"probes.tangent_energy.rank must be an integer"):
         load_recipe("quickstart", ["probes.tangent_energy.rank='big'"])
     with pytest.raises(ValueError, match="did you mean 'data'"):
@@ -90,7 +90,7 @@ def test_executor_is_not_part_of_the_recipe_identity():
 
 
 def test_capture_layers_select_blocks_and_name_what_is_wrong():
-    from tangentlens.sweep.recipe import select_layers
+    from tangentlens.core.recipe import select_layers
 
     assert select_layers("all", 4) == (0, 1, 2, 3)
     assert select_layers("every:4", 12) == (0, 4, 8)

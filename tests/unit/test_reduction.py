@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tangentlens.capture import REDUCTIONS, CaptureConfig
-from tangentlens.sweep.recipe import CaptureSpec
+from tangentlens.core.recipe import CaptureSpec
 
 
 def test_only_the_summed_loss_is_offered():

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tangentlens.probes.base import make_row
-from tangentlens.probes.configs import Needs
+from tangentlens.capture.needs import Needs
 from tangentlens.registry import (
     SCOPES,
     TANGENT,
@@ -24,6 +23,7 @@ from tangentlens.registry import (
     resolve,
     resolve_all,
 )
+from tangentlens.results import make_row
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -273,7 +273,7 @@ def test_make_row_rows_of_the_example_pass_its_own_check():
 )
 def test_what_the_models_shape_rules_out_is_refused_at_planning(override, message):
     """Checked from the suite's shape alone (no checkpoint opened, no unit run)."""
-    from tangentlens.sweep.recipe import load_recipe
+    from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import plan_sweep
 
     plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.rank=127"]))  # the widest

@@ -11,11 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from tangentlens.probes.base import row
 from tangentlens.report import baseline
 from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.report.sweep_report import render_report
-from tangentlens.sweep.store import SCHEMA
+from tangentlens.results import SCHEMA, row
 
 STEPS = (0, 10, 100, 1000)
 NO_BASELINE = (

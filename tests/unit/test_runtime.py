@@ -110,10 +110,10 @@ def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeyp
     ``capture.threads`` and the coordinator's count is restored after, also when it fails."""
     import torch
 
+    from tangentlens.core.recipe import CaptureSpec, Recipe, SuiteSpec
     from tangentlens.models.configs import UntrainedBlockConfig
     from tangentlens.sweep import units
     from tangentlens.sweep.plan import Unit
-    from tangentlens.sweep.recipe import CaptureSpec, Recipe, SuiteSpec
 
     config = UntrainedBlockConfig(
         d_model=8, n_heads=2, d_mlp=16, n_sequences=2, seq_len=4, vocab_size=11, bias_norms=(0.0,)

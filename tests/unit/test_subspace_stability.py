@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tangentlens.probes import subspace_stability
-from tangentlens.probes.base import StepLabel
+from tangentlens.results import StepLabel
 
 
 def _rotated(theta: float) -> torch.Tensor:

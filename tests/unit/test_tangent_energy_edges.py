@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tangentlens.capture.accumulators import MomentAccumulator
+from tangentlens.capture.captured import Capture
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture
 
 D, K, SITE = 6, 2, "blocks.0.hook_resid_post"
 PROXY = torch.eye(D, dtype=torch.float64)[:, :K]

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics import bootstrap_ratio
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture
 
 D, K, SEQ_LEN, STEP, SITE = 8, 2, 64, 7, "blocks.0.hook_resid_post"
 VAR = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # token noise variance per coordinate

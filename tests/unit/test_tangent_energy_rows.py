@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.captured import Capture
 from tangentlens.metrics import (
     bootstrap_ratio,
     control_frames,
@@ -20,7 +21,6 @@ from tangentlens.metrics import (
     exclusion_basis,
 )
 from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture
 
 D, K, SEQ_LEN, N_SEQ, STEP, N_BINS = 10, 2, 8, 24, 5, 2
 EMBED, BLOCK, SKIPPED, NO_PROXY = "hook_embed", "blocks.2.hook_resid_post", "b.0", "b.1"

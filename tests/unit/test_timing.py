@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from tangentlens.core.recipe import load_recipe
 from tangentlens.sweep.plan import make_plan
-from tangentlens.sweep.recipe import load_recipe
 from tangentlens.sweep.timing import (
     TIMINGS_DIR,
     SweepCost,

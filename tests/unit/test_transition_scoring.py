@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from tangentlens.core.recipe import CaptureSpec, Recipe
 from tangentlens.dictionaries import in_window
-from tangentlens.probes.base import StepLabel
-from tangentlens.probes.configs import SubspaceStabilityConfig, UpdateAlignmentConfig
+from tangentlens.probes.subspace_stability import SubspaceStabilityConfig
+from tangentlens.probes.tangent_energy import TangentSpec
+from tangentlens.probes.update_alignment import UpdateAlignmentConfig
 from tangentlens.registry import AcrossInputs, Transition, resolve
-from tangentlens.sweep.recipe import CaptureSpec, Recipe, TangentSpec
+from tangentlens.results import StepLabel
 
 EMBED, SITE = "hook_embed", "blocks.0.hook_resid_post"
 D = 6
@@ -102,7 +104,7 @@ def test_update_s_to_s_prime_is_scored_in_the_proxy_of_s_not_of_s_prime():
         name="transition",
         capture=CaptureSpec(embed=True),
         probes={
-            "tangent_energy": TangentSpec(methods=("pca",), rank=2),
+            "tangent_energy": TangentSpec.from_table({"methods": ["pca"], "rank": 2}),
             "update_alignment": UpdateAlignmentConfig(draws=19),
         },
     )
@@ -146,7 +148,9 @@ def test_a_transition_is_in_window_when_the_frozen_fit_saw_data_after_its_start(
         name="transition",
         capture=CaptureSpec(embed=True),
         probes={
-            "tangent_energy": TangentSpec(methods=("pca",), rank=2, fit_policy="frozen_early"),
+            "tangent_energy": TangentSpec.from_table(
+                {"methods": ["pca"], "rank": 2, "fit_policy": "frozen_early"}
+            ),
             "update_alignment": UpdateAlignmentConfig(draws=19),
             "subspace_stability": SubspaceStabilityConfig(),
         },

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.captured import Capture
 from tangentlens.data import FrequencyTable
 from tangentlens.probes import frequency_geometry, update_alignment
-from tangentlens.probes.base import Capture
 
 SITE = "blocks.0.hook_resid_post"
 

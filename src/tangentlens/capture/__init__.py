@@ -15,6 +15,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "StatisticsConfig",
             "TypeSums",
         ),
+        ".captured": ("Capture",),
         ".chunks": ("LOSS_CHUNK_BYTES", "loss_chunk_rows", "statistics_bytes"),
         ".engine": (
             "LOSSES",
@@ -24,6 +25,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "capture_batch",
             "frozen_parameters",
         ),
+        ".needs": ("Needs",),
         ".reservoir": ("RowReservoir", "row_priorities"),
         ".saving": ("load_statistics", "save_statistics"),
         ".sequence_energy": ("EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"),

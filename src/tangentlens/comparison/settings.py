@@ -18,9 +18,10 @@ held_out            probes.tangent_energy.held_out             the tangent accou
 bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
 ==================  =========================================  ================================
 
-The tangent account's probes: tangent_energy, anisotropy_share, subspace_stability,
-update_alignment, proxy_fit. A setting is checked only where every run's recipe has it (a probe
-one run lacks has no shared rows).
+The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
+``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
+and the proxy fit's rows (proxy_fit). A setting is checked only where every run's recipe has it
+(a probe one run lacks has no shared rows).
 
 Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_len``,
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
@@ -29,11 +30,13 @@ Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_le
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.comparison.runs import Run
+from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes
 
 __all__ = [
     "FLAGGED",
@@ -49,15 +52,20 @@ __all__ = [
 
 Row = dict[str, Any]
 
-#: The probes that score the tangent proxies (and the proxy fit's own rows).
-TANGENT_ACCOUNT: tuple[str, ...] = (
-    "tangent_energy",
-    "anisotropy_share",
-    "subspace_stability",
-    "update_alignment",
-    "proxy_fit",
-)
+#: ``Setting.probes`` of the tangent account's rows (:func:`tangent_account`).
+TANGENT_ACCOUNT = "the tangent account"
 _MISSING = object()
+
+
+@functools.cache
+def tangent_account() -> tuple[str, ...]:
+    """The probes that score the tangent proxies — every registered probe (built-in or
+    installed) of scope ``tangent`` — and the proxy fit's own rows."""
+    probes = [*builtin_probes().values(), *installed_probes().values()]
+    names = sorted(
+        (p.name for p in probes if p.scope == "tangent"), key=lambda n: (n != TANGENT, n)
+    )
+    return (*names, FIT_PROBE)
 
 
 @dataclass(frozen=True)
@@ -68,16 +76,21 @@ class Setting:
 
     name: str
     path: str
-    probes: tuple[str, ...] | None = None
+    probes: tuple[str, ...] | str | None = None
     metric_prefix: str = ""
     per_bin: bool = False
 
     def concerns(self, row: Row) -> bool:
+        probes = self.probe_names()
         return (
-            (self.probes is None or row["probe"] in self.probes)
+            (probes is None or row["probe"] in probes)
             and row["metric"].startswith(self.metric_prefix)
             and (not self.per_bin or row["freq_bin"] != "all")
         )
+
+    def probe_names(self) -> tuple[str, ...] | None:
+        """The probes whose rows it concerns (None = every probe)."""
+        return tangent_account() if self.probes == TANGENT_ACCOUNT else self.probes
 
     def value(self, recipe: dict[str, Any]) -> Any:
         """The setting in a manifest's recipe, or ``_MISSING``."""
@@ -92,7 +105,7 @@ class Setting:
         """The rows it concerns, in words."""
         if self.per_bin:
             return "per-bin rows (freq_bin ≠ all)"
-        probes = ", ".join(self.probes or ("every probe",))
+        probes = ", ".join(self.probe_names() or ("every probe",))
         return f"{probes} rows" + (f" ({self.metric_prefix}*)" if self.metric_prefix else "")
 
 

@@ -39,7 +39,7 @@ from tangentlens.comparison.settings import (
     recipe_differences,
     refusals,
 )
-from tangentlens.sweep.store import SCHEMA
+from tangentlens.results import SCHEMA
 
 __all__ = [
     "COMPARE_SCHEMA",

@@ -10,9 +10,16 @@ from tangentlens._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".base": ("ConceptDictionary", "check_rank"),
+        ".base": ("ConceptDictionary", "check_fitted", "check_rank"),
         ".pca": ("PCA",),
-        ".policy": ("FIT_POLICIES", "early_window", "in_window"),
+        ".policy": ("FIT_POLICIES", "FitConfig", "early_window", "in_window"),
+        ".proxy_config": (
+            "MEAN_DIRECTION",
+            "METHODS",
+            "PRETRAINED_SAE",
+            "PretrainedSAESpec",
+            "ProxyConfig",
+        ),
         ".sae": ("SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"),
         ".seminmf": ("SOLVERS", "SemiNMF"),
         "tangentlens.metrics.subspace": (

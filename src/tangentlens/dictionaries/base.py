@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
-__all__ = ["ConceptDictionary", "check_rank"]
+__all__ = ["ConceptDictionary", "check_fitted", "check_rank"]
 
 
 @runtime_checkable
@@ -42,3 +42,12 @@ def check_rank(rank: object, d: int, n: int | None = None) -> int:
     if n is not None and n < rank:
         raise ValueError(f"fitting rank {rank} needs at least {rank} samples, got {n}")
     return rank
+
+
+def check_fitted(
+    dictionary: object, fitted_by: str = "fit(H)", attribute: str = "components_"
+) -> None:
+    """Refuse a dictionary that has no fitted ``attribute`` yet, naming what fits it."""
+    if not hasattr(dictionary, attribute):
+        name = type(dictionary).__name__
+        raise ValueError(f"this {name} is not fitted yet: call {fitted_by} first")

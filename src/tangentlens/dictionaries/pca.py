@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from tangentlens.checks import check_count
-from tangentlens.dictionaries.base import check_rank
-from tangentlens.metrics._validate import check_matrix, check_square, check_vector, to_float64
+from tangentlens.checks import check_count, check_matrix, check_square, check_vector, to_float64
+from tangentlens.dictionaries.base import check_fitted, check_rank
 from tangentlens.metrics.geometry import centred_scatter
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Moment
@@ -61,29 +60,25 @@ class PCA:
         self.n_samples_ = n
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "components_"):
-            raise ValueError("this PCA is not fitted yet: call fit(H) or PCA.from_moments first")
-
     @property
     def effective_rank_(self) -> int:
         """Components whose variance exceeds ``1e-6 ×`` the largest."""
-        self._check_fitted()
+        check_fitted(self, "fit(H) or PCA.from_moments")
         v = self.explained_variance_
         return int((v > DEFAULT_RANK_RTOL * v[0]).sum())
 
     def encode(self, H: ArrayLike) -> Codes:
         """Coordinates ``(H − mean) Dᵀ`` (n × rank), float64."""
-        self._check_fitted()
+        check_fitted(self, "fit(H) or PCA.from_moments")
         X = to_float64(check_matrix(H, "H", min_cols=self.components_.shape[1]))
         return (X - self.mean_) @ self.components_.T
 
     def decode(self, Z: ArrayLike) -> Activations:
         """Reconstruction ``Z D + mean`` (n × d), float64."""
-        self._check_fitted()
+        check_fitted(self, "fit(H) or PCA.from_moments")
         return to_float64(check_matrix(Z, "Z")) @ self.components_ + self.mean_
 
     def basis(self) -> Basis:
         """The principal directions as an orthonormal basis (d × rank), float64."""
-        self._check_fitted()
+        check_fitted(self, "fit(H) or PCA.from_moments")
         return self.components_.T.contiguous()

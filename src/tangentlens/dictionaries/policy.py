@@ -15,13 +15,43 @@ window's last step: the frozen proxy was fitted on data from after ``s`` — the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from tangentlens.checks import check_count, check_fraction
+from tangentlens.checks import check_count, check_fraction, suggest
 
-__all__ = ["FIT_POLICIES", "early_window", "in_window"]
+__all__ = ["FIT_POLICIES", "FitConfig", "early_window", "in_window"]
 
 #: The fit policies (``probes.tangent_energy.fit_policy``), defined above.
 FIT_POLICIES: tuple[str, ...] = ("frozen_early", "per_checkpoint")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Which activations a step's proxy is fitted on: ``fit_policy`` (one of
+    :data:`FIT_POLICIES`); ``early_fraction`` and ``window_checkpoints``, the frozen-early window
+    (the checkpoints with step ≤ early_fraction × final step, at most window_checkpoints of them,
+    :func:`early_window`); ``held_out``: fit each step's proxy on the first half of its sequences
+    and score the second (per_checkpoint only)."""
+
+    fit_policy: str = "per_checkpoint"
+    early_fraction: float = 0.3
+    window_checkpoints: int = 8
+    held_out: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fit_policy not in FIT_POLICIES:
+            raise ValueError(
+                f"fit_policy must be one of {FIT_POLICIES}, got {self.fit_policy!r}"
+                f"{suggest(self.fit_policy, FIT_POLICIES)}"
+            )
+        if self.held_out and self.fit_policy != "per_checkpoint":
+            raise ValueError(
+                "held_out = true fits each step's proxy on half of its sequences and scores the "
+                "other half: it needs fit_policy = 'per_checkpoint' (frozen_early proxies are "
+                "fitted on other checkpoints already)"
+            )
+        check_fraction(self.early_fraction, "early_fraction", low_open=True)
+        check_count(self.window_checkpoints, "window_checkpoints", minimum=1)
 
 
 def early_window(

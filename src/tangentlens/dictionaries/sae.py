@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tangentlens.checks import check_choice, check_count
-from tangentlens.metrics._validate import check_matrix
+from tangentlens.checks import check_choice, check_count, check_matrix
+from tangentlens.dictionaries.base import check_fitted
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
@@ -226,19 +226,19 @@ class SAE:
 
     @property
     def d_in(self) -> int:
-        self._check_fitted()
+        _check_fitted(self)
         return int(self.sae_.cfg.d_in)
 
     @property
     def hook_name(self) -> str | None:
         """The TransformerLens hook the SAE was trained on (SAELens' ``cfg.metadata``)."""
-        self._check_fitted()
+        _check_fitted(self)
         return self.sae_.cfg.metadata.hook_name
 
     @property
     def model_name(self) -> str | None:
         """The model the SAE was trained on (SAELens' ``cfg.metadata``)."""
-        self._check_fitted()
+        _check_fitted(self)
         return self.sae_.cfg.metadata.model_name
 
     def check_target(self, sites: Mapping[str, int], model_name: str | None) -> str:
@@ -268,7 +268,7 @@ class SAE:
     def measure(self, H: ArrayLike) -> SAE:
         """For a loaded SAE: check ``H``'s width against ``d_in``, pick the proxy latents and
         measure explained variance and L0 on ``H``."""
-        self._check_fitted()
+        _check_fitted(self)
         X = check_matrix(H, "H").to(torch.float32).cpu()
         if X.shape[1] != self.d_in:
             raise ValueError(
@@ -304,16 +304,10 @@ class SAE:
 
     # ------------------------------------------------------------------ use
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "sae_"):
-            raise ValueError(
-                "this SAE is not fitted yet: call fit(H), SAE.from_disk or SAE.from_pretrained"
-            )
-
     @property
     def directions(self) -> torch.Tensor:
         """Unit-norm decoder rows of the proxy latents (r × d), float64."""
-        self._check_fitted()
+        _check_fitted(self)
         if not hasattr(self, "latents_"):
             raise ValueError("no latents selected yet: call fit(H), or measure(H) after loading")
         rows = self.sae_.W_dec.detach()[self.latents_].double()
@@ -325,13 +319,13 @@ class SAE:
 
     def encode(self, H: ArrayLike) -> Codes:
         """All latent activations (n × d_sae)."""
-        self._check_fitted()
+        _check_fitted(self)
         with torch.no_grad():
             return self.sae_.encode(check_matrix(H, "H").to(torch.float32))
 
     def decode(self, Z: ArrayLike) -> Activations:
         """Reconstruction from latent activations (n × d)."""
-        self._check_fitted()
+        _check_fitted(self)
         with torch.no_grad():
             return self.sae_.decode(check_matrix(Z, "Z").to(torch.float32))
 
@@ -363,3 +357,7 @@ def _quiet_fit(trainer: object) -> torch.nn.Module:
         return trainer.fit()  # type: ignore[attr-defined]
     finally:
         module.tqdm = original  # type: ignore[attr-defined]
+
+
+def _check_fitted(sae: SAE) -> None:
+    check_fitted(sae, "fit(H), SAE.from_disk or SAE.from_pretrained", "sae_")

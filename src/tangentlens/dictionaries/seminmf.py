@@ -34,9 +34,8 @@ from collections.abc import Callable
 
 import torch
 
-from tangentlens.checks import check_choice, check_count, check_fraction
-from tangentlens.dictionaries.base import check_rank
-from tangentlens.metrics._validate import check_matrix
+from tangentlens.checks import check_choice, check_count, check_fraction, check_matrix
+from tangentlens.dictionaries.base import check_fitted, check_rank
 from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.runtime import single_thread
 from tangentlens.seeding import seeded_generator
@@ -180,21 +179,17 @@ class SemiNMF:
 
     # ------------------------------------------------------------------ use
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "components_"):
-            raise ValueError("this SemiNMF is not fitted yet: call fit(H) first")
-
     @property
     def effective_rank_(self) -> int:
         """Rank of ``span(D)`` (singular values above ``1e-6 × σ_max``)."""
-        self._check_fitted()
+        check_fitted(self)
         return span_basis(self.components_, DEFAULT_RANK_RTOL).shape[1]
 
     @single_thread()
     def encode(self, H: ArrayLike, sweeps: int = 200) -> Codes:
         """Non-negative codes ``Z`` (n × k) of ``H`` with the directions held fixed (HALS
         sweeps until the objective changes by less than ``tol``, at most ``sweeps``)."""
-        self._check_fitted()
+        check_fitted(self)
         X = check_matrix(H, "H").to(self.components_.dtype)
         D = self.components_
         if X.shape[1] != D.shape[1]:
@@ -215,13 +210,13 @@ class SemiNMF:
 
     def decode(self, Z: ArrayLike) -> Activations:
         """``Z D`` (n × d)."""
-        self._check_fitted()
+        check_fitted(self)
         return check_matrix(Z, "Z").to(self.components_.dtype) @ self.components_
 
     @property
     def directions(self) -> Dictionary:
         """The fitted directions ``D`` (k × d)."""
-        self._check_fitted()
+        check_fitted(self)
         return self.components_
 
     def basis(self) -> Basis:
@@ -230,7 +225,7 @@ class SemiNMF:
         Raises ``ValueError`` when the directions span fewer than ``rank`` dimensions (a
         collapsed dictionary: some codes died); :attr:`effective_rank_` tells how many.
         """
-        self._check_fitted()
+        check_fitted(self)
         Q = span_basis(self.components_, DEFAULT_RANK_RTOL)
         if Q.shape[1] < self.rank:
             raise ValueError(

@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from tangentlens.checks import check_count
-from tangentlens.metrics._validate import as_tensor, check_matrix, to_float64
+from tangentlens.checks import as_tensor, check_count, check_matrix, to_float64
 from tangentlens.metrics.attribution import EnergyComparison, compare_energy
 from tangentlens.metrics.frequency import centroids_from_sums
 from tangentlens.typing import ArrayLike

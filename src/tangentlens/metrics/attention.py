@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Bool, Float
 
-from tangentlens.checks import check_count
-from tangentlens.metrics._validate import as_tensor, to_float64
+from tangentlens.checks import as_tensor, check_count, to_float64
 from tangentlens.typing import ArrayLike
 
 __all__ = [

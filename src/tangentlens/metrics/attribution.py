@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float
 
-from tangentlens.metrics._validate import CHUNK_ROWS, check_matrix, check_square, to_float64
+from tangentlens.checks import CHUNK_ROWS, check_matrix, check_square, to_float64
 from tangentlens.metrics.isoscore import (
     isoscore_from_eigenvalues,
     isoscore_star_from_covariance,

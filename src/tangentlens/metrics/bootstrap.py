@@ -32,8 +32,7 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.checks import check_choice, check_count, check_fraction
-from tangentlens.metrics._validate import to_float64
+from tangentlens.checks import check_choice, check_count, check_fraction, to_float64
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.typing import ArrayLike
 

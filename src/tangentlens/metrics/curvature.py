@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.checks import check_count
-from tangentlens.metrics._validate import check_matrix, to_float64
+from tangentlens.checks import check_count, check_matrix, to_float64
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import ArrayLike
 

@@ -86,8 +86,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.checks import check_count
-from tangentlens.metrics._validate import as_tensor, check_matrix, to_float64
+from tangentlens.checks import as_tensor, check_count, check_matrix, to_float64
 from tangentlens.metrics.geometry import Correlation, correlations
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import ArrayLike

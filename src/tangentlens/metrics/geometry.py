@@ -28,9 +28,9 @@ from numbers import Real
 import torch
 from jaxtyping import Float
 
-from tangentlens.checks import check_count
-from tangentlens.metrics._validate import (
+from tangentlens.checks import (
     CHUNK_ROWS,
+    check_count,
     check_matrix,
     check_square,
     check_vector,

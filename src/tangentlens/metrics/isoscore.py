@@ -37,8 +37,7 @@ import math
 
 import torch
 
-from tangentlens.checks import check_fraction
-from tangentlens.metrics._validate import check_matrix, check_square, to_float64
+from tangentlens.checks import check_fraction, check_matrix, check_square, to_float64
 from tangentlens.metrics.geometry import covariance
 from tangentlens.typing import ArrayLike, Moment
 

@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from tangentlens.checks import check_fraction
-from tangentlens.metrics._validate import check_matrix, to_float64
+from tangentlens.checks import check_fraction, check_matrix, to_float64
 from tangentlens.typing import ArrayLike, Basis, Moment
 
 __all__ = [

@@ -43,8 +43,14 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from tangentlens.checks import check_choice, check_count, check_fraction
-from tangentlens.metrics._validate import CHUNK_ROWS, check_matrix, to_float64
+from tangentlens.checks import (
+    CHUNK_ROWS,
+    check_choice,
+    check_count,
+    check_fraction,
+    check_matrix,
+    to_float64,
+)
 from tangentlens.metrics.options import TWONN_FITS
 from tangentlens.typing import ArrayLike
 

@@ -117,10 +117,10 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
 def _other_probe_tables(rows: list[Row], probes: set[str]) -> list[Table | None]:
     """A step × layer table per metric (over every token, ``freq_bin`` "all"; the mean over
     methods) of each probe that is not built in (a user's: entry point or import path)."""
-    from tangentlens.registry import builtin_probes
+    from tangentlens.registry import FIT_PROBE, builtin_probes
 
     tables: list[Table | None] = []
-    for probe in sorted(probes - set(builtin_probes()) - {"capture", "proxy_fit"}):
+    for probe in sorted(probes - set(builtin_probes()) - {"capture", FIT_PROBE}):
         for metric in sorted({r["metric"] for r in rows if r["probe"] == probe}):
             selected = _select(rows, probe, metric, freq_bin="all")
             tables.append(_pivot(selected, f"{probe}: {metric}", "layer", _mean_cell, _layer_label))

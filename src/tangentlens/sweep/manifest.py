@@ -10,12 +10,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
 from tangentlens.models.shapes import suite_shape
 from tangentlens.registry import ENTRY_POINT_GROUP, resolve_all
 from tangentlens.sweep.plan import Plan
-from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.store import RunStore, read_results
 
 __all__ = ["ESTIMATORS", "finished_manifest", "initial_manifest"]
@@ -59,15 +59,15 @@ def _interval_estimator(recipe: Recipe) -> dict[str, str]:
     from tangentlens.probes import tangent_energy
 
     spec = recipe.probes.get("tangent_energy")
-    if spec is None or not spec.bootstrap:
+    if spec is None or not spec.energy.bootstrap:
         return {}
-    if spec.fit_policy == "frozen_early":
+    if spec.fit.fit_policy == "frozen_early":
         source = tangent_energy.INTERVAL_ALL_SEQUENCES
         how = "every analysed sequence, from per-sequence sums gathered during capture"
     else:
         source = tangent_energy.INTERVAL_SAMPLE
         how = "the reservoir's sampled sequences, rescaled onto the reported value"
-    return {"energy_interval": f"{spec.energy_config().interval} bootstrap over {source}: {how}"}
+    return {"energy_interval": f"{spec.energy.interval} bootstrap over {source}: {how}"}
 
 
 def _git_hash() -> str | None:

@@ -37,13 +37,13 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
+from tangentlens.core.recipe import Recipe, select_layers, site_groups
 from tangentlens.models.shapes import ModelShape, suite_shape
 from tangentlens.registry import needs_of, resolve_all
 from tangentlens.sweep.plan import gathers_sequence_sums
-from tangentlens.sweep.recipe import Recipe, select_layers
 
 __all__ = [
     "DTYPE_BYTES",
@@ -58,11 +58,9 @@ __all__ = [
     "recipe_inputs",
     "reservoir_bytes",
     "saved_per_block",
-    "site_groups",
 ]
 
 GIB = 1024**3
-T = TypeVar("T")
 
 #: Bytes per element of each ``suite.dtype``.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -275,19 +273,6 @@ def _saving_blocks(shape: ModelShape, sites: Sequence[tuple[str, int | None]]) -
     return shape.n_layers - max(0, min(firsts, default=shape.n_layers))
 
 
-def site_groups(sites: Sequence[T], passes: int) -> list[list[T]]:
-    """``sites`` in ``passes`` contiguous groups whose sizes differ by at most one (at most
-    one group per site; ``passes`` 0, "auto" unresolved, counts as 1)."""
-    k = max(1, min(passes, len(sites)))
-    size, extra = divmod(len(sites), k)
-    groups, start = [], 0
-    for g in range(k):
-        stop = start + size + (g < extra)
-        groups.append(list(sites[start:stop]))
-        start = stop
-    return groups
-
-
 def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     """The peak memory of the heaviest unit (a step unit's capture) of ``inputs``: with
     several capture passes, of the heaviest pass (the device holds one pass's statistics; the
@@ -380,7 +365,7 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
         n_types=n_types,
         reservoir=recipe.capture.reservoir if needs.reservoir else 0,
         energy_methods=(
-            len(spec.methods) + (spec.pretrained_sae is not None)
+            len(spec.proxies.methods) + (spec.pretrained_sae is not None)
             if gathers_sequence_sums(recipe)
             else 0
         ),

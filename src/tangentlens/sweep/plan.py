@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.dictionaries.policy import early_window
+from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.registry import resolve_all
-from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
 
 __all__ = [
     "PRETRAINED_UNIT",
@@ -151,15 +152,15 @@ def gathers_sequence_sums(recipe: Recipe) -> bool:
     """Whether step captures gather per-sequence energy sums: the proxies are known before the
     capture (``frozen_early``) and the energies carry intervals."""
     spec = recipe.probes.get("tangent_energy")
-    return spec is not None and spec.fit_policy == "frozen_early" and spec.bootstrap > 0
+    return spec is not None and spec.fit.fit_policy == "frozen_early" and spec.energy.bootstrap > 0
 
 
 def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
     """The frozen-early fit window over the suite's checkpoints ``steps`` (``()`` without one)."""
     spec = recipe.probes.get("tangent_energy")
-    if spec is None or spec.fit_policy != "frozen_early":
+    if spec is None or spec.fit.fit_policy != "frozen_early":
         return ()
-    return early_window(steps, spec.early_fraction, spec.window_checkpoints)
+    return early_window(steps, spec.fit.early_fraction, spec.fit.window_checkpoints)
 
 
 #: The unit that loads the published SAEs and chooses their proxy latents.

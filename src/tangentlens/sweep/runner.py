@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.recipe import Recipe, select_layers
+from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import (
     headless_architectures,
     suite_loader,
@@ -30,7 +32,6 @@ from tangentlens.models.shapes import suite_shape
 from tangentlens.registry import TANGENT, builtin_probes, resolve_all
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
-from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe, select_layers
 
 __all__ = [
     "PLANNED_LOADER",
@@ -194,16 +195,16 @@ def check_model_shape(recipe: Recipe) -> None:
     if spec is None:
         return
     where, d = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})", shape.d_model
-    if not spec.rank < d:
+    if not spec.proxies.rank < d:
         raise ValueError(
-            f"probes.{TANGENT}.rank = {spec.rank} must be below the model's width: {where} "
+            f"probes.{TANGENT}.rank = {spec.proxies.rank} must be below the model's width: {where} "
             f"allows 1 … {d - 1}"
         )
-    m = spec.data_matched_m
-    if m is not None and not spec.rank < m <= d:
+    m = spec.energy.data_matched_m
+    if m is not None and not spec.proxies.rank < m <= d:
         raise ValueError(
-            f"probes.{TANGENT}.data_matched_m = {m} must be above the rank ({spec.rank}) and at "
-            f"most the model's width: {where}"
+            f"probes.{TANGENT}.data_matched_m = {m} must be above the rank "
+            f"({spec.proxies.rank}) and at most the model's width: {where}"
         )
 
 
@@ -259,8 +260,8 @@ def run_sweep(
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
+    from tangentlens.core.data import DATA_FILE, data_sha256
     from tangentlens.models import HubSuite, open_suite
-    from tangentlens.sweep.data import DATA_FILE, data_sha256
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore

@@ -30,28 +30,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tangentlens.probes.base import ROW_FIELDS
+from tangentlens.results import SCHEMA
 
-__all__ = ["SCHEMA", "RunStore", "read_parts", "read_results"]
-
-_TYPES = {
-    "suite": pa.string(),
-    "step": pa.int64(),
-    "tokens_seen": pa.int64(),
-    "site": pa.string(),
-    "layer": pa.int64(),
-    "probe": pa.string(),
-    "method": pa.string(),
-    "rank": pa.int64(),
-    "freq_bin": pa.string(),
-    "metric": pa.string(),
-    "value": pa.float64(),
-    "ci_low": pa.float64(),
-    "ci_high": pa.float64(),
-    "n_tokens": pa.int64(),
-}
-#: The parquet schema of result rows, in the order of ``tangentlens.probes.base.ROW_FIELDS``.
-SCHEMA = pa.schema([(name, _TYPES[name]) for name in ROW_FIELDS])
+__all__ = ["RunStore", "read_parts", "read_results"]
 
 
 def _atomic_write_bytes(path: Path, write: Any) -> None:

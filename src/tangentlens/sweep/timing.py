@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.sweep.plan import Plan
-from tangentlens.sweep.recipe import Recipe
 
 __all__ = [
     "TIMINGS_DIR",

@@ -28,38 +28,17 @@ import torch
 from tangentlens.capture import (
     MomentAccumulator,
 )
-from tangentlens.dictionaries import SAE, in_window
-from tangentlens.models import lens_model, open_suite
-from tangentlens.models.hub import hf_offline_mode, offline_requested
-from tangentlens.models.suites import CheckpointSuite
-from tangentlens.probes import tangent_energy
-from tangentlens.probes.base import Capture, Needs, StepLabel, make_row, row
-from tangentlens.proxies import (
-    FIT_PROBE,
-    ActivationPool,
-    FixedProxy,
-)
-from tangentlens.registry import (
-    TANGENT,
-    AcrossInputs,
-    ModelFreeInputs,
-    StateInputs,
-    Transition,
-    needs_of,
-    resolve_all,
-)
-from tangentlens.runtime import threads
-from tangentlens.sweep.data import (
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.core.data import (
     DATA_FILE,
     AnalysisData,
     load_analysis_data,
     prepare_analysis_data,
     save_analysis_data,
 )
-from tangentlens.sweep.memory import host_budget, plan_recipe
-from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
-from tangentlens.sweep.recipe import PRETRAINED_SAE, Recipe
-from tangentlens.sweep.step import (
+from tangentlens.core.recipe import Recipe
+from tangentlens.core.step import (
     Proxies,
     Status,
     capture_sites,
@@ -68,6 +47,27 @@ from tangentlens.sweep.step import (
     step_rows,
     with_fixed,
 )
+from tangentlens.dictionaries import SAE, in_window
+from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
+from tangentlens.models import lens_model, open_suite
+from tangentlens.models.hub import hf_offline_mode, offline_requested
+from tangentlens.models.suites import CheckpointSuite
+from tangentlens.probes import tangent_energy
+from tangentlens.proxies import ActivationPool, FixedProxy
+from tangentlens.registry import (
+    FIT_PROBE,
+    TANGENT,
+    AcrossInputs,
+    ModelFreeInputs,
+    StateInputs,
+    Transition,
+    needs_of,
+    resolve_all,
+)
+from tangentlens.results import StepLabel, make_row, row
+from tangentlens.runtime import threads
+from tangentlens.sweep.memory import host_budget, plan_recipe
+from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.store import RunStore, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
@@ -223,7 +223,7 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
 def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Pool the window's checkpoints (each centred on its own mean) and fit the frozen proxies."""
     spec = recipe.probes["tangent_energy"]
-    status(f"fitting the frozen proxies ({', '.join(spec.methods)})")
+    status(f"fitting the frozen proxies ({', '.join(spec.proxies.methods)})")
     pools: dict[str, ActivationPool] = {}
     layers: dict[str, int | None] = {}
     for name in (d for d in unit.deps if d != PRETRAINED_UNIT):  # the window, in order
@@ -233,7 +233,7 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
     fitted = with_fixed(
-        {site: pool.fit(spec.proxy_config()) for site, pool in pools.items()},
+        {site: pool.fit(spec.proxies) for site, pool in pools.items()},
         _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
     )
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
@@ -287,7 +287,8 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     offline = offline_requested(recipe.suite.offline or None)
     with hf_offline_mode() if offline else contextlib.nullcontext():
         saes = {
-            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.rank) for sae_id in chosen.ids
+            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.proxies.rank)
+            for sae_id in chosen.ids
         }
     model = _load_model(recipe, suite, step)
     sites = capture_sites(model, recipe)
@@ -303,7 +304,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
             )
         by_site[site] = sae_id
     status(f"step {step}: capture (activations) to choose the SAEs' latents")
-    part = slice(0, len(data.rows) // 2) if spec.held_out else slice(None)
+    part = slice(0, len(data.rows) // 2) if spec.fit.held_out else slice(None)
     stats = capture_step(
         model,
         {site: sites[site] for site in by_site},
@@ -372,7 +373,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         # the proxies are known before the capture: gather per-sequence energy sums so the
         # intervals resample every analysed sequence
         energy_sums = tangent_energy.sequence_energy_config(
-            spec.energy_config(),
+            spec.energy,
             step,
             frozen,
             sites,
@@ -380,7 +381,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
             recipe.data.seq_len,
         )
     fitted = None
-    if spec is not None and spec.held_out:
+    if spec is not None and spec.fit.held_out:
         # fit on the first half of the sequences, score the second: an in-sample proxy flatters
         # its own energy. Two captures over disjoint halves cost one over all sequences, and
         # merged they are exactly the whole stream's statistics for the other probes.
@@ -443,7 +444,7 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.across is not None}
     transitions: list[Transition] = []
     if any(p.scope == "tangent" for p in probes.values()):  # they read the saved proxies
-        frozen = recipe.probes[TANGENT].fit_policy == "frozen_early"
+        frozen = recipe.probes[TANGENT].fit.fit_policy == "frozen_early"
         scoring = _load_frozen(store)["bases"] if frozen else None
         window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
         before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)

@@ -17,9 +17,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from tangentlens.core.recipe import EXECUTOR_KINDS, Recipe
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure, schedule
 from tangentlens.sweep.plan import Plan
-from tangentlens.sweep.recipe import EXECUTOR_KINDS, Recipe
 
 __all__ = ["EXECUTOR_KINDS", "SLURM_TOOLS", "check_executor", "execute"]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.runtime import runtime_env, usable_cpus
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.recipe import Recipe
 
 __all__ = [
     "WORKER_ENV_VARS",

@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.sweep.executors.base import Emit, Finished, UnitEvent, error_line
 from tangentlens.sweep.plan import Unit
-from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.units import run_unit, unit_log
 
 __all__ = ["LocalBackend"]

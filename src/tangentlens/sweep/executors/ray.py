@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
@@ -31,7 +32,6 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.units import UnitReport, run_unit, unit_log
 
 __all__ = ["RayBackend", "run_on_ray"]

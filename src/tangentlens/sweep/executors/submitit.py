@@ -33,6 +33,7 @@ from typing import Any
 import submitit
 from submitit.helpers import Checkpointable
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
@@ -44,7 +45,6 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.recipe import Recipe
 from tangentlens.sweep.units import UnitReport, run_unit, unit_log
 
 __all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]

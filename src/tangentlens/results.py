@@ -1,31 +1,29 @@
-"""What every probe shares: the tidy result row, what a probe needs captured, and the capture of
-one checkpoint step that probes turn into rows.
+"""The results schema: the tidy row every probe returns, its parquet schema, and
+:class:`ResultTable`, the rows of a measurement in memory.
 
 Rows follow one schema (:data:`ROW_FIELDS`): ``suite, step, tokens_seen, site, layer, probe,
 method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``; ``freq_bin`` is ``"all"`` or
-the bin index as a string; ``method`` names the dictionary (or ``"-"`` where none applies).
+the bin index as a string; ``method`` names the dictionary (or ``"-"`` where none applies);
+``rank`` is the width of the basis a row measures (None where no basis applies). The store
+(:mod:`tangentlens.sweep.store`) writes :data:`SCHEMA`; :func:`check_row` refuses a row outside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from tangentlens.probes.configs import Needs
+import pyarrow as pa
 
 if TYPE_CHECKING:
-    from tangentlens.capture import CaptureStatistics
-    from tangentlens.data import FrequencyTable
+    from tangentlens.capture import Capture
 
 __all__ = [
     "ROW_FIELDS",
-    "Capture",
-    "Needs",
+    "SCHEMA",
+    "ResultTable",
     "StepLabel",
     "bin_label",
     "check_row",
@@ -70,8 +68,29 @@ _FIELD_TYPES: dict[str, type] = {
     "ci_high": Real,
     "n_tokens": Integral,
 }
+
 #: Fields that may be None (missing).
 _NULLABLE = frozenset({"tokens_seen", "layer", "rank", "ci_low", "ci_high", "n_tokens"})
+
+#: The parquet type of each field.
+_ARROW_TYPES = {
+    "suite": pa.string(),
+    "step": pa.int64(),
+    "tokens_seen": pa.int64(),
+    "site": pa.string(),
+    "layer": pa.int64(),
+    "probe": pa.string(),
+    "method": pa.string(),
+    "rank": pa.int64(),
+    "freq_bin": pa.string(),
+    "metric": pa.string(),
+    "value": pa.float64(),
+    "ci_low": pa.float64(),
+    "ci_high": pa.float64(),
+    "n_tokens": pa.int64(),
+}
+#: The parquet schema of result rows, in :data:`ROW_FIELDS` order.
+SCHEMA = pa.schema([(name, _ARROW_TYPES[name]) for name in ROW_FIELDS])
 
 
 def check_row(row: Mapping[str, Any], where: str) -> None:
@@ -107,68 +126,6 @@ class StepLabel:
     step: int
     tokens_seen: int | None
     layers: dict[str, int | None]
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One checkpoint's captured statistics, what every per-step probe reads.
-
-    ``statistics`` are the streamed moments, bins, type sums, reservoir and attention sums of
-    one capture (:func:`tangentlens.capture.capture_statistics`); ``layers`` maps each captured
-    site to its block index (None for the embedding); ``seq_len`` is the width of the token
-    rows (row id // seq_len = sequence index); ``frequencies`` the token frequency table the
-    bins come from. ``suite``, ``step`` and ``tokens_seen`` label the rows (the step also seeds
-    the controls). :meth:`save` and :meth:`load` keep it for later, every probe giving the same
-    numbers on the reloaded capture.
-    """
-
-    suite: str
-    step: int
-    tokens_seen: int | None
-    statistics: CaptureStatistics
-    layers: dict[str, int | None]
-    seq_len: int
-    frequencies: FrequencyTable | None = None
-
-    def save(self, path: str | Path) -> Path:
-        """Write the capture to ``path`` (a torch file, read back with ``weights_only=True``);
-        written atomically. Returns the path."""
-        from tangentlens.capture import save_statistics
-
-        extra = {
-            "suite": self.suite,
-            "step": self.step,
-            "tokens_seen": self.tokens_seen,
-            "layers": dict(self.layers),
-            "seq_len": self.seq_len,
-            "counts": None if self.frequencies is None else self.frequencies.counts,
-        }
-        save_statistics(self.statistics, path, extra)
-        return Path(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Capture:
-        """A capture written by :meth:`save`."""
-        from tangentlens.capture import load_statistics
-        from tangentlens.data import FrequencyTable
-
-        statistics, extra = load_statistics(path)
-        missing = {"suite", "step", "tokens_seen", "layers", "seq_len", "counts"} - set(extra)
-        if missing:
-            raise ValueError(
-                f"{str(path)!r} holds capture statistics but not a tangentlens Capture (missing "
-                f"{sorted(missing)}); save one with Capture.save"
-            )
-        counts = extra["counts"]
-        return cls(
-            suite=extra["suite"],
-            step=int(extra["step"]),
-            tokens_seen=None if extra["tokens_seen"] is None else int(extra["tokens_seen"]),
-            statistics=statistics,
-            layers=dict(extra["layers"]),
-            seq_len=int(extra["seq_len"]),
-            frequencies=None if counts is None else FrequencyTable(np.asarray(counts)),
-        )
 
 
 def row(
@@ -246,3 +203,47 @@ def measurement(
         "freq_bin": bin_label(bin_index),
         "n_tokens": n_tokens,
     }
+
+
+class ResultTable:
+    """Tidy result rows (the sweep's schema: ``suite, step, tokens_seen, site, layer, probe,
+    method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``)."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame, one row per measurement (``step``, ``layer``, ``rank``,
+        ``n_tokens`` as nullable integers: the embedding's layer is missing, not NaN)."""
+        import pandas as pd
+
+        return self._table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        return self._table.to_pylist()
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        probes = sorted(set(self._table.column("probe").to_pylist()))
+        return f"ResultTable({len(self)} rows; probes {probes})"
+
+    def where(self, **fields: Any) -> ResultTable:
+        """The rows whose ``fields`` equal the given values (``metric="energy_ratio"``, …)."""
+        unknown = sorted(set(fields) - set(SCHEMA.names))
+        if unknown:
+            raise ValueError(f"unknown row fields {unknown}; allowed: {SCHEMA.names}")
+        return ResultTable(r for r in self.to_pylist() if all(r[k] == v for k, v in fields.items()))
+
+    def value(self, **fields: Any) -> float:
+        """The value of the one row whose ``fields`` equal the given values."""
+        rows = self.where(**fields).to_pylist()
+        if len(rows) != 1:
+            raise ValueError(
+                f"{len(rows)} rows match {fields}; name the row fully (site, method, freq_bin, …)"
+            )
+        return rows[0]["value"]

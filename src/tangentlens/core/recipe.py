@@ -14,35 +14,30 @@ import dataclasses
 import json
 import math
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tangentlens.checks import check_count, check_fraction, suggest
+from tangentlens.checks import build_section, check_count, check_fraction, suggest
 from tangentlens.models.catalog import LOADER_CHOICES
-from tangentlens.probes.configs import PRETRAINED_SAE, PretrainedSAESpec, TangentSpec
-from tangentlens.registry import builtin_probes, check_companions, resolve_all
+from tangentlens.registry import builtin_probes, check_companions, resolve, resolve_all
 
 __all__ = [
     "CAPTURE_SITE_KINDS",
     "EXECUTOR_KINDS",
     "LAYER_FORMS",
-    "PRETRAINED_SAE",
     "WEIGHT_DTYPES",
     "CaptureSpec",
     "DataSpec",
     "ExecutorSpec",
-    "PretrainedSAESpec",
     "Recipe",
     "SuiteSpec",
-    "TangentSpec",
-    "build_section",
     "builtin_recipes",
     "load_recipe",
     "select_layers",
+    "site_groups",
 ]
 
 
@@ -173,6 +168,22 @@ def select_layers(spec: str, n_layers: int) -> tuple[int, ...]:
     return tuple(form)
 
 
+T = typing.TypeVar("T")
+
+
+def site_groups(sites: typing.Sequence[T], passes: int) -> list[list[T]]:
+    """``sites`` in ``passes`` contiguous groups whose sizes differ by at most one (at most
+    one group per site; ``passes`` 0, "auto" unresolved, counts as 1)."""
+    k = max(1, min(passes, len(sites)))
+    size, extra = divmod(len(sites), k)
+    groups, start = [], 0
+    for g in range(k):
+        stop = start + size + (g < extra)
+        groups.append(list(sites[start:stop]))
+        start = stop
+    return groups
+
+
 @dataclass(frozen=True)
 class CaptureSpec:
     """``sites`` (kinds from :data:`CAPTURE_SITE_KINDS`) at the blocks ``layers`` selects
@@ -284,19 +295,10 @@ class Recipe:
 
     def __post_init__(self) -> None:
         check_companions(self.probes)
-        if "update_alignment" in self.probes and not self.capture.embed:
-            raise ValueError(
-                "probes.update_alignment scores ΔW_E in the embedding's proxy: set capture.embed "
-                "= true"
-            )
         if not self.probes:
             raise ValueError(f"the recipe enables no probe; allowed: {list(builtin_probes())}")
-        spec = self.probes.get("tangent_energy")
-        if spec is not None and spec.pretrained_sae is not None and self.capture.reservoir < 1:
-            raise ValueError(
-                f"probes.tangent_energy.{PRETRAINED_SAE} chooses its latents on the sampled "
-                "activation rows: set capture.reservoir ≥ 1"
-            )
+        for key, config in self.probes.items():
+            resolve(key).check_recipe(config, self)
 
     def identity(self) -> dict[str, Any]:
         """:meth:`to_dict` as a manifest reads it back (a JSON round trip): what ``--resume``
@@ -315,7 +317,7 @@ class Recipe:
             "suite": dataclasses.asdict(self.suite),
             "data": dataclasses.asdict(self.data),
             "capture": capture,
-            "probes": {k: dataclasses.asdict(v) for k, v in self.probes.items()},
+            "probes": {k: _table(v) for k, v in self.probes.items()},
         }
 
     def executor_dict(self) -> dict[str, Any]:
@@ -323,64 +325,9 @@ class Recipe:
         return dataclasses.asdict(self.executor)
 
 
-def _coerce(value: Any, annotation: Any, path: str) -> Any:
-    """Check a TOML value against a field annotation (as a string from ``__future__``)."""
-    hint = annotation
-    origin = typing.get_origin(hint)
-    if origin in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(value, args[0], path)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"{path} must be a list, got {value!r}")
-        return tuple(value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(
-                f"{path} must be a table ([{path}] or {path}.KEY = VALUE), got {value!r}"
-            )
-        return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{path} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{path} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{path} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{path} must be a string, got {value!r}")
-        return value
-    if dataclasses.is_dataclass(hint):
-        return build_section(hint, value, path)
-    return value
-
-
-def build_section(cls: type, table: Any, path: str) -> Any:
-    """``cls`` (a recipe section's dataclass) from a TOML-like table: unknown keys and values
-    of the wrong type are refused naming ``path.key`` (and the nearest allowed key)."""
-    if not isinstance(table, dict):
-        raise ValueError(f"{path} must be a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in table.items():
-        if key not in names:
-            raise ValueError(f"unknown key {path}.{key}; allowed: {names}{suggest(key, names)}")
-        kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
-    try:
-        return cls(**kwargs)
-    except ValueError as error:  # a config's own check: say where in the recipe
-        if str(error).startswith(f"{path}."):
-            raise
-        raise ValueError(f"{path}: {error}") from None
+def _table(config: Any) -> dict[str, Any]:
+    """A probe's config as its recipe table (flat for a composed config)."""
+    return config.to_table() if hasattr(config, "to_table") else dataclasses.asdict(config)
 
 
 def _apply_override(data: dict[str, Any], override: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tangentlens.core.recipe import Recipe
 from tangentlens.data import (
     Corpus,
     FrequencyBins,
@@ -30,7 +31,6 @@ from tangentlens.data import (
     special_tokens_of,
     tokenize_corpus,
 )
-from tangentlens.sweep.recipe import Recipe
 
 __all__ = [
     "DATA_FILE",

@@ -21,10 +21,13 @@ from tangentlens.capture import (
     capture_statistics,
     combine_site_passes,
 )
+from tangentlens.capture.captured import Capture
+from tangentlens.capture.needs import Needs
+from tangentlens.core.data import AnalysisData
+from tangentlens.core.recipe import Recipe, select_layers, site_groups
 from tangentlens.data import iter_batches
 from tangentlens.metrics import reused_draws
 from tangentlens.models import hook_name, lens_model
-from tangentlens.probes.base import Capture, Needs, make_row
 from tangentlens.proxies import (
     FittedProxies,
     FixedProxy,
@@ -33,9 +36,7 @@ from tangentlens.proxies import (
     fit_rows,
 )
 from tangentlens.registry import TANGENT, Probe, StepInputs, resolve_all
-from tangentlens.sweep.data import AnalysisData
-from tangentlens.sweep.memory import site_groups
-from tangentlens.sweep.recipe import Recipe, select_layers
+from tangentlens.results import make_row
 
 __all__ = [
     "Proxies",
@@ -181,8 +182,8 @@ def fit_step(
 ) -> dict[str, FittedProxies]:
     """The proxies of every site fitted on ``stats`` (``spec``: the tangent_energy probe's
     settings), with the ``fixed`` proxies added."""
-    status(f"fitting proxies ({', '.join(spec.methods)})")
-    fitted = {n: fit_proxies(s, spec.proxy_config()) for n, s in stats.sites.items()}
+    status(f"fitting proxies ({', '.join(spec.proxies.methods)})")
+    fitted = {n: fit_proxies(s, spec.proxies) for n, s in stats.sites.items()}
     return with_fixed(fitted, fixed)
 
 
@@ -239,6 +240,6 @@ def step_rows(
         (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
     )
     for key in tangent:
-        status(f"controls ({spec.draws} per measurement)" if key == TANGENT else key)
+        status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
         rows += _probe_rows(probes[key], key, recipe.probes[key], inputs)
     return rows, own or None
