@@ -59,7 +59,7 @@ from tangentlens.dictionaries.proxy_config import (
 )
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.registry import Probe, StepInputs
-from tangentlens.results import make_row, measurement
+from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
@@ -89,13 +89,16 @@ class TangentEnergyConfig:
     replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
     data-matched control (None = off); ``interval`` the bootstrap interval (one of
     :data:`tangentlens.metrics.options.BOOTSTRAP_METHODS`; studentized by default: it covered
-    best on simulated sequences)."""
+    best on simulated sequences); ``keep_replicates``: a sweep also stores each interval's
+    bootstrap replicates (``replicates/<unit>.parquet``), so that ``tangentlens compare`` can give
+    the differences between runs an interval."""
 
     draws: int = 100
     bootstrap: int = 200
     data_matched_m: int | None = None
     seed: int = 0
     interval: str = "studentized"
+    keep_replicates: bool = False
 
     def __post_init__(self) -> None:
         check_count(self.draws, "draws", minimum=1)
@@ -107,6 +110,12 @@ class TangentEnergyConfig:
             )
         check_count(self.seed, "seed", minimum=0)
         check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
+        if not isinstance(self.keep_replicates, bool):
+            raise ValueError(f"keep_replicates must be true or false, got {self.keep_replicates!r}")
+        if self.keep_replicates and not self.bootstrap:
+            raise ValueError(
+                "keep_replicates = true stores bootstrap replicates: set bootstrap > 0"
+            )
         m = self.data_matched_m
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
             raise ValueError(
@@ -358,23 +367,32 @@ def _intervals(
     fraction: float,
     ratio: float,
     config: TangentEnergyConfig,
-) -> dict[str, tuple[float, float]]:
+    keep: bool = False,
+) -> dict[str, metrics.RatioInterval]:
     """Intervals of the energy fraction (``Σ inside / Σ total``) and ratio (``Σ inside /
     Σ control``) from per-sequence sums, put on the reported values (rescaled for a sample;
-    for all sequences the rescaling factor is 1 up to rounding)."""
+    for all sequences the rescaling factor is 1 up to rounding); ``keep``: with their
+    replicates."""
     if not config.bootstrap or sums is None:
         return {}
     inside, total, control = sums
     if inside.numel() < 2 or not float(total.sum()) > 0 or not float(control.sum()) > 0:
         return {}  # the rows carry no gradient (e.g. MLM sequences without a target)
-    kwargs = {"replicates": config.bootstrap, "seed": config.seed, "method": config.interval}
+    kwargs = {
+        "replicates": config.bootstrap,
+        "seed": config.seed,
+        "method": config.interval,
+        "keep_replicates": keep,
+    }
     out = {}
     if math.isfinite(fraction):
-        e = metrics.bootstrap_ratio(inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs)
-        out["energy_fraction"] = (e.ci_low, e.ci_high)
+        out["energy_fraction"] = metrics.bootstrap_ratio(
+            inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs
+        )
     if math.isfinite(ratio):
-        r = metrics.bootstrap_ratio(inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs)
-        out["energy_ratio"] = (r.ci_low, r.ci_high)
+        out["energy_ratio"] = metrics.bootstrap_ratio(
+            inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs
+        )
     return out
 
 
@@ -449,11 +467,16 @@ def _data_matched_rows(
 
 
 def rows(
-    data: Capture, proxies: dict[str, dict[str, Basis]], config: TangentEnergyConfig
+    data: Capture,
+    proxies: dict[str, dict[str, Basis]],
+    config: TangentEnergyConfig,
+    replicates: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
     ``mean_direction``, m̂, where m̂ was projected out of the others: see
-    :func:`exchangeable_excluded`)."""
+    :func:`exchangeable_excluded`). ``replicates``: a list that receives, for each row with a
+    bootstrap interval, the row's labels (:data:`tangentlens.results.REPLICATE_FIELDS`) and its
+    replicate values (``replicates``), in replicate order."""
     out: list[dict[str, Any]] = []
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies:
@@ -498,8 +521,22 @@ def rows(
                     _check_sums(sums, headline.energy_fraction, site_name)
                 else:
                     sums = _sampled_interval(sample, proxy, frames, bin_index)
-                ci = _intervals(sums, headline.energy_fraction, headline.energy_ratio, config)
+                intervals = _intervals(
+                    sums,
+                    headline.energy_fraction,
+                    headline.energy_ratio,
+                    config,
+                    keep=replicates is not None,
+                )
+                ci = {m: (i.ci_low, i.ci_high) for m, i in intervals.items()}
                 out += _energy_rows(data, headline, complement, ci, common)
+                if replicates is not None:
+                    replicates += [
+                        replicate_record(
+                            make_row(data, NAME, m, i.value, **common), i.replicate_values
+                        )
+                        for m, i in intervals.items()
+                    ]
                 if pca_span is not None:
                     out += _data_matched_rows(
                         data, acc.second_moment, proxy, pca_span, families, config.draws, key,
@@ -509,7 +546,7 @@ def rows(
 
 
 def _step_rows(inputs: StepInputs, config: TangentSpec) -> list[dict[str, Any]]:
-    return rows(inputs.scored, inputs.proxies, config.energy)
+    return rows(inputs.scored, inputs.proxies, config.energy, inputs.replicates)
 
 
 def _check_recipe(config: TangentSpec, recipe: Any) -> None:

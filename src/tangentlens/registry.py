@@ -96,7 +96,8 @@ class StepInputs:
     ``proxies``: the scored tangent proxies ``{site: {method: basis (d × k)}}`` (the frozen-early
     ones, else the step's own fit; None without ``tangent_energy``); ``own``: the step's own fit;
     ``frozen``: the frozen-early proxies (None otherwise); ``tangent``: the ``tangent_energy``
-    config (None without it)."""
+    config (None without it); ``replicates``: where a probe puts the bootstrap replicates of its
+    rows with intervals (:func:`tangentlens.results.replicate_record`; None: keep none)."""
 
     capture: Capture
     scored: Capture
@@ -104,6 +105,7 @@ class StepInputs:
     own: Proxies | None = None
     frozen: Proxies | None = None
     tangent: Any = None
+    replicates: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

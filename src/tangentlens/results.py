@@ -6,6 +6,11 @@ method, rank, freq_bin, metric, value, ci_low, ci_high, n_tokens``; ``freq_bin``
 the bin index as a string; ``method`` names the dictionary (or ``"-"`` where none applies);
 ``rank`` is the width of the basis a row measures (None where no basis applies). The store
 (:mod:`tangentlens.sweep.store`) writes :data:`SCHEMA`; :func:`check_row` refuses a row outside it.
+
+A row with a bootstrap interval may keep its replicates (opt-in,
+``probes.tangent_energy.keep_replicates``): one record per row (:func:`replicate_record`, the
+row's labels :data:`REPLICATE_FIELDS` and the list of replicate values, in replicate order;
+parquet :data:`REPLICATE_SCHEMA`), from which intervals of differences between runs are formed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ if TYPE_CHECKING:
     from tangentlens.capture import Capture
 
 __all__ = [
+    "REPLICATE_FIELDS",
+    "REPLICATE_SCHEMA",
     "ROW_FIELDS",
     "SCHEMA",
     "ResultTable",
@@ -29,6 +36,7 @@ __all__ = [
     "check_row",
     "make_row",
     "measurement",
+    "replicate_record",
     "row",
 ]
 
@@ -91,6 +99,26 @@ _ARROW_TYPES = {
 }
 #: The parquet schema of result rows, in :data:`ROW_FIELDS` order.
 SCHEMA = pa.schema([(name, _ARROW_TYPES[name]) for name in ROW_FIELDS])
+
+#: The labels of a replicate record: the row's, without its value and interval.
+REPLICATE_FIELDS: tuple[str, ...] = (
+    "suite",
+    "step",
+    "site",
+    "layer",
+    "probe",
+    "method",
+    "rank",
+    "freq_bin",
+    "metric",
+)
+#: The parquet schema of replicate records: :data:`REPLICATE_FIELDS` and ``replicates``.
+REPLICATE_SCHEMA = pa.schema(
+    [
+        *((name, _ARROW_TYPES[name]) for name in REPLICATE_FIELDS),
+        ("replicates", pa.list_(pa.float64())),
+    ]
+)
 
 
 def check_row(row: Mapping[str, Any], where: str) -> None:
@@ -247,3 +275,12 @@ class ResultTable:
                 f"{len(rows)} rows match {fields}; name the row fully (site, method, freq_bin, …)"
             )
         return rows[0]["value"]
+
+
+def replicate_record(row: Mapping[str, Any], values: Iterable[float]) -> dict[str, Any]:
+    """The replicate record of ``row`` (a result row): its labels and the replicate ``values``
+    (NaN for a replicate without a value)."""
+    return {
+        **{name: row[name] for name in REPLICATE_FIELDS},
+        "replicates": [float(v) for v in values],
+    }

@@ -12,7 +12,7 @@ import pytest
 from tangentlens.capture import RowReservoir
 from tangentlens.probes import anisotropy_share, tangent_energy
 from tangentlens.proxies import ProxyConfig, fit_proxies
-from tangentlens.results import ROW_FIELDS
+from tangentlens.results import REPLICATE_FIELDS, ROW_FIELDS
 
 
 def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):
@@ -103,11 +103,35 @@ def test_anisotropy_share_rows(micro_step_data):
 
 
 def test_probe_configs_reject_bad_values():
-    with pytest.raises(ValueError, match="methods must be distinct names"):
+    with pytest.raises(ValueError, match="unknown method 'ica'.*did you mean 'pca'"):
         ProxyConfig(methods=("ica",))
+    with pytest.raises(ValueError, match="methods must be distinct names"):
+        ProxyConfig(methods=("pca", "pca"))
     with pytest.raises(ValueError, match="draws must be an integer ≥ 1"):
         tangent_energy.TangentEnergyConfig(draws=0)
     with pytest.raises(ValueError, match="data_matched_m must be an integer ≥ 2"):
         tangent_energy.TangentEnergyConfig(data_matched_m=1)
     with pytest.raises(ValueError, match="zeta"):
         anisotropy_share.AnisotropyShareConfig(zeta=2.0)
+
+
+def test_kept_replicates_are_one_record_per_interval_and_give_its_bounds(micro_step_data):
+    """With a sink, every row with an interval has one replicate record (its labels, ``bootstrap``
+    values); under the percentile method the interval's bounds are the record's percentiles
+    (the rescaling onto the reported value is applied to both), and keeping them changes no row."""
+    config = tangent_energy.TangentEnergyConfig(
+        draws=20, bootstrap=100, interval="percentile", keep_replicates=True
+    )
+    proxies = _proxies(micro_step_data)
+    sink: list[dict] = []
+    rows = tangent_energy.rows(micro_step_data, proxies, config, replicates=sink)
+    assert rows == tangent_energy.rows(micro_step_data, proxies, config)
+    with_ci = {tuple(r[f] for f in REPLICATE_FIELDS): r for r in rows if r["ci_low"] is not None}
+    records = {tuple(r[f] for f in REPLICATE_FIELDS): r["replicates"] for r in sink}
+    assert len(with_ci) == 2 * 2 * 2 * 4 and records.keys() == with_ci.keys()
+    for key, values in records.items():
+        row = with_ci[key]
+        assert len(values) == 100
+        low, high = np.quantile(values, (0.025, 0.975))
+        assert min(low, row["value"]) == pytest.approx(row["ci_low"], rel=1e-9)
+        assert max(high, row["value"]) == pytest.approx(row["ci_high"], rel=1e-9)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.models.sites import site_kind
-from tangentlens.sweep.store import read_results
+from tangentlens.sweep.store import read_replicates, read_results
 
 __all__ = ["MODEL_LEVEL", "Run", "read_run", "relative_depth", "row_place"]
 
@@ -34,14 +34,17 @@ MODEL_LEVEL = "-"
 @dataclass(frozen=True)
 class Run:
     """One run directory: ``label`` (its name in the comparison), ``root``, ``manifest``,
-    every row (``rows``, all steps), ``n_layers`` (the suite's blocks) and ``finished`` (False
-    for a run still going or stopped: its rows so far are compared)."""
+    every row (``rows``, all steps), ``n_layers`` (the suite's blocks), ``finished`` (False
+    for a run still going or stopped: its rows so far are compared) and the bootstrap
+    replicates it kept (``replicates``: one record per row with an interval, see
+    :data:`tangentlens.results.REPLICATE_FIELDS`; empty unless the sweep kept them)."""
 
     label: str
     root: Path
     manifest: dict[str, Any]
     rows: tuple[Row, ...]
     n_layers: int
+    replicates: tuple[Row, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -101,7 +104,8 @@ def read_run(path: str | Path, label: str | None = None) -> Run:
         raise ValueError(f"{root} is not a run directory (no manifest.json)")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     rows = tuple(read_results(root).to_pylist())
-    return Run(label or root.name, root, manifest, rows, _n_layers(root, manifest))
+    replicates = tuple(read_replicates(root).to_pylist())
+    return Run(label or root.name, root, manifest, rows, _n_layers(root, manifest), replicates)
 
 
 def relative_depth(kind: str, layer: int | None, n_layers: int) -> Fraction | None:

@@ -13,9 +13,15 @@ The table has the tidy schema plus ``run``, ``site_kind``, ``relative_depth`` an
 label, ``difference`` null — then one row per later run B against the first run A: ``run``
 ``"B − A"``, ``difference`` ``"log_ratio"`` for ratio metrics (:func:`is_ratio`: ``value`` =
 ln B − ln A, NaN unless both are > 0) else ``"difference"`` (``value`` = B − A), ``site`` the
-site kind, ``suite``, ``step``, ``tokens_seen``, ``layer``, ``n_tokens`` null. No interval:
-runs keep no bootstrap replicates, and their studentized intervals are asymmetric, so two runs'
-bounds cannot be combined into one for the difference (``ci_low``/``ci_high`` are null).
+site kind, ``suite``, ``step``, ``tokens_seen``, ``layer``, ``n_tokens`` null.
+
+A difference has an interval (``ci_low``, ``ci_high``) where both runs kept the bootstrap
+replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction`` and
+``energy_ratio``): the 95 % percentile interval of the replicate differences (ln B*ᵢ − ln A*ᵢ,
+or B*ᵢ − A*ᵢ), widened to contain the difference itself. Replicate i of both runs resamples the
+same sequence indices (the bootstrap's seed is the recipe's), so for runs over the same sequences
+this is a paired bootstrap of the difference; the runs' own studentized intervals are
+asymmetric, so their bounds alone could not be combined. Elsewhere the interval is null.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from tangentlens.comparison.runs import Run, read_run, row_place
@@ -44,6 +51,7 @@ from tangentlens.results import SCHEMA
 __all__ = [
     "COMPARE_SCHEMA",
     "INTERVAL_NOTE",
+    "INTERVAL_WITH_REPLICATES",
     "Comparison",
     "compare",
     "difference_label",
@@ -64,11 +72,19 @@ COMPARE_SCHEMA = pa.schema(
     ]
 )
 
-#: Why the differences carry no interval.
+#: Why a difference carries no interval.
 INTERVAL_NOTE = (
-    "differences have no interval: runs keep no bootstrap replicates, and the studentized "
-    "intervals are asymmetric, so two runs' bounds cannot be combined"
+    "differences without an interval: a run kept no bootstrap replicates for them (set "
+    "probes.tangent_energy.keep_replicates = true), and the studentized intervals are "
+    "asymmetric, so two runs' bounds cannot be combined"
 )
+#: How the differences' intervals were formed, where the runs kept replicates.
+INTERVAL_WITH_REPLICATES = (
+    "[lo, hi] after a difference: 95 % percentile interval of the runs' paired bootstrap "
+    "replicate differences (energy_fraction, energy_ratio); other differences have none"
+)
+#: The level of the differences' intervals (that of the runs' own intervals).
+DIFFERENCE_LEVEL = 0.95
 
 
 def is_ratio(metric: str) -> bool:
@@ -87,6 +103,36 @@ def _difference(metric: str, first: float | None, later: float | None) -> float:
     if is_ratio(metric):
         return math.log(later) - math.log(first) if first > 0 and later > 0 else math.nan
     return later - first
+
+
+def _difference_interval(
+    metric: str, value: float, first: np.ndarray | None, later: np.ndarray | None
+) -> tuple[float | None, float | None]:
+    """The percentile interval of the replicate differences (paired by replicate index),
+    widened to contain ``value``; ``(None, None)`` without replicates of both rows."""
+    if first is None or later is None or not math.isfinite(value):
+        return None, None
+    n = min(first.size, later.size)
+    a, b = first[:n], later[:n]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        differences = np.log(b) - np.log(a) if is_ratio(metric) else b - a
+    differences = differences[np.isfinite(differences)]
+    if differences.size < 2:
+        return None, None
+    tail = (1 - DIFFERENCE_LEVEL) / 2
+    low, high = np.quantile(differences, (tail, 1 - tail))
+    return min(float(low), value), max(float(high), value)
+
+
+def _replicates(run: Run, step: int) -> dict[Key, np.ndarray]:
+    """The run's replicate values at ``step`` by match key."""
+    out: dict[Key, np.ndarray] = {}
+    for r in run.replicates:
+        if r["step"] == step:
+            kind, depth = row_place(r, run.n_layers)
+            key = (r["probe"], r["metric"], r["method"], r["rank"], r["freq_bin"], kind, depth)
+            out[key] = np.asarray(r["replicates"], dtype=np.float64)
+    return out
 
 
 def _bin_order(freq_bin: str) -> tuple[bool, int, str]:
@@ -207,6 +253,7 @@ def compare(
     if size is not None:
         flagged.append(size)
     keyed = [_keyed(run, s) for run, s in zip(read, steps, strict=True)]
+    kept = [_replicates(run, s) for run, s in zip(read, steps, strict=True)]
     common = set(keyed[0]).intersection(*keyed[1:])
     shared = sorted(
         (k for k in common if not any(r.setting.concerns(keyed[0][k]) for r in refused)),
@@ -219,7 +266,9 @@ def compare(
         for run, rows in zip(read, keyed, strict=True):
             out.append({**rows[key], "run": run.label, **place, "difference": None})
         first = keyed[0][key]["value"]
-        for run, rows in zip(read[1:], keyed[1:], strict=True):
+        for run, rows, replicates in zip(read[1:], keyed[1:], kept[1:], strict=True):
+            value = _difference(metric, first, rows[key]["value"])
+            low, high = _difference_interval(metric, value, kept[0].get(key), replicates.get(key))
             out.append(
                 {
                     **dict.fromkeys(SCHEMA.names),
@@ -229,7 +278,9 @@ def compare(
                     "rank": rank,
                     "freq_bin": freq_bin,
                     "metric": metric,
-                    "value": _difference(metric, first, rows[key]["value"]),
+                    "value": value,
+                    "ci_low": low,
+                    "ci_high": high,
                     "run": difference_label(run.label, read[0].label),
                     **place,
                     "difference": "log_ratio" if is_ratio(metric) else "difference",
@@ -239,8 +290,8 @@ def compare(
         at = ", ".join(f"{run.label} step {s}" for run, s in zip(read, steps, strict=True))
         why = "; ".join(r.line for r in refused) or "no metric at a common site kind and depth"
         raise ValueError(f"the runs share no comparable row ({at}): {why}")
-    kept = set(shared)
-    unshared = tuple(Counter(k[0] for k in rows if k not in kept) for rows in keyed)
+    compared = set(shared)
+    unshared = tuple(Counter(k[0] for k in rows if k not in compared) for rows in keyed)
     return Comparison(
         runs=tuple(read),
         steps=tuple(steps),

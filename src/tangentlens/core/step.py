@@ -204,6 +204,7 @@ def step_rows(
     frozen: Proxies | None = None,
     fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
     status: Status = _quiet,
+    replicates: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], Proxies | None]:
     """Every per-step probe of ``recipe`` on ``capture`` (the whole stream), in the recipe's
     order: the capture's rows, the ``step`` probes, then the tangent account — fit diagnostics,
@@ -213,7 +214,9 @@ def step_rows(
     ``scored``: the statistics energies are scored on (held out: the second half; default the
     capture's); ``fitted``: proxies already fitted on other data (held out: the first half);
     ``frozen``: frozen-early proxies, scored instead of the step's own fit; ``fixed``: proxies
-    known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit.
+    known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit;
+    ``replicates``: a list that receives the bootstrap replicates of the rows with intervals
+    (:func:`tangentlens.results.replicate_record`).
     """
     probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.per_step}
     rows = capture_rows(capture)
@@ -235,7 +238,7 @@ def step_rows(
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
     rows += fit_rows(capture, proxies, diagnostics)
     scored_capture = capture if scored is None else dataclasses.replace(capture, statistics=scored)
-    inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, spec)
+    inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, spec, replicates)
     tangent = sorted(
         (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
     )

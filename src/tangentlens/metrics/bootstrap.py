@@ -45,7 +45,10 @@ class RatioInterval:
 
     ``sample_value`` is the pooled ratio of the resampled groups (equal to ``value`` unless a
     ``centre`` was given); ``groups`` the number of groups resampled; ``widened`` whether the
-    interval had to be stretched to contain ``value``.
+    interval had to be stretched to contain ``value``. ``replicate_values``: with
+    ``keep_replicates``, each replicate's ratio (``replicates``,), in replicate order, put on
+    ``value`` as the interval is (rescaled, clipped to ``bounds``); NaN where a replicate's
+    denominators sum to zero.
     """
 
     value: float
@@ -57,6 +60,7 @@ class RatioInterval:
     sample_value: float = math.nan
     groups: int = 0
     widened: bool = False
+    replicate_values: np.ndarray | None = None
 
 
 def group_sums(
@@ -118,6 +122,7 @@ def bootstrap_ratio(
     method: str = "percentile",
     centre: float | None = None,
     bounds: tuple[float, float] | None = None,
+    keep_replicates: bool = False,
 ) -> RatioInterval:
     """Pooled ratio ``Σ num / Σ den`` over groups (per-group sums, (g,) each, g ≥ 2) with a
     bootstrap interval from ``replicates`` resamples of the groups (seeded).
@@ -129,6 +134,8 @@ def bootstrap_ratio(
             the data and ``value`` is their pooled ratio.
         bounds: the ratio's range (e.g. ``(0, 1)`` for a fraction): the rescaled interval is
             clipped to it.
+        keep_replicates: also return each replicate's ratio (``replicate_values``), so that
+            intervals of differences between two such ratios can be formed later.
 
     Replicates whose denominators sum to zero have no ratio and are left out of the quantiles.
     The interval always contains ``value`` (``widened`` records when it had to be stretched).
@@ -173,15 +180,22 @@ def bootstrap_ratio(
         low, high = np.quantile(ratios, levels) if ratios.size else (point, point)
     low, high = float(low), float(high)
     value = point
+    kept = None
+    if keep_replicates:
+        kept = np.full(replicates, math.nan)
+        kept[defined] = ratios
     if centre is not None:
         value = float(centre)
         scale = value / point if point != 0 else math.nan
         if math.isfinite(scale):
             low, high = sorted((low * scale, high * scale))
+            kept = None if kept is None else kept * scale
         else:  # a zero sample ratio carries no relative spread: shift instead
             low, high = low - point + value, high - point + value
+            kept = None if kept is None else kept - point + value
         if bounds is not None:
             low, high = min(max(low, bounds[0]), bounds[1]), min(max(high, bounds[0]), bounds[1])
+            kept = None if kept is None else np.clip(kept, bounds[0], bounds[1])
     widened = not low <= value <= high
     return RatioInterval(
         value=value,
@@ -193,4 +207,5 @@ def bootstrap_ratio(
         sample_value=point,
         groups=int(num.shape[0]),
         widened=widened,
+        replicate_values=kept,
     )

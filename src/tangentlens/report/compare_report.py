@@ -37,7 +37,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from tangentlens.comparison.runs import MODEL_LEVEL, Run, row_place
-from tangentlens.comparison.table import INTERVAL_NOTE, Comparison, difference_label, is_ratio
+from tangentlens.comparison.table import (
+    INTERVAL_NOTE,
+    INTERVAL_WITH_REPLICATES,
+    Comparison,
+    difference_label,
+    is_ratio,
+)
 from tangentlens.report.baseline import INIT_STEP
 from tangentlens.report.console import fmt_value
 
@@ -85,9 +91,13 @@ def _headline(comparison: Comparison, probe: str, metric: str, title: str) -> Ta
     cells: dict[tuple[str, str, float | None], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    intervals: dict[tuple[str, str, float | None, str], tuple[float, float]] = {}
     for r in rows:
         method = "-" if probe in _AVERAGED else r["method"]
         cells[(method, r["site_kind"], r["relative_depth"])][r["run"]].append(r["value"])
+        if r["ci_low"] is not None and probe not in _AVERAGED:
+            where = (method, r["site_kind"], r["relative_depth"], r["run"])
+            intervals[where] = (r["ci_low"], r["ci_high"])
     labels = [run.label for run in comparison.runs]
     later = [difference_label(label, labels[0]) for label in labels[1:]]
     delta = "Δln" if is_ratio(metric) else "Δ"
@@ -103,9 +113,12 @@ def _headline(comparison: Comparison, probe: str, metric: str, title: str) -> Ta
     order = sorted(cells, key=lambda k: (k[0], k[1] != "embed", k[1], k[2] or 0.0))
     for method, kind, depth in order:
         got = cells[(method, kind, depth)]
-        values = [
-            fmt_value(statistics.fmean(got[c]) if got.get(c) else None) for c in labels + later
-        ]
+        values = [fmt_value(statistics.fmean(got[c]) if got.get(c) else None) for c in labels]
+        for c in later:
+            text = fmt_value(statistics.fmean(got[c]) if got.get(c) else None)
+            if (ci := intervals.get((method, kind, depth, c))) is not None:
+                text += f" [{fmt_value(ci[0])}, {fmt_value(ci[1])}]"
+            values.append(escape(text))
         lead = [method] if methods != {"-"} else []
         table.add_row(*lead, _place(kind, depth), *values)
     return table
@@ -136,7 +149,11 @@ def _header(comparison: Comparison) -> list[str]:
         lines.append(
             f"[dim]rows not shared (refused or in one run only): {escape('; '.join(unshared))}[/]"
         )
-    lines.append(f"[dim]{INTERVAL_NOTE}[/]")
+    differences = [r for r in comparison.to_pylist() if r["difference"] is not None]
+    if any(r["ci_low"] is not None for r in differences):
+        lines.append(f"[dim]{INTERVAL_WITH_REPLICATES}[/]")
+    else:
+        lines.append(f"[dim]{INTERVAL_NOTE}[/]")
     return lines
 
 

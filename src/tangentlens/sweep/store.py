@@ -5,6 +5,8 @@ Layout::
     RUN_DIR/
       manifest.json          resolved recipe, versions, git hash, seeds, device, per-step info
       results/<unit>.parquet one part per finished unit (tidy rows, the schema below)
+      replicates/<unit>.parquet  bootstrap replicates of a step's intervals (opt-in:
+                             probes.tangent_energy.keep_replicates), written before the part
       state/                 what later units need from earlier ones (e.g. frozen proxies)
       units/<unit>.json      host and pid of each unit while it runs
       logs/<unit>.log        the traceback of a unit that failed
@@ -30,9 +32,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tangentlens.results import SCHEMA
+from tangentlens.results import REPLICATE_SCHEMA, SCHEMA
 
-__all__ = ["RunStore", "read_parts", "read_results"]
+__all__ = ["REPLICATES", "RunStore", "read_parts", "read_replicates", "read_results"]
+
+#: The folder of the replicate records (one file per step unit that kept them).
+REPLICATES = "replicates"
 
 
 def _atomic_write_bytes(path: Path, write: Any) -> None:
@@ -186,6 +191,12 @@ class RunStore:
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         _atomic_write_bytes(self.part_path(unit), lambda tmp: pq.write_table(table, tmp))
 
+    def write_replicates(self, unit: str, records: list[dict[str, Any]]) -> None:
+        """Write a unit's replicate records atomically (before its part)."""
+        table = pa.Table.from_pylist(records, schema=REPLICATE_SCHEMA)
+        path = self.root / REPLICATES / f"{unit}.parquet"
+        _atomic_write_bytes(path, lambda tmp: pq.write_table(table, tmp))
+
     def write_file(self, name: str, text: str) -> Path:
         """Atomically write the text file ``name`` (relative to the run directory)."""
         path = self.root / name
@@ -215,3 +226,11 @@ def read_results(root: str | Path) -> pa.Table:
     if not parts:
         raise ValueError(f"{root} holds no results (results/*.parquet)")
     return read_parts(parts)
+
+
+def read_replicates(root: str | Path) -> pa.Table:
+    """Every replicate record of the run directory ``root`` (an empty table when it kept none)."""
+    files = sorted((Path(root) / REPLICATES).glob("*.parquet"))
+    if not files:
+        return REPLICATE_SCHEMA.empty_table()
+    return pa.concat_tables([pq.read_table(f, schema=REPLICATE_SCHEMA) for f in files])

@@ -417,6 +417,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
+    replicates = [] if spec is not None and spec.energy.keep_replicates else None
     rows, own = step_rows(
         recipe,
         capture,
@@ -425,6 +426,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         frozen=frozen,
         fixed=pretrained,
         status=status,
+        replicates=replicates,
     )
     rows += _duplicate_rows(capture, store)
     saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
@@ -433,8 +435,10 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
     for key, probe in resolve_all(recipe.probes).items():
         if probe.state is not None:
             saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
-    # the state first, the part last: the part marks the unit done
+    # the state and replicates first, the part last: the part marks the unit done
     store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
+    if replicates is not None:
+        store.write_replicates(unit.name, replicates)
     store.write_part(unit.name, rows)
 
 
