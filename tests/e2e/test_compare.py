@@ -14,7 +14,7 @@ import pytest
 import tangentlens
 from tangentlens.cli import main
 from tangentlens.results import SCHEMA
-from tangentlens.sweep.store import read_results
+from tangentlens.sweep.store import read_replicates, read_results
 
 #: Both recipes on a micro suite, two steps, every size cut (the must-match settings agree).
 TINY = (
@@ -28,6 +28,7 @@ TINY = (
     "probes.tangent_energy.rank=4",
     "probes.tangent_energy.draws=20",
     "probes.tangent_energy.bootstrap=20",
+    "probes.tangent_energy.keep_replicates=true",
     "probes.tangent_energy.window_checkpoints=2",
     "probes.anisotropy_share.isoscore_draws=3",
     "probes.frequency_geometry.min_count=3",
@@ -88,6 +89,7 @@ def test_quickstart_against_mini_bert(units_env, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "tangent/control energy ratio" in shown and "Δln mini_bert" in shown
     assert "refused:" not in shown and "flagged:" not in shown  # the cut settings agree
+    assert "percentile interval of the runs' paired bootstrap" in shown
     table = pq.read_table(out / "compare.parquet")
     assert table.equals(tangentlens.compare([decoder, encoder]).to_arrow())
     rows = table.to_pylist()
@@ -120,6 +122,18 @@ def test_quickstart_against_mini_bert(units_env, tmp_path, capsys):
             want = b - a
             assert r["difference"] == "difference"
         assert _same(r["value"], want), key
+        # an interval from both runs' stored replicates where both rows have one, else none
+        both = all(own[label][key]["ci_low"] is not None for label in own)
+        if both and math.isfinite(r["value"]):
+            assert r["metric"] in ("energy_fraction", "energy_ratio")
+            assert r["ci_low"] <= r["value"] <= r["ci_high"], key
+        else:
+            assert r["ci_low"] is None and r["ci_high"] is None, key
+    assert any(r["ci_low"] is not None for r in differences)
+    for run in (decoder, encoder):
+        assert read_replicates(run).num_rows == sum(
+            r["ci_low"] is not None for r in read_results(run).to_pylist()
+        )
     ratios = {
         (r["method"], r["relative_depth"])
         for r in differences
