@@ -76,6 +76,39 @@ def test_the_package_graph_has_no_cycle():
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
 
 
+#: The layers of the README's "How the code is laid out": a package imports only from its own
+#: layer and those before it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__init__", "_lazy", "paths", "checks", "typing", "runtime", "seeding", "results"),
+    ("metrics",),
+    ("dictionaries",),
+    ("data", "models"),
+    ("capture",),
+    ("registry", "probes"),
+    ("proxies", "user_proxies"),
+    ("core",),
+    ("notebook",),
+    ("sweep",),
+    ("comparison", "report", "cli"),
+)
+
+
+def test_each_package_imports_only_from_its_layer_and_those_before():
+    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
+    graph = _graph()
+    assert set(graph) <= set(layer), sorted(set(graph) - set(layer))
+    upward = [(a, b) for a, targets in graph.items() for b in targets if layer[b] > layer[a]]
+    assert not upward, upward
+
+
+def test_the_readme_lists_the_layers():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("How the code is laid out", 1)[1].split("```text\n", 1)[1].split("```")[0]
+    listed = [line.split("   ")[0].replace("/", "").split(", ") for line in block.splitlines()]
+    public = [[n for n in names if n not in ("__init__", "_lazy", "paths")] for names in LAYERS]
+    assert listed == public
+
+
 def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}}) is None
