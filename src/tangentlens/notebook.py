@@ -408,7 +408,7 @@ def measure(
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}
-        rank = configs["tangent_energy"].rank
+        rank = configs["tangent_energy"].proxies.rank
         fixed = resolve_proxies(proxies, capture, rank=rank, model_name=model_name, **options)
     recipe = Recipe(name="notebook", suite=SuiteSpec(name=capture.suite), probes=configs)
     with threads(count):  # as a sweep's step unit pins them: the last bits depend on it
