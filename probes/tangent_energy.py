@@ -183,10 +183,13 @@ class TangentSpec:
         return cls(**parts, pretrained_sae=sae)
 
     def to_table(self) -> dict[str, Any]:
-        """The flat table this spec reads from (every key, defaults included)."""
+        """The flat table this spec reads from (every key, defaults included, but
+        ``keep_replicates`` only when true: a run from before that key resumes)."""
         table: dict[str, Any] = {}
         for name in _TANGENT_PARTS:
             table.update(dataclasses.asdict(getattr(self, name)))
+        if not self.energy.keep_replicates:
+            del table["keep_replicates"]
         sae = self.pretrained_sae
         table[PRETRAINED_SAE] = None if sae is None else dataclasses.asdict(sae)
         return table

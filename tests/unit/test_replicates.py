@@ -131,3 +131,17 @@ def test_compare_gives_differences_intervals_from_stored_replicates(tmp_path):
 
     without = [r for r in compare([a, c]).to_pylist() if r["difference"] is not None]
     assert without and all(r["ci_low"] is None and r["ci_high"] is None for r in without)
+
+
+def test_the_recipe_identity_names_keep_replicates_only_when_on():
+    """A run made before the key existed resumes (its manifest's recipe has no such key); the
+    flat table round-trips to the same spec either way."""
+    from tangentlens.core.recipe import load_recipe
+
+    off = load_recipe("quickstart")
+    assert "keep_replicates" not in off.to_dict()["probes"]["tangent_energy"]
+    on = load_recipe("quickstart", ["probes.tangent_energy.keep_replicates=true"])
+    assert on.to_dict()["probes"]["tangent_energy"]["keep_replicates"] is True
+    for recipe in (off, on):
+        spec = recipe.probes["tangent_energy"]
+        assert TangentSpec.from_table(spec.to_table()) == spec
