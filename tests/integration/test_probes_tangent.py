@@ -103,7 +103,7 @@ def test_anisotropy_share_rows(micro_step_data):
 
 
 def test_probe_configs_reject_bad_values():
-    with pytest.raises(ValueError, match="unknown method 'ica'.*did you mean 'pca'"):
+    with pytest.raises(ValueError, match=r"unknown method 'ica'.*did you mean 'pca'"):
         ProxyConfig(methods=("ica",))
     with pytest.raises(ValueError, match="methods must be distinct names"):
         ProxyConfig(methods=("pca", "pca"))
