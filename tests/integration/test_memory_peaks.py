@@ -15,12 +15,13 @@ host test is skipped with the measured ratio as the reason; the GPU test still r
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from tangentlens.runtime import half_precision_slowdown
+from tangentlens.sweep.runner import SLOW_HALF_PRECISION
 from tests.integration.peak_memory import run_child
 
 CHILD = Path(__file__).with_name("memory_peak_child.py")
@@ -45,20 +46,9 @@ def _peak(spec: dict) -> dict:
     return run_child(CHILD, spec, {})
 
 
-def _bfloat16_slowdown() -> float:
-    """How many times slower a 512 × 512 × 512 bfloat16 ``mm`` runs than a float32 one here."""
-    seconds = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a = torch.ones(512, 512, dtype=dtype)
-        torch.mm(a, a)
-        start = time.perf_counter()
-        torch.mm(a, a)
-        seconds[dtype] = time.perf_counter() - start
-    return seconds[torch.bfloat16] / seconds[torch.float32]
-
-
 def _skip_slow_bfloat16(name: str) -> None:
-    if SHAPES[name]["dtype"] == "bfloat16" and (slowdown := _bfloat16_slowdown()) > 8:
+    dtype = SHAPES[name]["dtype"]
+    if dtype == "bfloat16" and (slowdown := half_precision_slowdown(dtype)) > SLOW_HALF_PRECISION:
         pytest.skip(
             f"this CPU has no native bfloat16 matmul ({slowdown:.0f}× slower than float32): "
             "the bfloat16 shape would take minutes"

@@ -4,6 +4,7 @@ OpenMP wait policy every process and worker starts with."""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -144,3 +145,36 @@ def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeyp
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_half_precision_slowdown_is_a_timed_ratio(monkeypatch):
+    """The ratio of the two timed ``mm`` calls (the second of each: the first warms up)."""
+    clock = iter([0.0, 1.0, 10.0, 70.0])  # float32 1 s, bfloat16 60 s
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    assert runtime.half_precision_slowdown("bfloat16", size=8) == pytest.approx(60.0)
+    monkeypatch.undo()
+    assert runtime.half_precision_slowdown("float16", size=64) > 0  # the real clock
+
+
+def test_a_slow_half_precision_cpu_sweep_is_warned_about(monkeypatch, caplog):
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep import runner
+
+    calls = []
+
+    def slowdown(dtype):
+        calls.append(dtype)
+        return measured
+
+    monkeypatch.setattr(runner, "half_precision_slowdown", slowdown)
+    half = load_recipe("quickstart", ["suite.dtype='bfloat16'", "suite.device='cpu'"])
+    measured = 60.0
+    with caplog.at_level("WARNING", logger=runner.__name__):
+        assert runner.warn_slow_half_precision(half) == 60.0
+    assert "suite.dtype = 'bfloat16' on this CPU: its matmuls run 60× slower" in caplog.text
+    assert "set suite.dtype = 'float32'" in caplog.text
+    caplog.clear()
+    measured = 2.0  # native kernels: no warning
+    assert runner.warn_slow_half_precision(half) == 2.0 and not caplog.text
+    full = load_recipe("quickstart", ["suite.device='cpu'"])
+    assert runner.warn_slow_half_precision(full) is None and calls == ["bfloat16", "bfloat16"]

@@ -30,6 +30,7 @@ from tangentlens.models.catalog import (
 from tangentlens.models.schedule import select_steps
 from tangentlens.models.shapes import suite_shape
 from tangentlens.registry import TANGENT, builtin_probes, resolve_all
+from tangentlens.runtime import half_precision_slowdown
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
 
@@ -247,6 +248,29 @@ def _checked_memory_plan(recipe: Recipe, loader: str) -> dict[str, Any]:
     }
 
 
+#: Above this slowdown against float32, a half-precision CPU sweep is warned about.
+SLOW_HALF_PRECISION = 8.0
+
+
+def warn_slow_half_precision(recipe: Recipe) -> float | None:
+    """Warn when the recipe runs a half-precision model on this machine's CPU and the CPU's
+    matmuls at that dtype are more than :data:`SLOW_HALF_PRECISION` times slower than float32
+    (no native kernels); returns the measured slowdown (None when it does not apply)."""
+    if recipe.suite.dtype == "float32" or recipe.suite.resolved_device() != "cpu":
+        return None
+    slowdown = half_precision_slowdown(recipe.suite.dtype)
+    if slowdown > SLOW_HALF_PRECISION:
+        logger.warning(
+            "suite.dtype = %r on this CPU: its matmuls run %.0f× slower than float32 here (no "
+            "native %s kernels); set suite.dtype = 'float32' for a CPU sweep (twice the "
+            "weights' memory)",
+            recipe.suite.dtype,
+            slowdown,
+            recipe.suite.dtype,
+        )
+    return slowdown
+
+
 def run_sweep(
     recipe: Recipe,
     out: str | Path,
@@ -274,6 +298,8 @@ def run_sweep(
     check_pretrained_sae(recipe)  # an SAE the registry lacks or of another model: before any unit
     loader = suite_loader(recipe.suite.name, recipe.suite.loader)
     memory = _checked_memory_plan(recipe, loader)  # a sweep that cannot fit stops at once
+    if recipe.executor.kind == "local":
+        warn_slow_half_precision(recipe)  # other executors' workers may have other CPUs
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit
