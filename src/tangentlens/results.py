@@ -100,17 +100,9 @@ _ARROW_TYPES = {
 #: The parquet schema of result rows, in :data:`ROW_FIELDS` order.
 SCHEMA = pa.schema([(name, _ARROW_TYPES[name]) for name in ROW_FIELDS])
 
-#: The labels of a replicate record: the row's, without its value and interval.
-REPLICATE_FIELDS: tuple[str, ...] = (
-    "suite",
-    "step",
-    "site",
-    "layer",
-    "probe",
-    "method",
-    "rank",
-    "freq_bin",
-    "metric",
+#: The labels of a replicate record: the row's, without its value, interval and counts.
+REPLICATE_FIELDS: tuple[str, ...] = tuple(
+    f for f in ROW_FIELDS if f not in ("tokens_seen", "value", "ci_low", "ci_high", "n_tokens")
 )
 #: The parquet schema of replicate records: :data:`REPLICATE_FIELDS` and ``replicates``.
 REPLICATE_SCHEMA = pa.schema(

@@ -124,14 +124,18 @@ def _difference_interval(
     return min(float(low), value), max(float(high), value)
 
 
+def _match_key(r: Row, n_layers: int) -> Key:
+    """What a row (or replicate record) is matched across runs on."""
+    kind, depth = row_place(r, n_layers)
+    return (r["probe"], r["metric"], r["method"], r["rank"], r["freq_bin"], kind, depth)
+
+
 def _replicates(run: Run, step: int) -> dict[Key, np.ndarray]:
     """The run's replicate values at ``step`` by match key."""
     out: dict[Key, np.ndarray] = {}
     for r in run.replicates:
         if r["step"] == step:
-            kind, depth = row_place(r, run.n_layers)
-            key = (r["probe"], r["metric"], r["method"], r["rank"], r["freq_bin"], kind, depth)
-            out[key] = np.asarray(r["replicates"], dtype=np.float64)
+            out[_match_key(r, run.n_layers)] = np.asarray(r["replicates"], dtype=np.float64)
     return out
 
 
@@ -158,8 +162,7 @@ def _keyed(run: Run, step: int) -> dict[Key, Row]:
     for r in run.rows:
         if r["step"] != step:
             continue
-        kind, depth = row_place(r, run.n_layers)
-        key = (r["probe"], r["metric"], r["method"], r["rank"], r["freq_bin"], kind, depth)
+        key = _match_key(r, run.n_layers)
         if key in out:
             raise ValueError(
                 f"run {run.label} has two {r['metric']} rows at step {step} for site "
