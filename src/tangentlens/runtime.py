@@ -31,11 +31,13 @@ No torch import at module level.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "RUNTIME_VARS",
@@ -90,23 +92,33 @@ def runtime_env() -> dict[str, str]:
     return {name: os.environ[name] for name in RUNTIME_VARS if name in os.environ}
 
 
+@functools.cache
+def _blas_pools() -> Any:
+    """numpy's BLAS thread pools (a ``threadpoolctl`` controller, found once: numpy is loaded
+    with torch)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
 @contextlib.contextmanager
 def threads(count: int) -> Iterator[None]:
-    """Within the block, torch's CPU kernels run on ``count`` threads (a unit's
-    ``capture.threads``); the caller's count is restored after."""
+    """Within the block, torch's CPU kernels and numpy's BLAS run on ``count`` threads (a unit's
+    ``capture.threads``); the caller's counts are restored after."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
-        yield
+        with _blas_pools().limit(limits=count):
+            yield
     finally:
         torch.set_num_threads(before)
 
 
 def single_thread() -> contextlib.AbstractContextManager[None]:
-    """Within the block (or the decorated function), torch's CPU kernels run on one thread;
-    the count is restored after."""
+    """Within the block (or the decorated function), torch's CPU kernels and numpy's BLAS run
+    on one thread; the counts are restored after."""
     return threads(1)
 
 

@@ -5,7 +5,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from tangentlens.dictionaries import PCA, SemiNMF, principal_angles, projector, span_basis
+from tangentlens.dictionaries import PCA, SemiNMF, principal_angles, projector, seminmf, span_basis
 from tangentlens.dictionaries.base import ConceptDictionary
 
 
@@ -145,3 +145,54 @@ def test_dictionary_bad_input():
     assert model.effective_rank_ == 2
     with pytest.raises(ValueError, match="collapsed"):
         model.basis()
+
+
+def _hals_reference(Z: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The textbook HALS sweep over the columns of Z (n × k), one exact NNLS update each."""
+    Z = Z.clone()
+    for j in range(Z.shape[1]):
+        if B[j, j] > 0:
+            Z[:, j] = (Z[:, j] + (A[:, j] - Z @ B[:, j]) / B[j, j]).clamp(min=0)
+    return Z
+
+
+@pytest.mark.parametrize("xp", [np, torch], ids=["numpy", "torch"])
+def test_hals_sweep_is_the_textbook_coordinate_descent(xp):
+    """The in-place sweep on transposed codes equals column-by-column exact updates (float64),
+    a dead direction (B[j, j] = 0) keeping its codes; the least-squares directions with a
+    singular Gram (a dead code) equal torch's pseudo-inverse solution."""
+    gen = torch.Generator().manual_seed(0)
+    H = torch.randn(200, 12, generator=gen, dtype=torch.float64)
+    D = torch.randn(4, 12, generator=gen, dtype=torch.float64)
+    D[2] = 0  # a dead direction
+    Z = torch.rand(200, 4, generator=gen, dtype=torch.float64)
+    A, B = H @ D.T, D @ D.T
+    expected = _hals_reference(Z, A, B)
+    to = (lambda t: t.numpy()) if xp is np else (lambda t: t)
+    Zt = to(Z.T.contiguous())
+    seminmf._hals_sweep(xp, Zt, to(A.T.contiguous()), to(B))
+    got = torch.as_tensor(Zt).T
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    assert torch.equal(got[:, 2], Z[:, 2]) and not torch.equal(got, Z)
+    assert (got >= 0).all() and (got == 0).any()  # the clamp acted
+
+    Zt[1] = 0  # a dead code: ZᵀZ is singular
+    codes = torch.as_tensor(Zt).T
+    gram = codes.T @ codes
+    directions = seminmf._directions(xp, to(gram), Zt, to(H))
+    reference = torch.linalg.pinv(gram, hermitian=True) @ codes.T @ H
+    torch.testing.assert_close(torch.as_tensor(directions), reference, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver", ["hals", "mu"])
+def test_the_accelerator_path_fits_as_the_cpu_path(monkeypatch, solver):
+    """The fit's loop in torch (the path of an accelerator's tensors) and in numpy (a CPU
+    tensor's) give the same float64 fit and codes."""
+    H, _ = _planted(noise=0.3, seed=2)
+    cpu = SemiNMF(5, solver=solver, seed=3, dtype="float64").fit(H)
+    monkeypatch.setattr(seminmf, "_namespace", lambda X: torch)
+    accelerator = SemiNMF(5, solver=solver, seed=3, dtype="float64").fit(H)
+    assert accelerator.n_iter_ == cpu.n_iter_ > 10
+    torch.testing.assert_close(accelerator.components_, cpu.components_, rtol=0, atol=1e-9)
+    assert accelerator.relative_error_ == pytest.approx(cpu.relative_error_, abs=1e-12)
+    torch.testing.assert_close(accelerator.encode(H), cpu.encode(H), rtol=0, atol=1e-9)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from tangentlens import runtime
@@ -70,16 +71,17 @@ def _threads_seen_by(monkeypatch, module, name: str) -> list[int]:
 
 
 def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch):
-    """Semi-NMF's fit, the ΔIsoScore* eigen-decompositions and the control frames' QR run on one
-    thread (they spin on a busy core otherwise); the caller's thread count is restored, also
-    after an error."""
+    """Semi-NMF's fit (torch and numpy's BLAS) and the control frames' QR run on one thread
+    (they spin on a busy core otherwise); the caller's thread counts are restored, also after
+    an error."""
     import torch
 
     from tangentlens.dictionaries import SemiNMF
-    from tangentlens.metrics import control_frames, delta_isoscores_star
+    from tangentlens.metrics import control_frames
 
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
+    blas_limit = runtime._blas_pools().limit(limits=2)
     try:
         with runtime.single_thread():
             assert torch.get_num_threads() == 1
@@ -92,18 +94,35 @@ def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch)
         assert torch.get_num_threads() == 2
 
         pinv = _threads_seen_by(monkeypatch, torch.linalg, "pinv")
+        blas = _blas_threads_seen_by(monkeypatch, np.linalg, "eigh")  # the loop runs in numpy
         SemiNMF(2, max_iter=3).fit(torch.randn(20, 5, generator=torch.Generator().manual_seed(0)))
         assert pinv and set(pinv) == {1}
+        assert blas and set(blas) == {1}
+        assert _blas_threads() == [2]  # restored
         qr = _threads_seen_by(monkeypatch, torch.linalg, "qr")
-        frames = control_frames(6, 2, 4, (0,))
+        control_frames(6, 2, 4, (0,))
         assert qr and set(qr) == {1}
-        eig = _threads_seen_by(monkeypatch, torch.linalg, "eigvalsh")
-        C = torch.eye(6, dtype=torch.float64)
-        delta_isoscores_star(C, frames, C)
-        assert eig and set(eig) == {1}
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+        blas_limit.restore_original_limits()
+
+
+def _blas_threads() -> list[int]:
+    return sorted({pool.num_threads for pool in runtime._blas_pools().lib_controllers})
+
+
+def _blas_threads_seen_by(monkeypatch, module, name: str) -> list[int]:
+    """Replace ``module.name`` by one that records numpy's BLAS thread count."""
+    seen: list[int] = []
+    real = getattr(module, name)
+
+    def recording(*args, **kwargs):
+        seen.extend(_blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, recording)
+    return seen
 
 
 def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeypatch):
