@@ -346,3 +346,24 @@ def test_closed_form_null_mean_follows_the_excluded_subspace():
         assert result.null_mean == pytest.approx(expected, rel=1e-12)
         se = result.control_std / math.sqrt(4000)
         assert abs(result.control_mean - expected) < 4 * se
+
+
+def test_delta_isoscores_keep_their_accuracy_when_the_frame_holds_nearly_all_variance():
+    """A 10⁶ spike inside the proxy: the batched scores (trace and Frobenius norm of the formed
+    PΣP) equal eigen-decompositions of the explicit projections to 1e-9; the summed-norm shortcut
+    ``‖Σ‖² − 2‖ΣF‖² + ‖FᵀΣF‖²`` would be off by ~1e-5 here."""
+    from tangentlens.metrics import delta_isoscores_star
+    from tangentlens.metrics import isoscore_star_from_covariance as iso
+
+    T = _basis(D, K, 4)
+    gen = torch.Generator().manual_seed(4)
+    A = torch.randn(D, D, generator=gen, dtype=torch.float64)
+    C = A @ A.T / D + 1e6 * T @ T.T
+    C0 = torch.eye(D, dtype=torch.float64)
+    frames = torch.cat([T[None], control_frames(D, K, 3, (1,), excluded=T)])
+    delta = delta_isoscores_star(C, frames, C0, 0.2)
+    for j, frame in enumerate(frames):
+        P = torch.eye(D, dtype=torch.float64) - frame @ frame.T
+        expected = iso(P @ C @ P, P @ C0 @ P, 0.2) - iso(C, C0, 0.2)
+        assert float(delta[j]) == pytest.approx(expected, rel=1e-9)
+    assert float(delta[0]) > 0.4  # removing the spike makes the gradients far more isotropic
