@@ -9,6 +9,7 @@ import torch
 from tangentlens.metrics import (
     attention_entropy,
     attention_entropy_sums,
+    pattern_entropy_sums,
     qk_drift,
     qk_drift_from_means,
 )
@@ -35,6 +36,8 @@ def test_entropy_matches_numpy_loop_with_query_mask():
     got, n = attention_entropy_sums(p, torch.from_numpy(mask))
     assert n == mask.sum()
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    trusted, n_trusted = pattern_entropy_sums(torch.from_numpy(p), torch.from_numpy(mask))
+    assert n_trusted == n and torch.equal(trusted, got)  # the capture's unvalidated path
     np.testing.assert_allclose(
         attention_entropy(p, torch.from_numpy(mask)).numpy(), expected / mask.sum(), rtol=1e-12
     )

@@ -29,7 +29,7 @@ from jaxtyping import Float, Int
 from tangentlens.capture.reservoir import RowReservoir
 from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
 from tangentlens.checks import check_count
-from tangentlens.metrics.attention import QKDrift, attention_entropy_sums, qk_drift_from_means
+from tangentlens.metrics.attention import QKDrift, pattern_entropy_sums, qk_drift_from_means
 from tangentlens.typing import TokenMask
 
 __all__ = [
@@ -489,7 +489,7 @@ class AttentionStatistics:
             raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
         keep = keep.to(tensor.device)
         if kind == "pattern":
-            entropy, n = attention_entropy_sums(tensor, keep)
+            entropy, n = pattern_entropy_sums(tensor, keep)
             self.entropy_sum += entropy.to(self.entropy_sum.device)
             self.count += n
             return

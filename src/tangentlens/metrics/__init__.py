@@ -17,6 +17,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "QKDrift",
             "attention_entropy",
             "attention_entropy_sums",
+            "pattern_entropy_sums",
             "qk_drift",
             "qk_drift_from_means",
         ),

@@ -24,6 +24,7 @@ __all__ = [
     "QKDrift",
     "attention_entropy",
     "attention_entropy_sums",
+    "pattern_entropy_sums",
     "qk_drift",
     "qk_drift_from_means",
 ]
@@ -64,7 +65,15 @@ def attention_entropy_sums(
     Returns:
         ``(sums, n)``: float64 ``(head,)`` sums of ``−Σⱼ aᵢⱼ log aᵢⱼ`` (nats) and ``n`` rows.
     """
-    p = to_float64(_check_pattern(pattern))
+    return pattern_entropy_sums(_check_pattern(pattern), query_mask)
+
+
+def pattern_entropy_sums(
+    pattern: Pattern, query_mask: QueryMask | None = None
+) -> tuple[PerHead, int]:
+    """:func:`attention_entropy_sums` of a pattern known to be a softmax (a model's own, read by
+    the capture's hooks): not validated — the checks cost as much as the entropy."""
+    p = to_float64(pattern)
     batch, _, n_query, _ = p.shape
     row_entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # (batch, head, query)
     if query_mask is None:
