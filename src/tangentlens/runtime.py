@@ -15,11 +15,12 @@ load`` measures both policies, quiet and loaded, on the machine at hand.
 :func:`usable_cpus` counts the CPUs this process may actually run on — its affinity mask and a
 cgroup CPU quota (a container, a Slurm allocation), not the machine's core count.
 
-:func:`single_thread` runs a block on one thread: iterative fits of small matrices (semi-NMF's
-coordinate sweeps) issue thousands of parallel regions too small to gain from a second thread,
-each of which spins on a busy core (one step's semi-NMF refits took 4.4 s quiet and 22.8 s beside
-one busy loop on two threads; 0.28 s against 1.06 s for one fit on one thread). Their results do
-not depend on the thread count then.
+:func:`single_thread` runs a block on one thread — torch's pool and numpy's BLAS pools (found
+with ``threadpoolctl``), which :func:`threads` pins together: iterative fits of small matrices
+(semi-NMF's coordinate sweeps) issue thousands of parallel regions too small to gain from a
+second thread, each of which spins on a busy core (one step's semi-NMF refits took 4.4 s quiet
+and 22.8 s beside one busy loop on two threads; 0.28 s against 1.06 s for one fit on one
+thread). Their results do not depend on the thread count then.
 
 :func:`half_precision_slowdown` times a matmul at a half-precision dtype against float32: on a
 CPU without native bfloat16/float16 kernels (AVX2 only: AMD EPYC, 2026-11-26, torch 2.13) a
