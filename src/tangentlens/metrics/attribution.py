@@ -330,9 +330,10 @@ def compare_delta_isoscore_star(
 ) -> ControlComparison:
     """ΔIsoScore* ``= IsoScore*(G(I − P_Q)) − IsoScore*(G)`` of the proxy and of its control
     frames ``(draws, d, k)`` from the gradient *covariance* ``C``, the shrinkage covariance
-    ``C0`` and ``zeta`` (one d × d eigen-decomposition per frame). Positive: removing the frame
-    makes the gradients more isotropic. Mean, std, z and ``p = (1 + #{Δ(N) ≥ Δ(T)}) /
-    (1 + draws)`` as :class:`ControlComparison` (so ``p ≥ 1/(draws + 1)``: 1/21 with 20)."""
+    ``C0`` and ``zeta`` (no eigen-decomposition per frame: :func:`delta_isoscores_star`).
+    Positive: removing the frame makes the gradients more isotropic. Mean, std, z and
+    ``p = (1 + #{Δ(N) ≥ Δ(T)}) / (1 + draws)`` as :class:`ControlComparison` (so
+    ``p ≥ 1/(draws + 1)``: 1/21 with 20)."""
     S = to_float64(check_square(C, "C"))
     return _against_controls(
         delta_isoscores_star(S, _proxy_and_controls(proxy, controls, S.shape[0]), C0, zeta)
