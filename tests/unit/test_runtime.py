@@ -98,7 +98,7 @@ def test_small_matrix_loops_run_on_one_thread_and_restore_the_count(monkeypatch)
         blas = _blas_threads_seen_by(monkeypatch, np.linalg, "eigh")  # the loop runs in numpy
         SemiNMF(2, max_iter=3).fit(torch.randn(20, 5, generator=torch.Generator().manual_seed(0)))
         assert pinv and set(pinv) == {1}
-        assert blas and set(blas) == {1}
+        assert set(blas) == ({1} if blas_before else set())  # no pool found: nothing to pin
         assert _blas_threads() == blas_before  # restored
         qr = _threads_seen_by(monkeypatch, torch.linalg, "qr")
         control_frames(6, 2, 4, (0,))
