@@ -12,6 +12,7 @@ from tangentlens.metrics.isoscore import (
     isoscore,
     isoscore_from_covariance,
     isoscore_from_eigenvalues,
+    isoscore_from_moments,
     isoscore_star,
     isoscore_star_from_covariance,
 )
@@ -94,6 +95,21 @@ def test_equals_participation_ratio_closed_form() -> None:
     lam = np.random.default_rng(4).exponential(size=17) ** 3
     pr = lam.sum() ** 2 / (lam**2).sum()
     assert isoscore_from_eigenvalues(lam) == pytest.approx((pr - 1) / 16, rel=1e-12)
+
+
+def test_from_moments_equals_the_eigenvalue_score() -> None:
+    """Trace and Frobenius norm give the eigenvalue path's IsoScore (batched); isotropic → 1,
+    one direction → 0, a zero matrix is refused."""
+    A = torch.randn(3, 9, 9, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    M = A @ A.transpose(1, 2)
+    M[1] = torch.eye(9, dtype=torch.float64)
+    M[2] = torch.outer(A[2, 0], A[2, 0])
+    got = isoscore_from_moments(torch.diagonal(M, dim1=1, dim2=2).sum(1), M.pow(2).sum((1, 2)), 9)
+    assert float(got[0]) == pytest.approx(isoscore_from_covariance(M[0]), rel=1e-12)
+    assert float(got[1]) == pytest.approx(1.0, abs=1e-14)
+    assert float(got[2]) == pytest.approx(0.0, abs=1e-14)
+    with pytest.raises(ValueError, match="covariance is zero"):
+        isoscore_from_moments(torch.zeros(1, dtype=torch.float64), torch.zeros(1), 9)
 
 
 # ------------------------------------------------------------- the reference algorithms

@@ -213,7 +213,7 @@ class SemiNMF:
             if exact or (len(history) > 1 and history[-2] - history[-1] <= self.tol * history[-2]):
                 converged = True
                 break
-        final = _objective(xp, Zt, D @ Xa.T, D @ D.T, _gram(xp, Zt), sq_norm)
+        final = _objective(xp, Zt, D @ Xa.T, D @ D.T, gram, sq_norm)  # gram: of the last Zt
         self.components_ = _tensor(D)
         self.n_iter_ = len(history)
         self.converged_ = converged
@@ -254,8 +254,7 @@ class SemiNMF:
         A, B = X @ D.T, D @ D.T
         Z = (A @ torch.linalg.pinv(B.to(torch.float64), hermitian=True).to(X.dtype)).clamp(min=0)
         xp = _namespace(X)
-        Xa, Da, Zt = _arrays(xp, X), _arrays(xp, D), _arrays(xp, Z.T.contiguous())
-        At, B = Da @ Xa.T, Da @ Da.T
+        Zt, At, B = (_arrays(xp, t) for t in (Z.T.contiguous(), A.T.contiguous(), B))
         previous = _objective(xp, Zt, At, B, _gram(xp, Zt), sq_norm)
         for _ in range(check_count(sweeps, "sweeps", minimum=1)):
             _hals_sweep(xp, Zt, At, B)

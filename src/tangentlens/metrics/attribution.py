@@ -32,9 +32,7 @@ import torch
 from jaxtyping import Float
 
 from tangentlens.checks import CHUNK_ROWS, check_matrix, check_square, to_float64
-from tangentlens.metrics.isoscore import (
-    isoscore_star_from_covariance,
-)
+from tangentlens.metrics.isoscore import isoscore_from_moments, isoscore_star_from_covariance
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.typing import ArrayLike, Moment
 
@@ -248,10 +246,7 @@ def delta_isoscores_star(
         # P Σ P = Σ − [F R] [W F]ᵀ, one product of inner size 2k per frame
         M = torch.baddbmm(shrunk.expand(len(chunk), d, d), left, right.transpose(1, 2), alpha=-1)
         trace = torch.diagonal(M, dim1=1, dim2=2).sum(dim=1)
-        squared = M.pow(2).sum(dim=(1, 2))
-        if not bool((squared > 0).all()):
-            raise ValueError("a frame removes all of the covariance: IsoScore is undefined")
-        after.append((trace.pow(2) / squared - 1) / (d - 1))
+        after.append(isoscore_from_moments(trace, M.pow(2).sum(dim=(1, 2)), d))
     return torch.cat(after) - before
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "isoscore",
     "isoscore_from_covariance",
     "isoscore_from_eigenvalues",
+    "isoscore_from_moments",
     "isoscore_star",
     "isoscore_star_from_covariance",
 ]
@@ -69,6 +70,16 @@ def isoscore_from_eigenvalues(eigenvalues: ArrayLike) -> float:
     defect = float(torch.linalg.vector_norm(lam_hat - 1)) / math.sqrt(2 * (d - math.sqrt(d)))
     phi = (d - defect**2 * (d - math.sqrt(d))) ** 2 / d**2
     return (d * phi - 1) / (d - 1)
+
+
+def isoscore_from_moments(trace: torch.Tensor, squared: torch.Tensor, d: int) -> torch.Tensor:
+    """IsoScore of symmetric PSD d × d matrices from their traces ``tr M = Σλ`` and squared
+    Frobenius norms ``‖M‖²_F = Σλ²`` (any matching shapes, float64): ``(PR − 1)/(d − 1)`` with
+    ``PR = (tr M)² / ‖M‖²_F`` — the score without an eigen-decomposition (module docstring).
+    Raises when a norm is not positive (a zero matrix)."""
+    if not bool((squared > 0).all()):
+        raise ValueError("the covariance is zero (no variance): IsoScore is undefined")
+    return (trace.pow(2) / squared - 1) / (d - 1)
 
 
 def _covariance_eigenvalues(C: ArrayLike, name: str, size: int | None = None) -> torch.Tensor:
