@@ -367,3 +367,17 @@ def test_delta_isoscores_keep_their_accuracy_when_the_frame_holds_nearly_all_var
         expected = iso(P @ C @ P, P @ C0 @ P, 0.2) - iso(C, C0, 0.2)
         assert float(delta[j]) == pytest.approx(expected, rel=1e-9)
     assert float(delta[0]) > 0.4  # removing the spike makes the gradients far more isotropic
+
+
+def test_delta_isoscore_star_null_isotropic_gradients_read_no_effect():
+    """Null: for isotropic gradients every k-frame leaves the same spectrum (1 × (d − k),
+    0 × k), so the proxy's ΔIsoScore* equals each control's (to rounding: the p-value of such
+    ties is arbitrary) and its closed form."""
+    T = _basis(D, K, 8)
+    C = torch.eye(D, dtype=torch.float64)
+    controls = control_frames(D, K, 19, (8,), excluded=T)
+    result = compare_delta_isoscore_star(C, T, controls, C, 0.2)
+    after = (D - K - 1) / (D - 1)  # (PR − 1)/(d − 1) with PR = d − k
+    assert result.value == pytest.approx(after - 1.0, rel=1e-12)
+    assert result.control_mean == pytest.approx(result.value, rel=1e-12)
+    assert result.control_std < 1e-12
