@@ -22,6 +22,10 @@ second thread, each of which spins on a busy core (one step's semi-NMF refits to
 and 22.8 s beside one busy loop on two threads; 0.28 s against 1.06 s for one fit on one
 thread). Their results do not depend on the thread count then.
 
+:func:`alongside` runs one task on a thread of its own while the caller goes on with the
+others (a step's semi-NMF refits, read by one probe only, beside the other probes): the task's
+numbers are the same as run in line, since it runs on one thread either way.
+
 :func:`half_precision_slowdown` times a matmul at a half-precision dtype against float32: on a
 CPU without native bfloat16/float16 kernels (AVX2 only: AMD EPYC, 2026-11-26, torch 2.13) a
 512³ ``mm`` ran 60× slower at either dtype (0.47 against 87 GFLOP/s at 2048 × 512 × 2048).
@@ -36,12 +40,16 @@ import functools
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "RUNTIME_VARS",
+    "alongside",
     "half_precision_slowdown",
     "runtime_env",
     "single_thread",
@@ -121,6 +129,33 @@ def single_thread() -> contextlib.AbstractContextManager[None]:
     """Within the block (or the decorated function), torch's CPU kernels and numpy's BLAS run
     on one thread; the counts are restored after."""
     return threads(1)
+
+
+@contextlib.contextmanager
+def alongside(task: Callable[[], T]) -> Iterator[Callable[[], T]]:
+    """Within the block, ``task`` runs on one thread of its own and the block on the caller's
+    other threads (torch's count less one); yields a function that waits for the task's result
+    (or raises its exception). The block's exit waits for the task. numpy's BLAS pools, which
+    are process-wide, stay on one thread throughout, so nested pins in either thread restore
+    the same count. With one thread to the caller the task runs in line, when its result is
+    first asked for (once)."""
+    import torch
+
+    budget = torch.get_num_threads()
+    if budget < 2:
+        yield functools.cache(task)
+        return
+
+    def on_one_thread() -> T:
+        with threads(1):
+            return task()
+
+    with (
+        threads(budget - 1),
+        _blas_pools().limit(limits=1),
+        ThreadPoolExecutor(1, thread_name_prefix="tangentlens-alongside") as pool,
+    ):
+        yield pool.submit(on_one_thread).result
 
 
 def half_precision_slowdown(dtype: str, size: int = 512) -> float:

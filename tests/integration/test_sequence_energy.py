@@ -124,3 +124,58 @@ def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
         inside, total, _ = energy.sums(r["method"], b)
         assert float(inside.sum() / total.sum()) == pytest.approx(r["value"], rel=1e-10)
         assert energy.n_sequences == 48
+
+
+def test_the_refit_beside_the_probes_gives_the_rows_of_a_refit_in_line(setup, monkeypatch):
+    """With frozen proxies the step's own fit (read by ``subspace_stability``) runs on a second
+    thread beside the other probes: the same rows, in the same order, and the same own fit as
+    when it runs in line before them."""
+    import contextlib
+    import dataclasses
+    import functools
+    import threading
+
+    from tangentlens import runtime
+    from tangentlens.core import step as step_module
+    from tangentlens.core.recipe import load_recipe
+
+    *_, proxies, config, data = setup
+    recipe = load_recipe(
+        "quickstart",
+        [
+            f"data.n_bins={N_BINS}",
+            f"data.seq_len={SEQ_LEN}",
+            "probes.tangent_energy.methods=['pca', 'seminmf']",
+            "probes.tangent_energy.rank=4",
+            f"probes.tangent_energy.draws={config.draws}",
+            f"probes.tangent_energy.seed={config.seed}",
+            f"probes.tangent_energy.bootstrap={config.bootstrap}",
+        ],
+    )
+    kept = ("tangent_energy", "anisotropy_share", "subspace_stability")
+    recipe = dataclasses.replace(recipe, probes={k: recipe.probes[k] for k in kept})
+    fitted_on: list[bool] = []
+    real_fit = step_module.fit_step
+
+    def recording_fit(*args, **kwargs):
+        fitted_on.append(threading.current_thread() is threading.main_thread())
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(step_module, "fit_step", recording_fit)
+    with runtime.threads(2):
+        beside, own_beside = step_module.step_rows(recipe, data, frozen=proxies)
+
+    @contextlib.contextmanager
+    def in_line(task):
+        yield functools.cache(task)
+
+    monkeypatch.setattr(step_module, "alongside", in_line)
+    with runtime.threads(2):
+        before, own_before = step_module.step_rows(recipe, data, frozen=proxies)
+    assert fitted_on == [False, True]  # a second thread, then the main one
+    assert {r["probe"] for r in beside} >= {"subspace_stability", "tangent_energy"}
+    assert repr(beside) == repr(before)  # every value, NaN included, in the same order
+    assert own_beside.keys() == own_before.keys() == proxies.keys()
+    for site, methods in own_before.items():
+        for method, basis in methods.items():
+            assert torch.equal(own_beside[site][method], basis)

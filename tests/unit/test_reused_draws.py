@@ -1,5 +1,7 @@
 """``reused_draws``: the same control frames, drawn once per key within a block."""
 
+import dataclasses
+
 import torch
 
 from tangentlens.metrics import control_frames, reused_draws
@@ -45,3 +47,57 @@ def test_draws_beyond_the_byte_budget_are_drawn_each_time(monkeypatch):
             control_frames(8, 2, 4, (0,))  # kept: fits the budget
             control_frames(8, 2, 4, (1,))  # over the budget: drawn every time
     assert len(calls) == 4 + 3 * 4
+
+
+def _orthonormal(d: int, k: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(d, k, generator=g, dtype=torch.float64))[0]
+
+
+def test_frames_of_one_span_are_made_once_whatever_basis_names_it(monkeypatch):
+    """Frames are kept by the excluded span's basis: the same basis again is a hit (no new QR),
+    another span is a miss."""
+    excluded = _orthonormal(10, 2, 0)
+    qr_calls: list[int] = []
+    real = controls_module._orthonormalise
+    monkeypatch.setattr(controls_module, "_orthonormalise", lambda g: qr_calls.append(1) or real(g))
+    with reused_draws():
+        first = control_frames(10, 3, 4, (5,), excluded=excluded)
+        again = control_frames(10, 3, 4, (5,), excluded=excluded.clone())
+        other = control_frames(10, 3, 4, (5,), excluded=_orthonormal(10, 2, 1))
+    assert again is first and len(qr_calls) == 2
+    assert not torch.allclose(other, first)
+
+
+def test_the_memory_plan_counts_the_draws_a_step_keeps_through_its_capture():
+    """What ``sequence_energy_config`` leaves in the step's ``reused_draws`` block (held through
+    the capture, then reused by the probes) is the plan's ``control draws`` term, and the plan's
+    cap is the block's."""
+    from tangentlens import metrics
+    from tangentlens.models.shapes import ModelShape
+    from tangentlens.probes import tangent_energy
+    from tangentlens.sweep import memory
+
+    assert memory.REUSED_DRAWS_BYTES == metrics.REUSED_DRAWS_BYTES
+    d, draws, n_bins = 12, 5, 2
+    sites = {"hook_embed": None, "blocks.0.hook_resid_post": 0}
+    for rank, mean_direction in [(3, True), (1, True), (3, False)]:
+        proxies = {}
+        for i, site in enumerate(sites):
+            proxies[site] = {"pca": _orthonormal(d, rank, i), "seminmf": _orthonormal(d, rank, 9)}
+            if mean_direction:
+                proxies[site]["mean_direction"] = _orthonormal(d, 1, 20 + i)
+        config = tangent_energy.TangentEnergyConfig(draws=draws, seed=3)
+        with reused_draws():
+            tangent_energy.sequence_energy_config(config, 7, proxies, sites, n_bins, 16)
+            kept = metrics.REUSED_DRAWS_BYTES - controls_module._REUSED.get()[1][0]
+        shape = ModelShape("gpt_neox", 1, d, 2, 2, 48, 50, 16, 0)
+        inputs = memory.PlanInputs(
+            shape=shape, dtype="float32", device="cpu", batch=2, seq_len=16,
+            sites=(("embed", None), ("resid_post", 0)), gradients=True, bins=n_bins,
+            bin_moments=True, n_types=0, reservoir=0, energy_methods=2, n_sequences=4,
+            draws=draws, draw_columns=memory.control_draw_columns(rank, mean_direction),
+        )  # fmt: skip
+        assert memory.held_draws_bytes(inputs) == kept, (rank, mean_direction)
+    capped = dataclasses.replace(inputs, draws=10**6)
+    assert memory.held_draws_bytes(capped) == memory.REUSED_DRAWS_BYTES

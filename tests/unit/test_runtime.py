@@ -198,3 +198,70 @@ def test_a_slow_half_precision_cpu_sweep_is_warned_about(monkeypatch, caplog):
     assert runner.warn_slow_half_precision(half) == 2.0 and not caplog.text
     full = load_recipe("quickstart", ["suite.device='cpu'"])
     assert runner.warn_slow_half_precision(full) is None and calls == ["bfloat16", "bfloat16"]
+
+
+def test_a_task_alongside_runs_on_its_own_thread_and_the_block_on_the_others():
+    """``alongside``: the task on a second thread, pinned to one (torch and numpy's BLAS); the
+    block on the caller's threads less one; numpy's BLAS on one throughout; everything
+    restored after; the task's exception raised where its result is asked for."""
+    import threading
+
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    blas_before = _blas_threads()
+    seen: dict[str, object] = {}
+    started = threading.Event()
+
+    def task() -> str:
+        seen["thread"] = threading.current_thread() is not threading.main_thread()
+        seen["torch"] = torch.get_num_threads()
+        seen["blas"] = _blas_threads()
+        started.set()
+        return "fitted"
+
+    try:
+        with runtime.alongside(task) as result:
+            assert started.wait(10)
+            assert torch.get_num_threads() == 2
+            assert _blas_threads() == ([1] if blas_before else [])
+            assert result() == "fitted"
+        assert seen == {"thread": True, "torch": 1, "blas": [1] if blas_before else []}
+        assert torch.get_num_threads() == 3 and _blas_threads() == blas_before
+
+        def failing() -> None:
+            raise KeyError("no proxies")
+
+        with pytest.raises(KeyError, match="no proxies"), runtime.alongside(failing) as result:
+            result()
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_alongside_with_one_thread_runs_the_task_in_line_once():
+    """With one thread to the caller there is no second one to give: the task runs in line
+    when its result is first asked for, once; never when it is not asked for."""
+    import threading
+
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    calls: list[bool] = []
+
+    def task() -> int:
+        calls.append(threading.current_thread() is threading.main_thread())
+        return 7
+
+    try:
+        with runtime.alongside(task) as result:
+            assert calls == []
+            assert result() == 7 and result() == 7
+        assert calls == [True]
+        with runtime.alongside(task):
+            pass
+        assert calls == [True]
+    finally:
+        torch.set_num_threads(previous)

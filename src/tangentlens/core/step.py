@@ -7,6 +7,7 @@ model, tokens and settings give the same rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from tangentlens.proxies import (
 )
 from tangentlens.registry import TANGENT, Probe, StepInputs, resolve_all
 from tangentlens.results import make_row
+from tangentlens.runtime import alongside
 
 __all__ = [
     "Proxies",
@@ -219,6 +221,40 @@ def step_rows(
     (:func:`tangentlens.results.replicate_record`).
     """
     probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.per_step}
+    spec = recipe.probes.get(TANGENT)
+    fixed = fixed or {}
+    if (
+        spec is None
+        or fitted is not None
+        or frozen is None
+        or not any(p.refits for p in probes.values())
+    ):
+        return _rows_with_fit(
+            recipe, capture, probes, scored, fitted, frozen, fixed, status, replicates
+        )
+    # the scored proxies are frozen: the step's own fit feeds only the refitting probes, so it
+    # runs on a thread of its own beside the others
+    status(f"fitting proxies ({', '.join(spec.proxies.methods)}) beside the probes")
+    with alongside(functools.partial(fit_step, capture.statistics, spec, fixed)) as pending:
+        return _rows_with_fit(
+            recipe, capture, probes, scored, None, frozen, fixed, status, replicates, pending
+        )
+
+
+def _rows_with_fit(
+    recipe: Recipe,
+    capture: Capture,
+    probes: dict[str, Probe],
+    scored: CaptureStatistics | None,
+    fitted: dict[str, FittedProxies] | None,
+    frozen: Proxies | None,
+    fixed: Mapping[str, Mapping[str, FixedProxy]],
+    status: Status,
+    replicates: list[dict[str, Any]] | None,
+    pending: Callable[[], dict[str, FittedProxies]] | None = None,
+) -> tuple[list[dict[str, Any]], Proxies | None]:
+    """:func:`step_rows` with the step's own fit ``fitted`` (None: fitted here when nothing is
+    frozen; or ``pending()`` waits for it, and the refitting probes run last)."""
     rows = capture_rows(capture)
     plain = StepInputs(capture=capture, scored=capture)
     for key, probe in probes.items():
@@ -228,9 +264,7 @@ def step_rows(
     spec = recipe.probes.get(TANGENT)
     if spec is None:
         return rows, None
-    fixed = fixed or {}
-    refits = any(p.refits for p in probes.values())
-    if fitted is None and (frozen is None or refits):
+    if fitted is None and frozen is None:
         fitted = fit_step(capture.statistics, spec, fixed, status)
     own = {n: f.bases for n, f in (fitted or {}).items()}
     proxies = frozen if frozen is not None else own
@@ -242,7 +276,15 @@ def step_rows(
     tangent = sorted(
         (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
     )
-    for key in tangent:
+    by_probe: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(tangent, key=lambda k: pending is not None and probes[k].refits):
+        if pending is not None and probes[key].refits and not own:
+            own = {n: f.bases for n, f in pending().items()}
+            inputs = dataclasses.replace(inputs, own=own or None)
         status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
-        rows += _probe_rows(probes[key], key, recipe.probes[key], inputs)
+        by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
+    if pending is not None and not own:
+        own = {n: f.bases for n, f in pending().items()}
+    for key in tangent:  # the recipe's order
+        rows += by_probe[key]
     return rows, own or None

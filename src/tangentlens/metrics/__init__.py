@@ -38,6 +38,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         ".bootstrap": ("RatioInterval", "bootstrap_ratio", "group_sums"),
         ".controls": (
+            "REUSED_DRAWS_BYTES",
             "control_frames",
             "data_matched_frames",
             "draw_generator",

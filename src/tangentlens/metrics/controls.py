@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -44,6 +45,7 @@ from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Basis
 
 __all__ = [
+    "REUSED_DRAWS_BYTES",
     "control_frames",
     "data_matched_frames",
     "draw_generator",
@@ -63,21 +65,26 @@ def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
     return seeded_generator(*seed_key, draw)
 
 
-#: While :func:`reused_draws` is active: the Gaussian draws kept so far by
-#: ``(d, k, draws, seed key)``, and the bytes still free for more.
+#: While :func:`reused_draws` is active: the Gaussian draws and frames kept so far, and the
+#: bytes still free for more.
 _REUSED: contextvars.ContextVar[tuple[dict[tuple, Frames], list[int]] | None] = (
     contextvars.ContextVar("reused_draws", default=None)
 )
 
+#: What :func:`reused_draws` keeps by default, at most (a step unit holds it through its capture:
+#: the memory plan counts it).
+REUSED_DRAWS_BYTES = 256 * 2**20
+
 
 @contextlib.contextmanager
-def reused_draws(max_bytes: int = 256 * 2**20) -> Iterator[None]:
-    """Within the block, the Gaussian draws of each ``(d, k, draws, seed key)`` are made once and
-    reused — the same numbers, drawn once: a step's probes (the per-sequence projectors, the
-    energy rows, the anisotropy share; a proxy and its complement family) draw the frames of one
-    key up to eight times. The first ``max_bytes`` of draws are kept (not the most recent: the
-    probes scan the keys in the same order one after another, where least-recently-used keeping
-    would never hit); the rest are drawn each time. Nested blocks share the outer one's draws."""
+def reused_draws(max_bytes: int = REUSED_DRAWS_BYTES) -> Iterator[None]:
+    """Within the block, the Gaussian draws of each ``(d, k, draws, seed key)`` and the frames
+    of each ``(d, k, draws, seed key, excluded span)`` are made once and reused — the same
+    numbers, computed once: a step's probes (the per-sequence projectors, the energy rows, the
+    anisotropy share; a proxy and its complement family) draw the frames of one key up to eight
+    times. The first ``max_bytes`` are kept (not the most recent: the probes scan the keys in
+    the same order one after another, where least-recently-used keeping would never hit); the
+    rest are made each time. Nested blocks share the outer one's."""
     if _REUSED.get() is not None:
         yield
         return
@@ -88,23 +95,45 @@ def reused_draws(max_bytes: int = 256 * 2**20) -> Iterator[None]:
         _REUSED.reset(token)
 
 
+def _kept(key: tuple) -> Frames | None:
+    """What :func:`reused_draws` keeps under ``key`` (None: nothing, or no block is active)."""
+    reused = _REUSED.get()
+    return None if reused is None else reused[0].get(key)
+
+
+def _keep(key: tuple, value: Frames) -> Frames:
+    """Keep ``value`` under ``key`` while the active block has room for it; returns it."""
+    reused = _REUSED.get()
+    if reused is not None and value.nbytes <= reused[1][0]:
+        reused[0][key] = value
+        reused[1][0] -= value.nbytes
+    return value
+
+
 def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
     """``draws`` standard Gaussian d × k matrices, one generator each (float64; reused within
     :func:`reused_draws` — callers never modify them in place)."""
-    reused = _REUSED.get()
-    key = (d, k, draws, tuple(int(v) for v in seed_key))
-    if reused is not None and key in reused[0]:
-        return reused[0][key]
-    g = torch.stack(
-        [
-            torch.randn(d, k, generator=draw_generator(seed_key, j), dtype=torch.float64)
-            for j in range(draws)
-        ]
+    key = ("gaussians", d, k, draws, tuple(int(v) for v in seed_key))
+    kept = _kept(key)
+    if kept is not None:
+        return kept
+    return _keep(
+        key,
+        torch.stack(
+            [
+                torch.randn(d, k, generator=draw_generator(seed_key, j), dtype=torch.float64)
+                for j in range(draws)
+            ]
+        ),
     )
-    if reused is not None and g.nbytes <= reused[1][0]:
-        reused[0][key] = g
-        reused[1][0] -= g.nbytes
-    return g
+
+
+def _span_key(basis: torch.Tensor | None) -> tuple | None:
+    """A key naming the basis given for a span (its shape and a digest of its bytes)."""
+    if basis is None:
+        return None
+    data = basis.detach().cpu().contiguous().numpy().tobytes()
+    return tuple(basis.shape), hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _orthonormalise(projected: Frames) -> Frames:
@@ -152,10 +181,14 @@ def control_frames(
             f"k must be ≤ {room} (the dimension of the subspace the controls are drawn in: d "
             f"minus the excluded rank), got {k}"
         )
+    key = ("frames", d, k, draws, tuple(int(v) for v in seed_key), _span_key(B))
+    kept = _kept(key)
+    if kept is not None:
+        return kept
     g = _gaussians(d, k, draws, seed_key)
     if B is not None:
         g = g - B @ (B.T @ g)
-    return _orthonormalise(g)
+    return _keep(key, _orthonormalise(g))
 
 
 def data_matched_frames(

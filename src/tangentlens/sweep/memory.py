@@ -21,10 +21,12 @@ element at ``suite.dtype``):
 * **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
   a batch is folded in;
 * host: the **row reservoir** (per site: its capacity allocated up front, float32 H and G, token,
-  bin, id and priority, pinned staging for GPU columns, one batch of offered rows) and,
-  loading, **the Hugging Face model and its TransformerLens copy** (2 × weights at float32; below
-  float32, TransformerLens' weight processing holds the state dict in float32 and casts it back:
-  weights + 4 bytes × parameters + the embedding).
+  bin, id and priority, pinned staging for GPU columns, one batch of offered rows), the
+  **control draws** a frozen-early step makes for its energy sums before the capture and keeps
+  for its probes (at most :data:`REUSED_DRAWS_BYTES`) and, loading, **the Hugging Face model
+  and its TransformerLens copy** (2 × weights at float32; below float32, TransformerLens'
+  weight processing holds the state dict in float32 and casts it back: weights + 4 bytes ×
+  parameters + the embedding).
 
 Peaks take the largest phase (loss; backward; accumulation) on top of what lives throughout.
 Allocator slack and kernel workspaces are not modelled: the plan is checked against measured
@@ -52,6 +54,8 @@ __all__ = [
     "MemoryPlan",
     "PlanInputs",
     "check_fits",
+    "control_draw_columns",
+    "held_draws_bytes",
     "host_budget",
     "memory_plan",
     "plan_recipe",
@@ -61,6 +65,10 @@ __all__ = [
 ]
 
 GIB = 1024**3
+
+#: What a step keeps of its control draws at most: ``tangentlens.metrics.REUSED_DRAWS_BYTES``
+#: (the plan imports no torch; a test keeps the two equal).
+REUSED_DRAWS_BYTES = 256 * 2**20
 
 #: Bytes per element of each ``suite.dtype``.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -106,7 +114,10 @@ class PlanInputs:
     none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
     per-sequence energy sums the capture gathers (0 = none; frozen-early intervals);
     ``n_sequences``: analysed sequences; ``passes``: capture passes over groups of the sites
-    (0 = the fewest that fit, chosen by :func:`check_fits`).
+    (0 = the fewest that fit, chosen by :func:`check_fits`); ``draws``: control draws per seed
+    key made before the capture (for the energy sums) and kept for the probes, 0 = none;
+    ``draw_columns``: the columns kept per draw, site and frequency-bin slot (the ranks of the
+    Gaussian draws and of the frames, each distinct one once).
     """
 
     shape: ModelShape
@@ -123,6 +134,8 @@ class PlanInputs:
     energy_methods: int
     n_sequences: int
     passes: int = 1
+    draws: int = 0
+    draw_columns: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,23 @@ def reservoir_bytes(inputs: PlanInputs) -> int:
     return inputs.reservoir * (float_columns + 4 * 8 + staging) + n * (float_columns + 4 * 8)
 
 
+def control_draw_columns(rank: int, mean_direction: bool) -> int:
+    """Columns per draw, site and slot that the energy sums' exchangeable frames keep: the
+    Gaussian draw and the frame of rank ``rank`` (every proxy but m̂; they share m̂ as the span
+    they avoid) and, with m̂, its own rank-1 frame and draw (one rank-1 draw serves both)."""
+    if not mean_direction:
+        return 2 * rank
+    return 2 * rank + (1 if rank == 1 else 2)
+
+
+def held_draws_bytes(inputs: PlanInputs) -> int:
+    """Host bytes of the control draws a step unit keeps through its capture (float64; the
+    first :data:`REUSED_DRAWS_BYTES` of them: ``tangentlens.metrics.reused_draws``)."""
+    slots = len(inputs.sites) * (inputs.bins + 1)
+    per_slot = inputs.draws * inputs.shape.d_model * inputs.draw_columns * 8
+    return min(REUSED_DRAWS_BYTES, slots * per_slot)
+
+
 def _saving_blocks(shape: ModelShape, sites: Sequence[tuple[str, int | None]]) -> int:
     """Blocks whose backward reaches a captured site's gradient: every block above the lowest
     site (a site at the output of block b needs none of block b)."""
@@ -297,6 +327,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
     accumulation = 3 * n * d * 8 + (inputs.bins + 1 + groups) * d * d * 8
     reservoir = len(inputs.sites) * reservoir_bytes(inputs) if inputs.reservoir else 0
+    draws = held_draws_bytes(inputs)
     statistics_total = len(inputs.sites) * per_site
 
     def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, int, int, int]:
@@ -325,14 +356,15 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
         MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
         MemoryPart("reservoir", "host", reservoir, True, "capture.reservoir"),
+        MemoryPart("control draws", "host", draws, False, "tangent_energy.draws"),
         MemoryPart("loading", "host", loading, False, "suite.dtype"),
     ]
     passes = inputs.passes or 1
     if inputs.device == "cpu":
-        host = max(loading, peak + reservoir)
+        host = max(loading, peak + reservoir + draws)
         return MemoryPlan(inputs.device, inputs.dtype, passes, 0, host, tuple(parts))
     copy = MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint)
-    host = max(loading, statistics_total + reservoir)  # statistics come to the host
+    host = max(loading, statistics_total + reservoir + draws)  # statistics come to the host
     return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, copy))
 
 
@@ -352,6 +384,10 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
                 n_types += probe.max_tracked_types(recipe.probes[key], recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
     spec = recipe.probes.get("tangent_energy")
+    draws, draw_columns = 0, 0
+    if gathers_sequence_sums(recipe):
+        draws = spec.energy.draws
+        draw_columns = control_draw_columns(spec.proxies.rank, spec.proxies.mean_direction)
     return PlanInputs(
         shape=shape,
         dtype=recipe.suite.dtype,
@@ -371,6 +407,8 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
         ),
         n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
         passes=recipe.capture.passes,
+        draws=draws,
+        draw_columns=draw_columns,
     )
 
 

@@ -49,6 +49,7 @@ from tangentlens.core.step import (
 )
 from tangentlens.dictionaries import SAE, in_window
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
+from tangentlens.metrics import reused_draws
 from tangentlens.models import lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
@@ -353,6 +354,7 @@ def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
     return out
 
 
+@reused_draws()  # the control frames made for the capture's energy sums serve the probes again
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads."""
