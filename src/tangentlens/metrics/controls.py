@@ -169,7 +169,8 @@ def control_frames(
     ℝ^d): ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P) M``, QR with a sign fix. ``k ≤ d − r``.
 
     Exchangeable controls of a proxy with m̂ projected out: ``excluded = m̂`` (d × 1); its
-    complement controls: ``excluded = exclusion_basis(T, m̂)``.
+    complement controls: ``excluded = exclusion_basis(T, m̂)``. Within :func:`reused_draws`
+    the same tensor is returned for the same key and excluded basis: never modify it in place.
     """
     d = check_count(d, "d", minimum=1)
     k = check_count(k, "k", minimum=1)
