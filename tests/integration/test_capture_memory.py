@@ -98,6 +98,13 @@ def _count_chunks(monkeypatch, rows: int, d_vocab: int) -> list[int]:
         return logits(model, x)
 
     monkeypatch.setattr(engine, "_logits", counted)
+    written = engine._written_loss
+
+    def counted_written(model, x, targets):
+        sizes.append(x.shape[0])
+        return written(model, x, targets)
+
+    monkeypatch.setattr(engine, "_written_loss", counted_written)
     return sizes
 
 
@@ -293,3 +300,30 @@ def test_mlm_attention_reduced_in_hooks_equals_brute_force(encoder):
     got = batch.attention[1]
     assert torch.equal(got.sum_q, q) and torch.equal(got.sum_k, k)
     assert torch.equal(got.entropy_sum, entropy)
+
+
+def test_written_loss_gradient_matches_autograd_and_falls_back_where_logits_are_not_plain(
+    tiny_decoder, monkeypatch
+):
+    """The written-out head (softmax − one-hot in the logits buffer, then ``(p − y) W_Uᵀ``)
+    gives autograd's loss and gradients on a float32 model (float32 rounding); models whose
+    logits are cast up from half precision, or soft-capped, keep the autograd head."""
+    import copy
+
+    from tangentlens.models.lens import lens_model
+
+    model = copy.deepcopy(tiny_decoder).to(torch.float32)
+    assert lens_model(model).plain_logits
+    tokens = _decoder_tokens(2)
+    config = CaptureConfig(sites=DECODER_SITES)
+    written = capture_batch(model, tokens, config, DECODER_SPECIAL)
+    monkeypatch.setattr(type(lens_model(model)), "plain_logits", property(lambda self: False))
+    autograd = capture_batch(model, tokens, config, DECODER_SPECIAL)
+    assert written.loss == pytest.approx(autograd.loss, rel=1e-6)
+    for site in DECODER_SITES:
+        assert _relative_error(written.gradients[site], autograd.gradients[site]) <= 1e-5, site
+    monkeypatch.undo()
+    assert not lens_model(copy.deepcopy(tiny_decoder).to(torch.bfloat16)).plain_logits
+    capped = copy.deepcopy(tiny_decoder)
+    capped.cfg.output_logits_soft_cap = 30.0
+    assert not lens_model(capped).plain_logits

@@ -2,8 +2,10 @@
 do not hide another's), shapes of about 2–3.5 GB that stress different parts of the plan.
 
 Measured on this machine (2 cores, torch 2.13 CPU; the peak is ``VmHWM`` above the resident
-memory after imports, see ``peak_memory.py``): attention-heavy 2.37 GB measured / 2.61 GB
-planned (+10 %); statistics-heavy 3.439 / 3.440 GB (+0.02 %); bfloat16 1.69 / 1.83 GB (+8 %).
+memory after imports, see ``peak_memory.py``), with the loss gradient written out in the
+logits buffer: attention-heavy 1.84 GB measured / 2.07 GB planned (+13 %; 2.37 / 2.61 through
+autograd); statistics-heavy 3.339 / 3.337 GB (−0.07 %; 3.439 / 3.440); bfloat16 (autograd head)
+1.69 / 1.83 GB (+8 %).
 The plan models no allocator slack: it may lie a little under a peak, hence the 3 % margin.
 
 The bfloat16 shape runs on the CPU only where its bfloat16 matmul is native. On an AVX2-only

@@ -266,20 +266,49 @@ def _logits(lens: LensModel, x: Float[torch.Tensor, "n d_model"]) -> torch.Tenso
     return lens.logits(x)
 
 
+def _written_loss(
+    lens: LensModel, x: Float[torch.Tensor, "n d_model"], targets: Int[torch.Tensor, " n"]
+) -> tuple[torch.Tensor, Float[torch.Tensor, "n d_model"]]:
+    """Summed cross-entropy of rows ``x`` against ``targets`` and ``∂loss/∂x``, written out on
+    one logits buffer (:attr:`LensModel.plain_logits` models: float32 or float64):
+    ``z = x W_U + b_U``; ``loss = Σ (log Σ exp z − z_target)``; the buffer becomes
+    ``softmax(z) − one-hot`` in place; ``∂loss/∂x = (p − y) W_Uᵀ``. No autograd graph and no
+    log-probabilities or logits gradient beside the buffer."""
+    weight, bias = lens.unembedding()
+    z = torch.addmm(bias, x, weight)
+    rows = torch.arange(targets.shape[0], device=z.device)
+    picked = z[rows, targets]
+    top = z.amax(dim=1, keepdim=True)
+    z.sub_(top).exp_()
+    sums = z.sum(dim=1, keepdim=True)
+    loss = (sums.log() + top).squeeze(1).sub(picked).sum()
+    z.div_(sums)
+    z[rows, targets] -= 1
+    return loss, z @ weight.T
+
+
 def _chunked_loss(
     lens: LensModel, head_in: HeadInput, labels: Int[torch.Tensor, "batch pos"]
 ) -> tuple[float, int, HeadInput | None]:
     """Summed cross-entropy of the scored positions (labels ≠ IGNORE_INDEX), a chunk of at
     most ``loss_chunk_rows(d_vocab)`` positions at a time; returns ``(loss, n_scored,
-    ∂loss/∂head_in)``, the gradient None unless ``head_in`` requires one."""
+    ∂loss/∂head_in)``, the gradient None unless ``head_in`` requires one (written out where the
+    logits are plain: :func:`_written_loss`; through autograd otherwise: half-precision weights
+    cast to float32, a soft cap)."""
     flat = head_in.detach().reshape(-1, head_in.shape[-1])
     targets = labels.reshape(-1)
     scored = torch.nonzero(targets != IGNORE_INDEX).squeeze(1)
     rows = loss_chunk_rows(lens.d_vocab_out)
     grad = torch.zeros_like(flat) if head_in.requires_grad else None
+    written = grad is not None and lens.plain_logits
     total = torch.zeros((), dtype=torch.float64, device=flat.device)
     for index in scored.split(rows):
         x = flat[index]  # a leaf: each chunk's graph ends here
+        if written:
+            loss, chunk_grad = _written_loss(lens, x, targets[index])
+            grad.index_copy_(0, index, chunk_grad)  # type: ignore[union-attr]
+            total += loss.double()
+            continue
         if grad is not None:
             x.requires_grad_(True)
         loss = torch.nn.functional.cross_entropy(_logits(lens, x), targets[index], reduction="sum")

@@ -177,6 +177,15 @@ class LensModel(ABC):
             logits = cap * torch.tanh(logits / cap)
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
+    @property
+    def plain_logits(self) -> bool:
+        """Whether :meth:`logits` is just ``x W_U + b_U`` at the weights' dtype (float32 or
+        float64 weights, no soft cap): the loss gradient can then be written out on that
+        buffer."""
+        cap = getattr(self.cfg, "output_logits_soft_cap", None)
+        wide = self.unembedding()[0].dtype in (torch.float32, torch.float64)
+        return wide and not (cap is not None and cap > 0)
+
     def _check_names(self, names: Collection[str]) -> None:
         unknown = [n for n in names if n not in self.hook_points]
         if unknown:

@@ -15,7 +15,9 @@ element at ``suite.dtype``):
 * **site tensors** — each captured site's activations and, with gradients, its gradient
   (``n·d·s`` each, alive from the forward or backward until accumulated);
 * **loss** — one chunk of logits (:func:`~tangentlens.capture.chunks.loss_chunk_rows` positions ×
-  vocabulary), their float32 log-probabilities and gradient, and the residual stream's gradient;
+  vocabulary): at float32 the buffer the gradient is written out in and a transient of its size
+  (measured), below float32 the float32 cast, log-probabilities and their gradient (autograd);
+  and the residual stream's gradient;
 * **statistics** — per site the float64 moments overall and per frequency bin, per-type sums of
   the types the probes use, per-sequence energy sums (exact byte counts);
 * **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
@@ -319,7 +321,12 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     embedding = shape.d_vocab * d * s if s < 4 else 0
     loading = weights + max(weights, 4 * shape.n_parameters()) + embedding
     chunk = min(loss_chunk_rows(shape.d_vocab), n)
-    logit_bytes = chunk * shape.d_vocab * (s + (12 if inputs.gradients else 4))
+    # float32 weights: the gradient is written out in the logits buffer, yet the measured peaks
+    # hold about two float32 logits per position (8.2 bytes on the CPU: one transient of the
+    # chunk's size, not yet attributed); below float32 the float32 cast, the log-probabilities
+    # and their gradient through autograd
+    per_logit = (8 if s == 4 else s + 12) if inputs.gradients else s + 4
+    logit_bytes = chunk * shape.d_vocab * per_logit
     grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
     loss = (logit_bytes if shape.has_head else 0) + grad_resid
     # float64 rows (converted, reordered by bin), the per-bin Gram matrices and, with energy
