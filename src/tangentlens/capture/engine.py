@@ -274,8 +274,7 @@ def _written_loss(
     ``z = x W_U + b_U``; ``loss = Σ (log Σ exp z − z_target)``; the buffer becomes
     ``softmax(z) − one-hot`` in place; ``∂loss/∂x = (p − y) W_Uᵀ``. No autograd graph and no
     log-probabilities or logits gradient beside the buffer."""
-    weight, bias = lens.unembedding()
-    z = torch.addmm(bias, x, weight)
+    z = _logits(lens, x)  # plain: the product itself, no cast or cap
     rows = torch.arange(targets.shape[0], device=z.device)
     picked = z[rows, targets]
     top = z.amax(dim=1, keepdim=True)
@@ -284,7 +283,7 @@ def _written_loss(
     loss = (sums.log() + top).squeeze(1).sub(picked).sum()
     z.div_(sums)
     z[rows, targets] -= 1
-    return loss, z @ weight.T
+    return loss, z @ lens.unembedding()[0].T
 
 
 def _chunked_loss(

@@ -266,7 +266,7 @@ def _rows_with_fit(
         return rows, None
     if fitted is None and frozen is None:
         fitted = fit_step(capture.statistics, spec, fixed, status)
-    own = {n: f.bases for n, f in (fitted or {}).items()}
+    own = _bases(fitted)
     proxies = frozen if frozen is not None else own
     diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
@@ -277,14 +277,23 @@ def _rows_with_fit(
         (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
     )
     by_probe: dict[str, list[dict[str, Any]]] = {}
-    for key in sorted(tangent, key=lambda k: pending is not None and probes[k].refits):
-        if pending is not None and probes[key].refits and not own:
-            own = {n: f.bases for n, f in pending().items()}
-            inputs = dataclasses.replace(inputs, own=own or None)
-        status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
-        by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
-    if pending is not None and not own:
-        own = {n: f.bases for n, f in pending().items()}
+
+    def run(keys: list[str]) -> None:
+        for key in keys:
+            status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
+            by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
+
+    waiting = [k for k in tangent if pending is not None and probes[k].refits]
+    run([k for k in tangent if k not in waiting])
+    if pending is not None:  # the refitting probes read the fit run beside the others
+        own = _bases(pending())
+        inputs = dataclasses.replace(inputs, own=own or None)
+        run(waiting)
     for key in tangent:  # the recipe's order
         rows += by_probe[key]
     return rows, own or None
+
+
+def _bases(fitted: dict[str, FittedProxies] | None) -> Proxies:
+    """``{site: {method: basis}}`` of fitted proxies (empty for None)."""
+    return {n: f.bases for n, f in (fitted or {}).items()}

@@ -172,19 +172,23 @@ class LensModel(ABC):
         soft-capped as the model does, in float32 at least."""
         weight, bias = self.unembedding()
         logits = torch.addmm(bias, x, weight)
-        cap = getattr(self.cfg, "output_logits_soft_cap", None)
-        if cap is not None and cap > 0:
+        cap = self._soft_cap()
+        if cap is not None:
             logits = cap * torch.tanh(logits / cap)
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    def _soft_cap(self) -> float | None:
+        """The model's logit soft cap, None when it has none."""
+        cap = getattr(self.cfg, "output_logits_soft_cap", None)
+        return cap if cap is not None and cap > 0 else None
 
     @property
     def plain_logits(self) -> bool:
         """Whether :meth:`logits` is just ``x W_U + b_U`` at the weights' dtype (float32 or
         float64 weights, no soft cap): the loss gradient can then be written out on that
         buffer."""
-        cap = getattr(self.cfg, "output_logits_soft_cap", None)
         wide = self.unembedding()[0].dtype in (torch.float32, torch.float64)
-        return wide and not (cap is not None and cap > 0)
+        return wide and self._soft_cap() is None
 
     def _check_names(self, names: Collection[str]) -> None:
         unknown = [n for n in names if n not in self.hook_points]
