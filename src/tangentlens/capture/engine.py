@@ -69,6 +69,7 @@ from jaxtyping import Bool, Float, Int
 
 from tangentlens.capture.accumulators import AttentionStatistics
 from tangentlens.capture.chunks import loss_chunk_rows
+from tangentlens.checks import finite_flags
 from tangentlens.data.masks import MaskPolicy, analysis_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
@@ -249,7 +250,7 @@ def _check_reached(activations: dict[str, torch.Tensor], config: CaptureConfig) 
 def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None) -> None:
     if not tensors:
         return
-    flags = torch.stack([torch.isfinite(t).all() for t in tensors.values()]).tolist()  # one sync
+    flags = finite_flags(tensors.values())
     bad = [site for site, ok in zip(tensors, flags, strict=True) if not ok]
     if bad:
         at = "" if step is None else f" at step {step}"
