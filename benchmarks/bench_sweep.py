@@ -5,10 +5,13 @@ checkpoint checks and loads, capture, proxy fitting, controls, bootstrap, TwoNN,
 parquet write included (the untrained block, which reads no checkpoint, left out). Reference:
 training forward+backward passes (:func:`benchmarks.bench_capture._training_step`) of the same
 model, loaded the same way (device, ``suite.dtype``), over the same token rows and batch size.
-CUDA is synchronised around both timings. Three rows each: the one-step sweep's wall time, its
-**fixed** units (data, the fit window's captures, the fit: paid once per sweep) and its **step**
-unit (the marginal cost of a checkpoint: load, capture, every probe, the part write; goal ≤ 2×),
-from the units' own timings (:mod:`tangentlens.sweep.timing`).
+CUDA is synchronised around both timings. The marginal step is measured side by side with the
+reference: after the one-step sweep, :data:`STEP_PAIRS` times a training pass, then the step unit
+again (its output removed, the sweep resumed); the medians are compared, every run listed.
+Three rows each: the one-step sweep's wall time, its **fixed** units (data, the fit window's
+captures, the fit: paid once per sweep) and its **step** unit (the marginal cost of a
+checkpoint: load, capture, every probe, the part write; goal ≤ 2×), from the units' own timings
+(:mod:`tangentlens.sweep.timing`).
 
 * On the CPU (shape ``mini-pythia``): one step of the quickstart recipe (``suite.steps=last``)
   on the mini-pythia suite (trained into the cache on first use, ~4 min). The sweep and
@@ -34,8 +37,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +56,8 @@ from tangentlens.core.recipe import Recipe, load_recipe
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.models.suites import LocalSuite, ensure_mini_suite
-from tangentlens.sweep.runner import run_sweep
-from tangentlens.sweep.timing import SweepCost, read_unit_times, sweep_cost
+from tangentlens.sweep.runner import plan_sweep, run_sweep
+from tangentlens.sweep.timing import TIMINGS_DIR, SweepCost, read_unit_times, sweep_cost
 
 #: Token budgets (quick, full): the quickstart's on the CPU, the pythia_1b recipe's on a GPU.
 QUICKSTART_TOKENS = (8192, 32768)
@@ -61,6 +67,27 @@ PYTHIA_TOKENS = (32768, 131072)
 DEVICE_SHAPES = {"cpu": ("mini-pythia",), "cuda": ("pythia-1b",)}
 #: The GPU path on the CPU (a smoke run) uses rows of this many tokens.
 CPU_SEQ_LEN = 128
+
+
+#: Paired (training pass, step unit again) runs behind the marginal step's medians; 1 with
+#: ``--quick``. The two move with the machine's state on a shared host (training fwd+bwd
+#: 5.2–7.5 s on the same CPU within a day), so one pair is not a measurement.
+STEP_PAIRS = 3
+
+
+@dataclass(frozen=True)
+class Marginal:
+    """The marginal step's median seconds (``step``) and training's (``reference``), and every
+    run of each."""
+
+    step: float
+    reference: float
+    steps: list[float]
+    references: list[float]
+
+
+def _pairs(quick: bool) -> int:
+    return 1 if quick else STEP_PAIRS
 
 
 def check_shapes(names: tuple[str, ...]) -> None:
@@ -126,9 +153,10 @@ def _time_sweep(recipe: Recipe, out: Path) -> tuple[float, SweepCost]:
         release_memory()
 
 
-def _reference(suite: Any, recipe: Recipe) -> tuple[float, float, torch.Tensor, float]:
-    """(seconds of training fwd+bwd over the recipe's rows, their summed loss, the rows,
-    seconds of one checkpoint load) for the suite's last step, loaded as the sweep does."""
+def _reference(suite: Any, recipe: Recipe) -> tuple[Callable[[], float], torch.Tensor, float]:
+    """(one timed pass of training fwd+bwd over the recipe's rows → its seconds, the rows,
+    seconds of one checkpoint load) for the suite's last step, loaded as the sweep does; the
+    model is warmed up by one batch first."""
     device, dtype = recipe.suite.device, recipe.suite.torch_dtype()
     synchronize()
     start = time.perf_counter()
@@ -141,11 +169,47 @@ def _reference(suite: Any, recipe: Recipe) -> tuple[float, float, torch.Tensor, 
     model.zero_grad(set_to_none=True)
 
     def train() -> float:
-        return float(sum(_training_step(model, b) for b in batches))
+        seconds, _ = best_time(lambda: float(sum(_training_step(model, b) for b in batches)), 1)
+        model.zero_grad(set_to_none=True)
+        return seconds
 
-    ref_s, loss = best_time(train, 1)
-    model.zero_grad(set_to_none=True)
-    return ref_s, loss, rows, load_s
+    return train, rows, load_s
+
+
+def _rerun_step(recipe: Recipe, out: Path) -> float:
+    """Seconds of the step unit run again in the finished one-step sweep ``out``: its output,
+    the across-steps unit's (which reads it) and their timings are removed, and the sweep
+    resumes, which runs exactly those units."""
+    for unit in plan_sweep(recipe).units:
+        if unit.kind in ("step", "across"):
+            path = out / unit.output
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+            (out / TIMINGS_DIR / f"{unit.name}.json").unlink(missing_ok=True)
+    threads = torch.get_num_threads()
+    try:
+        run_sweep(recipe, out, resume=True)
+    finally:
+        torch.set_num_threads(threads)
+        release_memory()
+    step = sweep_cost(read_unit_times(out)).step
+    assert step is not None, "the resumed sweep timed no step unit"
+    return step
+
+
+def _paired(
+    recipe: Recipe, out: Path, cost: SweepCost, train: Callable[[], float], pairs: int
+) -> Marginal:
+    """The marginal step against training, side by side: ``pairs`` times a training pass then
+    the step unit run again (the first sweep's step counts too); medians of each."""
+    steps = [cost.step if cost.step is not None else math.nan]
+    refs = []
+    for _ in range(pairs):
+        refs.append(train())
+        steps.append(_rerun_step(recipe, out))
+    return Marginal(statistics.median(steps), statistics.median(refs), steps, refs)
 
 
 def bench_quickstart(quick: bool, device: str, dtype: str) -> list[dict[str, Any]]:
@@ -159,11 +223,12 @@ def bench_quickstart(quick: bool, device: str, dtype: str) -> list[dict[str, Any
         f"data.max_tokens={budget}",
     ]
     recipe = _without_untrained_block(load_recipe("quickstart", overrides))
+    train, rows, _ = _reference(suite, recipe)
     with tempfile.TemporaryDirectory() as tmp:
         ours_s, cost = _time_sweep(recipe, Path(tmp) / "run")
-    ref_s, loss, rows, _ = _reference(suite, recipe)
+        marginal = _paired(recipe, Path(tmp) / "run", cost, train, _pairs(quick))
     shape = f"mini-pythia, {rows.numel()} tokens"
-    return _sweep_rows(recipe, shape, ours_s, cost, ref_s, loss, "")
+    return _sweep_rows(recipe, shape, ours_s, cost, marginal, "")
 
 
 def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[str, Any]]:
@@ -186,13 +251,13 @@ def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[s
         if not device.startswith("cuda"):
             overrides.append(f"data.seq_len={CPU_SEQ_LEN}")
         recipe = _without_untrained_block(load_recipe("pythia_1b", overrides))
+        train, rows, load_s = _reference(LocalSuite(root), recipe)
         ours_s, cost = _time_sweep(recipe, tmp / "run")
-        suite = LocalSuite(root)
-        ref_s, loss, rows, load_s = _reference(suite, recipe)
+        marginal = _paired(recipe, tmp / "run", cost, train, _pairs(quick))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
-    return _sweep_rows(recipe, shape, ours_s, cost, ref_s, loss, f"; a load: {load_s:.1f} s")
+    return _sweep_rows(recipe, shape, ours_s, cost, marginal, f"; a load: {load_s:.1f} s")
 
 
 def _sweep_rows(
@@ -200,28 +265,30 @@ def _sweep_rows(
     shape: str,
     ours_s: float,
     cost: SweepCost,
-    ref_s: float,
-    loss: float,
+    marginal: Marginal,
     note: str,
 ) -> list[dict[str, Any]]:
-    """Three ratios to training fwd+bwd over the same rows: the one-step sweep (wall), its fixed
-    units (data, window captures, fit: paid once per sweep) and its step unit (the marginal
-    cost of a checkpoint: load, capture, every probe, the part write)."""
+    """Three ratios to training fwd+bwd over the same rows (the median pass): the one-step sweep
+    (wall), its fixed units (data, window captures, fit: paid once per sweep) and its step
+    unit (the marginal cost of a checkpoint: load, capture, every probe, the part write; the
+    median of the paired runs, each run listed in the goal column)."""
     probes = f"{len(recipe.probes)} probes"
     windows = cost.counts.get("window", 0)
-    loss_note = f"train loss sum {loss:.0f}{note}"
+    ref_s = marginal.reference
+    runs = ", ".join(f"{s:.1f}" for s in marginal.steps)
+    refs = ", ".join(f"{s:.2f}" for s in marginal.references)
     return [
         ratio_row(
             f"sweep, one step, {probes}", shape, "training fwd+bwd", ours_s, ref_s,
-            f"recorded (units {cost.fixed + (cost.step or 0):.1f} s of it); {loss_note}",
+            f"recorded (units {cost.fixed + (cost.step or 0):.1f} s of it){note}",
         ),
         ratio_row(
             f"sweep fixed: data, {windows} window captures, fit", shape, "training fwd+bwd",
             cost.fixed, ref_s, "recorded: paid once per sweep",
         ),
         ratio_row(
-            f"sweep marginal step, {probes}", shape, "training fwd+bwd", cost.step or math.nan,
-            ref_s, "≤ 2×",
+            f"sweep marginal step, {probes}", shape, "training fwd+bwd", marginal.step,
+            ref_s, f"≤ 2×; medians of steps {runs} s, training {refs} s",
         ),
     ]  # fmt: skip
 
