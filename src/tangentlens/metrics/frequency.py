@@ -270,19 +270,27 @@ def shuffled_spreads(
         chunk_rows = max(1, _CHUNK_ELEMENTS // d)
     chunk_rows = check_count(chunk_rows, "chunk_rows", minimum=1)
     n = c.long().cpu()
-    norms = R.pow(2).sum(dim=1)
+    # rows 0..p−1: the pool's residuals and their squared norms; row p: the running sums of a
+    # window's first type, which may continue from the window before
+    table = torch.zeros(p + 1, d + 1, dtype=torch.float64, device=R.device)
+    table[:p, :d] = R
+    table[:p, d] = R.pow(2).sum(dim=1)
+    carry = torch.tensor([p], device=R.device)
     out = torch.empty(draws, n.shape[0], dtype=torch.float64, device=R.device)
     nd = c.to(R.device)
     for b in range(draws):
         generator = seeded_generator(*seed_key, b)
-        sums = torch.zeros(n.shape[0], d, dtype=torch.float64, device=R.device)
-        sq = torch.zeros(n.shape[0], dtype=torch.float64, device=R.device)
+        sums = torch.zeros(n.shape[0], d + 1, dtype=torch.float64, device=R.device)
         for types, sizes in _segments(n, chunk_rows):
             index = torch.randint(p, (int(sizes.sum()),), generator=generator).to(R.device)
-            label = torch.repeat_interleave(types, sizes).to(R.device)
-            sums.index_add_(0, label, R[index])
-            sq.index_add_(0, label, norms[index])
-        out[b] = (sq - sums.pow(2).sum(dim=1) / nd).clamp(min=0) / (nd - 1)
+            table[p] = sums[types[0]]
+            starts = torch.cat([sizes.new_zeros(1), 1 + torch.cumsum(sizes, 0)[:-1]])
+            # each type's drawn rows summed in draw order, as a running sum would: the window's
+            # first type starts from its carried sums, the others from zero
+            sums[types.to(R.device)] = torch.nn.functional.embedding_bag(
+                torch.cat([carry, index]), table, starts.to(R.device), mode="sum"
+            )
+        out[b] = (sums[:, d] - sums[:, :d].pow(2).sum(dim=1) / nd).clamp(min=0) / (nd - 1)
     return out
 
 
