@@ -3,6 +3,8 @@ run_with_cache, masks, MLM seeding, streaming statistics and bad input."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -134,6 +136,35 @@ def test_without_gradients_activations_only(tiny_decoder):
     assert batch.gradients == {}
     h, g = batch.rows("blocks.1.hook_resid_post")
     assert g is None and h.shape == (3 * 8, 16)
+
+
+def test_unscored_forward_capture_skips_the_head_and_keeps_the_same_rows(tiny_decoder, monkeypatch):
+    """``score_loss=False``: the same kept rows and activations (the mask still follows the
+    loss kind), no logits computed, no loss; it cannot ask for gradients."""
+    from tangentlens.capture import engine
+
+    tokens = _tokens(4)
+    tokens[1, 4] = 1  # a padding position: excluded either way
+    sites = ("blocks.0.hook_resid_post", "blocks.1.hook_resid_post")
+    scored = capture_batch(
+        tiny_decoder, tokens, CaptureConfig(sites, gradients=False), DECODER_SPECIAL
+    )
+    calls = []
+    logits = engine._logits
+    monkeypatch.setattr(engine, "_logits", lambda *a: calls.append(1) or logits(*a))
+    unscored = capture_batch(
+        tiny_decoder,
+        tokens,
+        CaptureConfig(sites, gradients=False, score_loss=False),
+        DECODER_SPECIAL,
+    )
+    assert calls == [] and math.isnan(unscored.loss) and unscored.n_scored == 0
+    assert scored.n_scored > 0 and math.isfinite(scored.loss)
+    assert torch.equal(unscored.keep, scored.keep) and unscored.excluded == scored.excluded
+    for site in sites:
+        assert torch.equal(unscored.rows(site)[0], scored.rows(site)[0])
+    with pytest.raises(ValueError, match="score_loss=False skips the loss"):
+        CaptureConfig(sites, score_loss=False)
 
 
 def test_non_finite_gradients_name_site_and_step(tiny_decoder):

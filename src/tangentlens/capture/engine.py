@@ -108,6 +108,9 @@ class CaptureConfig:
         loss: ``"next_token"`` (decoders), ``"mlm"`` (encoders) or ``"none"`` (activations only,
             for a checkpoint without a language-modelling head; needs ``gradients=False``).
         gradients: also compute ``G = ∂L/∂H`` at every site (one backward pass).
+        score_loss: compute the loss of a forward-only capture (its ``mean_loss``); ``False``
+            skips the language-modelling head (logits and cross-entropy) for captures that read
+            activations only. The analysis mask still follows ``loss``. Needs ``gradients=False``.
         reduction: ``"sum"`` of the token losses that ``G`` differentiates (the only one).
         mlm_probability: share of non-special positions the masked-LM loss scores.
         seed: seeds the masked-LM corruption, with each sequence's index.
@@ -118,6 +121,7 @@ class CaptureConfig:
     sites: tuple[str, ...]
     loss: str = "next_token"
     gradients: bool = True
+    score_loss: bool = True
     reduction: str = "sum"
     mlm_probability: float = 0.15
     seed: int = 0
@@ -139,6 +143,11 @@ class CaptureConfig:
                 "loss 'none' computes no loss, so there is no gradient to capture: set "
                 "gradients=False, or use loss 'next_token' / 'mlm' with a model that has its "
                 "language-modelling head"
+            )
+        if self.gradients and not self.score_loss:
+            raise ValueError(
+                "score_loss=False skips the loss, so there is no gradient to capture: set "
+                "gradients=False, or keep score_loss=True"
             )
         if self.reduction not in REDUCTIONS:
             raise ValueError(
@@ -429,7 +438,7 @@ def capture_batch(
             with torch.inference_mode():
                 head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
-                if config.loss != "none":
+                if config.loss != "none" and config.score_loss:
                     loss, n_scored, _ = _chunked_loss(lens, head_in, labels)
                 del head_in
             grads = ()
@@ -440,7 +449,7 @@ def capture_batch(
     activations = {s: activations[s].detach() for s in config.sites}
     _check_finite(activations, "activations", step)
     _check_finite(gradients, "gradients", step)
-    if config.loss != "none" and not math.isfinite(loss):
+    if config.loss != "none" and config.score_loss and not math.isfinite(loss):
         at = "" if step is None else f" at step {step}"
         raise ValueError(f"the loss is not finite{at} ({loss}): the checkpoint is broken")
     return CapturedBatch(

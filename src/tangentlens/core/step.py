@@ -96,14 +96,17 @@ def capture_step(
     step: int,
     *,
     gradients: bool,
+    score_loss: bool = True,
     sequence_energy: SequenceEnergyConfig | None = None,
     part: slice = slice(None),
     passes: int = 1,
 ) -> CaptureStatistics:
     """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
     contiguous groups of the sites (attention in the first); ``sequence_energy``: per-sequence
-    energy sums of proxies known in advance (the frozen-early intervals). Per-type sums track
-    only the types the probes read (each probe's ``tracked_types``)."""
+    energy sums of proxies known in advance (the frozen-early intervals); ``score_loss=False``
+    (forward-only captures that read activations alone): no language-modelling head, no
+    ``mean_loss``. Per-type sums track only the types the probes read (each probe's
+    ``tracked_types``)."""
     type_ids = None
     if needs.type_sums:
         counts = data.frequencies.counts
@@ -135,6 +138,7 @@ def capture_step(
                     sites=tuple(group),
                     loss=data.loss,
                     gradients=gradients,
+                    score_loss=score_loss,
                     reduction=recipe.capture.reduction,
                     seed=recipe.capture.seed,
                     attention_layers=attention if i == 0 else (),

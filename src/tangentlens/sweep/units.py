@@ -208,7 +208,9 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     status(f"window step {step}: capture (activations)")
     model = _load_model(recipe, _suite(recipe), step)
     sites = capture_sites(model, recipe)
-    stats = capture_step(model, sites, data, recipe, Needs(reservoir=True), step, gradients=False)
+    stats = capture_step(
+        model, sites, data, recipe, Needs(reservoir=True), step, gradients=False, score_loss=False
+    )
     saved = {
         "layers": sites,
         "moments": {name: s.h.state_dict() for name, s in stats.sites.items()},
@@ -314,6 +316,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         Needs(reservoir=True),
         step,
         gradients=False,
+        score_loss=False,
         part=part,
     )
     saved: dict[str, Any] = {"step": step, "release": chosen.release, "ids": by_site}
