@@ -89,6 +89,11 @@ def energy_fractions_from_moment(M: ArrayLike, frames: Frames) -> torch.Tensor:
     F = to_float64(torch.as_tensor(frames)).to(S.device)
     if F.ndim != 3 or F.shape[1] != S.shape[0]:
         raise ValueError(f"frames must be (draws, {S.shape[0]}, k), got {tuple(F.shape)}")
+    return _fractions(S, F)
+
+
+def _fractions(S: Moment, F: torch.Tensor) -> torch.Tensor:
+    """:func:`energy_fractions_from_moment` of a validated moment and frames."""
     return torch.einsum("jdk,de,jek->j", F, S, F) / torch.diagonal(S).sum()
 
 
@@ -96,7 +101,7 @@ def energy_fraction_from_moment(M: ArrayLike, Q: ArrayLike) -> float:
     """``tr(Qᵀ M Q) / tr(M)``: :func:`energy_fraction` from the second moment ``M = GᵀG``."""
     S = _moment(M)
     B = check_basis(Q, "Q", d=S.shape[0])
-    return float(energy_fractions_from_moment(S, B[None])[0])
+    return float(_fractions(S, B[None].to(S.device))[0])
 
 
 def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float) -> float:
@@ -155,8 +160,8 @@ def compare_energy(
                 f"the controls are not orthogonal to the excluded subspace (max |Xᵀ N| = "
                 f"{leak:.2g}): draw them with tangentlens.metrics.control_frames(excluded=...)"
             )
-    e_t = energy_fraction_from_moment(S, T)
-    e_n = energy_fractions_from_moment(S, C)
+    e_t = float(_fractions(S, T[None].to(S.device))[0])
+    e_n = _fractions(S, C.to(S.device))
     against = _against_controls(torch.cat([torch.tensor([e_t], dtype=e_n.dtype), e_n.cpu()]))
     mean = against.control_mean
     return EnergyComparison(
@@ -169,7 +174,7 @@ def compare_energy(
             k,
             d,
             0 if X is None else X.shape[1],
-            0.0 if X is None else energy_fraction_from_moment(S, X),
+            0.0 if X is None else float(_fractions(S, X[None].to(S.device))[0]),
         ),
         energy_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
