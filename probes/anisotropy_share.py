@@ -84,25 +84,33 @@ def rows(
             continue
         layer = data.layers.get(site_name)
         c0 = site.g.covariance()
-        for method, proxy in proxies[site_name].items():
-            rank = proxy.shape[1]
-            for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
-                if acc.count < 3 or acc.second_moment is None:
-                    continue
-                if not float(torch.diagonal(acc.second_moment).sum()) > 0:
-                    continue  # no gradient here; tangent_energy reports the NaN
-                key = seed_key(controls, data.step, layer, bin_index)
-                frames = exchangeable_frames(proxies[site_name], method, n_frames, key)
-                spectral = metrics.compare_anisotropy_share(
-                    acc.second_moment / acc.count, proxy, frames[: controls.draws]
-                )
-                delta = metrics.compare_delta_isoscore_star(
-                    acc.covariance(), proxy, frames[: config.isoscore_draws], c0, config.zeta
-                )
-                common = measurement(site_name, method, rank, bin_index, acc.count)
+        methods = proxies[site_name]
+        scored = []  # (bin, its accumulator, spectral and ΔIsoScore* results by method)
+        for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+            if acc.count < 3 or acc.second_moment is None:
+                continue
+            if not float(torch.diagonal(acc.second_moment).sum()) > 0:
+                continue  # no gradient here; tangent_energy reports the NaN
+            key = seed_key(controls, data.step, layer, bin_index)
+            frames = {m: exchangeable_frames(methods, m, n_frames, key) for m in methods}
+            # every method against the same moments: one eigen-decomposition of each
+            spectral = metrics.compare_anisotropy_shares(
+                acc.second_moment / acc.count,
+                {m: (q, frames[m][: controls.draws]) for m, q in methods.items()},
+            )
+            delta = metrics.compare_delta_isoscores_star(
+                acc.covariance(),
+                {m: (q, frames[m][: config.isoscore_draws]) for m, q in methods.items()},
+                c0,
+                config.zeta,
+            )
+            scored.append((bin_index, acc, spectral, delta))
+        for method, proxy in methods.items():
+            for bin_index, acc, spectral, delta in scored:
+                common = measurement(site_name, method, proxy.shape[1], bin_index, acc.count)
                 for prefix, result in (
-                    ("anisotropy_share_spectral", spectral),
-                    ("delta_isoscore_star", delta),
+                    ("anisotropy_share_spectral", spectral[method]),
+                    ("delta_isoscore_star", delta[method]),
                 ):
                     for suffix, value in (
                         ("", result.value),

@@ -286,6 +286,28 @@ def test_batched_shares_equal_single_calls():
         assert float(delta[j]) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
+def test_several_proxies_against_one_moment_equal_their_single_comparisons():
+    """``compare_anisotropy_shares`` / ``compare_delta_isoscores_star`` share one spectrum and
+    one unprojected score: every proxy's comparison is exactly its single call's."""
+    from tangentlens.metrics import compare_anisotropy_shares, compare_delta_isoscores_star
+
+    gen = torch.Generator().manual_seed(11)
+    A = torch.randn(D, D, generator=gen, dtype=torch.float64)
+    C = A @ A.T + 5 * _basis(D, K, 1) @ _basis(D, K, 1).T
+    C0 = torch.eye(D, dtype=torch.float64) + 0.1 * A @ A.T / D
+    candidates = {
+        name: (T, control_frames(D, T.shape[1], 6, (seed,), excluded=T))
+        for name, T, seed in (("a", _basis(D, K, 1), 1), ("b", _basis(D, 1, 2), 2))
+    }
+    spectral = compare_anisotropy_shares(C, candidates)
+    delta = compare_delta_isoscores_star(C, candidates, C0, 0.3)
+    assert list(spectral) == list(delta) == ["a", "b"]
+    for name, (T, frames) in candidates.items():
+        assert spectral[name] == compare_anisotropy_share(C, T, frames)
+        assert delta[name] == compare_delta_isoscore_star(C, T, frames, C0, 0.3)
+    assert spectral["a"].value != spectral["b"].value and delta["a"].value != delta["b"].value
+
+
 def test_frames_depend_on_the_excluded_span_not_on_its_basis():
     """METHODS §1.2: Gaussian frames projected with I − P and orthonormalised — the same span in
     another (non-orthogonal-mixed, re-orthonormalised) basis gives the same frames."""

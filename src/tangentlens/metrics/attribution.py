@@ -26,7 +26,9 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from jaxtyping import Float
@@ -42,7 +44,9 @@ __all__ = [
     "anisotropy_share_spectral",
     "anisotropy_shares_spectral",
     "compare_anisotropy_share",
+    "compare_anisotropy_shares",
     "compare_delta_isoscore_star",
+    "compare_delta_isoscores_star",
     "compare_energy",
     "delta_isoscore_star",
     "delta_isoscores_star",
@@ -53,6 +57,7 @@ __all__ = [
 ]
 
 Frames = Float[torch.Tensor, "draws d k"]
+K = TypeVar("K")
 
 #: Largest |Xᵀ N| entry tolerated between a control frame and the subspace it excludes.
 _ORTHOGONAL_ATOL = 1e-8
@@ -197,8 +202,26 @@ def anisotropy_shares_spectral(M: ArrayLike, frames: Frames) -> torch.Tensor:
     """:func:`anisotropy_share_spectral` of every frame of ``(draws, d, k)`` (one eigen-
     decomposition for all); float64 ``(draws,)``."""
     S = to_float64(check_square(M, "M"))
+    return _excess_spectrum(S).shares(_check_frames(frames, S.shape[0]).to(S.device))
+
+
+@dataclass(frozen=True)
+class _ExcessSpectrum:
+    """``A₊`` of an uncentred second moment: eigenvectors ``(d, d)``, clamped eigenvalues
+    ``(d,)`` and their sum."""
+
+    vectors: torch.Tensor
+    positive: torch.Tensor
+    total: float
+
+    def shares(self, F: torch.Tensor) -> torch.Tensor:
+        """``tr(Fⱼᵀ A₊ Fⱼ) / tr(A₊)`` of validated frames ``(draws, d, k)``."""
+        weights = torch.einsum("di,jdk->jik", self.vectors, F).pow(2).sum(dim=2)  # ‖Qⱼᵀ vᵢ‖²
+        return (weights * self.positive).sum(dim=1) / self.total
+
+
+def _excess_spectrum(S: Moment) -> _ExcessSpectrum:
     d = S.shape[0]
-    F = _check_frames(frames, d).to(S.device)
     sym = (S + S.T) / 2
     excess = sym - torch.diagonal(sym).mean() * torch.eye(d, dtype=S.dtype, device=S.device)
     values, vectors = torch.linalg.eigh(excess)
@@ -206,8 +229,7 @@ def anisotropy_shares_spectral(M: ArrayLike, frames: Frames) -> torch.Tensor:
     total = float(positive.sum())
     if not total > 1e-12 * float(torch.diagonal(sym).abs().sum()):
         raise ValueError("M is isotropic (no eigenvalue above its mean): the share is undefined")
-    weights = torch.einsum("di,jdk->jik", vectors, F).pow(2).sum(dim=2)  # ‖Qⱼᵀ vᵢ‖²
-    return (weights * positive).sum(dim=1) / total
+    return _ExcessSpectrum(vectors, positive, total)
 
 
 def anisotropy_share_spectral(M: ArrayLike, Q: ArrayLike) -> float:
@@ -236,23 +258,45 @@ def delta_isoscores_star(
     when the frame holds nearly all of ``Σ`` (7e-6 relative at a 10⁶ spike), the formed matrix
     keeps the eigen-decomposition's accuracy. The unprojected score is computed, and ``C``,
     ``C0`` validated, once; frames are taken in chunks of ≤ 2²² matrix entries."""
-    S = to_float64(check_square(C, "C"))
-    d = S.shape[0]
-    F = _check_frames(frames, d).to(S.device)
-    S0 = to_float64(check_square(C0, "C0", size=d)).to(S.device)
-    before = isoscore_star_from_covariance(S, S0, zeta)  # validates C, C0 and zeta once
-    shrunk = (1 - zeta) * S + zeta * S0
-    shrunk = (shrunk + shrunk.T) / 2
-    after = []
-    for chunk in F.split(max(1, _FORMED_ENTRIES // (d * d))):
-        W = shrunk @ chunk  # (draws, d, k)
-        R = W - chunk @ (chunk.transpose(1, 2) @ W)
-        left, right = torch.cat([chunk, R], dim=2), torch.cat([W, chunk], dim=2)
-        # P Σ P = Σ − [F R] [W F]ᵀ, one product of inner size 2k per frame
-        M = torch.baddbmm(shrunk.expand(len(chunk), d, d), left, right.transpose(1, 2), alpha=-1)
-        trace = torch.diagonal(M, dim1=1, dim2=2).sum(dim=1)
-        after.append(isoscore_from_moments(trace, M.pow(2).sum(dim=(1, 2)), d))
-    return torch.cat(after) - before
+    shrunk = _Shrunk.of(C, C0, zeta)
+    return shrunk.deltas(_check_frames(frames, shrunk.d).to(shrunk.matrix.device))
+
+
+@dataclass(frozen=True)
+class _Shrunk:
+    """The symmetrised shrunk covariance ``Σ = (1 − ζ) C + ζ C0`` ``(d, d)`` and the
+    unprojected ``IsoScore*`` (``before``)."""
+
+    matrix: torch.Tensor
+    before: float
+
+    @classmethod
+    def of(cls, C: ArrayLike, C0: ArrayLike, zeta: float) -> _Shrunk:
+        S = to_float64(check_square(C, "C"))
+        S0 = to_float64(check_square(C0, "C0", size=S.shape[0])).to(S.device)
+        before = isoscore_star_from_covariance(S, S0, zeta)  # validates C, C0 and zeta once
+        shrunk = (1 - zeta) * S + zeta * S0
+        return cls((shrunk + shrunk.T) / 2, before)
+
+    @property
+    def d(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def deltas(self, F: torch.Tensor) -> torch.Tensor:
+        """ΔIsoScore* of validated frames ``(draws, d, k)``."""
+        d, shrunk = self.d, self.matrix
+        after = []
+        for chunk in F.split(max(1, _FORMED_ENTRIES // (d * d))):
+            W = shrunk @ chunk  # (draws, d, k)
+            R = W - chunk @ (chunk.transpose(1, 2) @ W)
+            left, right = torch.cat([chunk, R], dim=2), torch.cat([W, chunk], dim=2)
+            # P Σ P = Σ − [F R] [W F]ᵀ, one product of inner size 2k per frame
+            M = torch.baddbmm(
+                shrunk.expand(len(chunk), d, d), left, right.transpose(1, 2), alpha=-1
+            )
+            trace = torch.diagonal(M, dim1=1, dim2=2).sum(dim=1)
+            after.append(isoscore_from_moments(trace, M.pow(2).sum(dim=(1, 2)), d))
+        return torch.cat(after) - self.before
 
 
 def delta_isoscore_star(C: ArrayLike, Q: ArrayLike, C0: ArrayLike, zeta: float = 0.2) -> float:
@@ -319,10 +363,20 @@ def compare_anisotropy_share(M: ArrayLike, proxy: ArrayLike, controls: Frames) -
     ``GᵀG/n``): one eigen-decomposition for any number of frames. ``value`` =
     ``tr(Q_Tᵀ A₊ Q_T) / tr(A₊)``; mean, std, z and ``p = (1 + #{share(N) ≥ share(T)}) /
     (1 + draws)`` as :class:`ControlComparison`."""
+    return compare_anisotropy_shares(M, {0: (proxy, controls)})[0]
+
+
+def compare_anisotropy_shares(
+    M: ArrayLike, candidates: Mapping[K, tuple[ArrayLike, Frames]]
+) -> dict[K, ControlComparison]:
+    """:func:`compare_anisotropy_share` of several proxies (``key → (proxy, controls)``, e.g. one
+    per proxy method) against the same moment ``M``: one eigen-decomposition for all."""
     S = to_float64(check_square(M, "M"))
-    return _against_controls(
-        anisotropy_shares_spectral(S, _proxy_and_controls(proxy, controls, S.shape[0]))
-    )
+    spectrum = _excess_spectrum(S)
+    return {
+        key: _against_controls(spectrum.shares(_proxy_and_controls(*pair, S.shape[0]).to(S.device)))
+        for key, pair in candidates.items()
+    }
 
 
 def compare_delta_isoscore_star(
@@ -334,7 +388,22 @@ def compare_delta_isoscore_star(
     Positive: removing the frame makes the gradients more isotropic. Mean, std, z and
     ``p = (1 + #{Δ(N) ≥ Δ(T)}) / (1 + draws)`` as :class:`ControlComparison` (so
     ``p ≥ 1/(draws + 1)``: 1/21 with 20)."""
-    S = to_float64(check_square(C, "C"))
-    return _against_controls(
-        delta_isoscores_star(S, _proxy_and_controls(proxy, controls, S.shape[0]), C0, zeta)
-    )
+    return compare_delta_isoscores_star(C, {0: (proxy, controls)}, C0, zeta)[0]
+
+
+def compare_delta_isoscores_star(
+    C: ArrayLike,
+    candidates: Mapping[K, tuple[ArrayLike, Frames]],
+    C0: ArrayLike,
+    zeta: float = 0.2,
+) -> dict[K, ControlComparison]:
+    """:func:`compare_delta_isoscore_star` of several proxies (``key → (proxy, controls)``)
+    against the same covariances: the unprojected score computed, and ``C``, ``C0``
+    validated, once for all."""
+    shrunk = _Shrunk.of(C, C0, zeta)
+    return {
+        key: _against_controls(
+            shrunk.deltas(_proxy_and_controls(*pair, shrunk.d).to(shrunk.matrix.device))
+        )
+        for key, pair in candidates.items()
+    }
