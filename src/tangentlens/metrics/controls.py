@@ -41,7 +41,7 @@ from jaxtyping import Float
 from tangentlens.checks import check_count
 from tangentlens.metrics.subspace import check_basis
 from tangentlens.runtime import single_thread
-from tangentlens.seeding import seeded_generator
+from tangentlens.seeding import seeded_generator, seeded_generators
 from tangentlens.typing import Basis
 
 __all__ = [
@@ -121,8 +121,8 @@ def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
         key,
         torch.stack(
             [
-                torch.randn(d, k, generator=draw_generator(seed_key, j), dtype=torch.float64)
-                for j in range(draws)
+                torch.randn(d, k, generator=generator, dtype=torch.float64)
+                for generator in seeded_generators(*seed_key, count=draws)  # draw_generator's
             ]
         ),
     )

@@ -88,7 +88,7 @@ from jaxtyping import Float, Int
 
 from tangentlens.checks import as_tensor, check_count, check_matrix, to_float64
 from tangentlens.metrics.geometry import Correlation, correlations
-from tangentlens.seeding import seeded_generator
+from tangentlens.seeding import seeded_generators
 from tangentlens.typing import ArrayLike
 
 __all__ = [
@@ -278,8 +278,7 @@ def shuffled_spreads(
     carry = torch.tensor([p], device=R.device)
     out = torch.empty(draws, n.shape[0], dtype=torch.float64, device=R.device)
     nd = c.to(R.device)
-    for b in range(draws):
-        generator = seeded_generator(*seed_key, b)
+    for b, generator in enumerate(seeded_generators(*seed_key, count=draws)):
         sums = torch.zeros(n.shape[0], d + 1, dtype=torch.float64, device=R.device)
         for types, sizes in _segments(n, chunk_rows):
             index = torch.randint(p, (int(sizes.sum()),), generator=generator).to(R.device)
