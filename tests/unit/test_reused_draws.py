@@ -9,14 +9,15 @@ from tangentlens.metrics import controls as controls_module
 
 
 def _count_draws(monkeypatch) -> list[int]:
+    """Every draw's generator made from now on (its draw index)."""
     calls: list[int] = []
-    real = controls_module.draw_generator
+    real = controls_module.seeded_generators
 
-    def counting(seed_key, draw):
-        calls.append(draw)
-        return real(seed_key, draw)
+    def counting(*prefix: int, count: int):
+        calls.extend(range(count))
+        return real(*prefix, count=count)
 
-    monkeypatch.setattr(controls_module, "draw_generator", counting)
+    monkeypatch.setattr(controls_module, "seeded_generators", counting)
     return calls
 
 
