@@ -132,10 +132,12 @@ def finite_flags(tensors: Iterable[torch.Tensor]) -> list[bool]:
     ]
     if not sums:
         return []
-    return [
-        ok or _finite_elementwise(t)
-        for t, ok in zip(tensors, torch.isfinite(torch.stack(sums)).tolist(), strict=True)
-    ]
+    return [ok or _finite_elementwise(t) for t, ok in zip(tensors, _finite_sums(sums), strict=True)]
+
+
+def _finite_sums(sums: list[torch.Tensor]) -> list[bool]:
+    """Whether each 0-d sum is finite, with one sync (the sums gathered on the first's device)."""
+    return torch.isfinite(torch.stack([s.to(sums[0].device) for s in sums])).tolist()
 
 
 def _finite_elementwise(x: torch.Tensor) -> bool:
