@@ -138,14 +138,15 @@ def write_random_suite(root: Path, model: str, device: str) -> Path:
     return root
 
 
-def _time_sweep(recipe: Recipe, out: Path) -> tuple[float, SweepCost]:
-    """Seconds of ``run_sweep(recipe, out)`` and its units' cost (fixed units, the step unit);
-    torch's thread count (which the units pin to ``capture.threads``) is restored after."""
+def _time_sweep(recipe: Recipe, out: Path, *, resume: bool = False) -> tuple[float, SweepCost]:
+    """Seconds of ``run_sweep(recipe, out, resume=resume)`` and its units' cost (fixed units,
+    the step unit); torch's thread count (which the units pin to ``capture.threads``) is
+    restored after."""
     threads = torch.get_num_threads()
     try:
         synchronize()
         start = time.perf_counter()
-        run_sweep(recipe, out)
+        run_sweep(recipe, out, resume=resume)
         synchronize()
         return time.perf_counter() - start, sweep_cost(read_unit_times(out))
     finally:
@@ -188,13 +189,7 @@ def _rerun_step(recipe: Recipe, out: Path) -> float:
             else:
                 path.unlink(missing_ok=True)
             (out / TIMINGS_DIR / f"{unit.name}.json").unlink(missing_ok=True)
-    threads = torch.get_num_threads()
-    try:
-        run_sweep(recipe, out, resume=True)
-    finally:
-        torch.set_num_threads(threads)
-        release_memory()
-    step = sweep_cost(read_unit_times(out)).step
+    step = _time_sweep(recipe, out, resume=True)[1].step
     if step is None:
         raise RuntimeError(f"the resumed sweep in {out} recorded no step unit's time")
     return step

@@ -59,14 +59,11 @@ def seeded_generators(*prefix: int, count: int) -> list[torch.Generator]:
     u32 = np.uint32
     last = np.arange(count, dtype=np.uint64).astype(u32)  # j < 2³²: one word each
     entropy = [np.full(count, w, dtype=u32) for v in prefix for w in _words(int(v))] + [last]
-    hash_const = _INIT_A
+    hash_a = [_INIT_A]  # the running constant of the entropy mixing
 
     def hashmix(value: np.ndarray) -> np.ndarray:
-        nonlocal hash_const
-        value = value ^ u32(hash_const)
-        hash_const = (hash_const * _MULT_A) & _MASK32
-        value = value * u32(hash_const)
-        return value ^ (value >> u32(16))
+        value, hash_a[0] = _hash(value, hash_a[0], _MULT_A)
+        return value
 
     def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         result = u32(_MIX_MULT_L) * x - u32(_MIX_MULT_R) * y
@@ -82,11 +79,15 @@ def seeded_generators(*prefix: int, count: int) -> list[torch.Generator]:
         for dst in range(_POOL_SIZE):
             pool[dst] = mix(pool[dst], hashmix(word))
     # generate_state(1, uint64): two words from the pool, little-endian
-    hash_b, halves = _INIT_B, []
-    for word in pool[:2]:
-        value = word ^ u32(hash_b)
-        hash_b = (hash_b * _MULT_B) & _MASK32
-        value = value * u32(hash_b)
-        halves.append((value ^ (value >> u32(16))).astype(np.uint64))
-    states = halves[0] | (halves[1] << np.uint64(32))
+    low, hash_b = _hash(pool[0], _INIT_B, _MULT_B)
+    high, _ = _hash(pool[1], hash_b, _MULT_B)
+    states = low.astype(np.uint64) | (high.astype(np.uint64) << np.uint64(32))
     return [_generator(int(s)) for s in states.tolist()]
+
+
+def _hash(value: np.ndarray, const: int, mult: int) -> tuple[np.ndarray, int]:
+    """SeedSequence's hash step of uint32 words: xor with the running constant, advance it by
+    ``mult``, multiply, fold the high half in; returns the words and the next constant."""
+    const_next = (const * mult) & _MASK32
+    value = (value ^ np.uint32(const)) * np.uint32(const_next)
+    return value ^ (value >> np.uint32(16)), const_next

@@ -165,6 +165,11 @@ class CaptureConfig:
     def causal(self) -> bool:
         return self.loss == "next_token"
 
+    @property
+    def scores(self) -> bool:
+        """Whether the capture computes the loss (a head to score and ``score_loss``)."""
+        return self.loss != "none" and self.score_loss
+
 
 @dataclass(frozen=True)
 class CapturedBatch:
@@ -438,7 +443,7 @@ def capture_batch(
             with torch.inference_mode():
                 head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
-                if config.loss != "none" and config.score_loss:
+                if config.scores:
                     loss, n_scored, _ = _chunked_loss(lens, head_in, labels)
                 del head_in
             grads = ()
@@ -449,7 +454,7 @@ def capture_batch(
     activations = {s: activations[s].detach() for s in config.sites}
     _check_finite(activations, "activations", step)
     _check_finite(gradients, "gradients", step)
-    if config.loss != "none" and config.score_loss and not math.isfinite(loss):
+    if config.scores and not math.isfinite(loss):
         at = "" if step is None else f" at step {step}"
         raise ValueError(f"the loss is not finite{at} ({loss}): the checkpoint is broken")
     return CapturedBatch(

@@ -102,11 +102,16 @@ def _fractions(S: Moment, F: torch.Tensor) -> torch.Tensor:
     return torch.einsum("jdk,de,jek->j", F, S, F) / torch.diagonal(S).sum()
 
 
+def _fraction(S: Moment, B: torch.Tensor) -> float:
+    """:func:`energy_fraction_from_moment` of a validated moment and basis."""
+    return float(_fractions(S, B[None].to(S.device))[0])
+
+
 def energy_fraction_from_moment(M: ArrayLike, Q: ArrayLike) -> float:
     """``tr(Qᵀ M Q) / tr(M)``: :func:`energy_fraction` from the second moment ``M = GᵀG``."""
     S = _moment(M)
     B = check_basis(Q, "Q", d=S.shape[0])
-    return float(_fractions(S, B[None].to(S.device))[0])
+    return _fraction(S, B)
 
 
 def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float) -> float:
@@ -165,7 +170,7 @@ def compare_energy(
                 f"the controls are not orthogonal to the excluded subspace (max |Xᵀ N| = "
                 f"{leak:.2g}): draw them with tangentlens.metrics.control_frames(excluded=...)"
             )
-    e_t = float(_fractions(S, T[None].to(S.device))[0])
+    e_t = _fraction(S, T)
     e_n = _fractions(S, C.to(S.device))
     against = _against_controls(torch.cat([torch.tensor([e_t], dtype=e_n.dtype), e_n.cpu()]))
     mean = against.control_mean
@@ -179,7 +184,7 @@ def compare_energy(
             k,
             d,
             0 if X is None else X.shape[1],
-            0.0 if X is None else float(_fractions(S, X[None].to(S.device))[0]),
+            0.0 if X is None else _fraction(S, X),
         ),
         energy_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
