@@ -5,14 +5,49 @@
 mask, an initialisation) is reproducible on its own, whatever else was drawn before.
 :func:`seeded_generators` gives the generators of ``(*prefix, 0)``, ``(*prefix, 1)``, … at once:
 the same seeds, with the ``SeedSequence`` hash computed for all of them in one vectorised pass.
+
+Generators live on the CPU by default. ``device=`` gives the device's own generator, seeded the
+same way, for draws made where they are used (an accelerator cannot draw from a CPU generator):
+the same key gives the same numbers on every device of that type, and other numbers than the
+CPU's (CUDA's Philox is not the CPU's Mersenne twister) — statistically the same draws.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import torch
 
-__all__ = ["seeded_generator", "seeded_generators"]
+__all__ = ["device_generators", "seeded_generator", "seeded_generators"]
+
+#: Generators that stand for a device type's own (:func:`device_generators`).
+_STAND_INS: dict[str, Callable[[], torch.Generator]] = {}
+
+
+@contextlib.contextmanager
+def device_generators(device_type: str, make: Callable[[], torch.Generator]) -> Iterator[None]:
+    """Within the block, a generator for a ``device_type`` device comes from ``make()`` (how
+    :func:`tangentlens.testing.emulated_accelerator` gives its device generators)."""
+    before = _STAND_INS.get(device_type)
+    _STAND_INS[device_type] = make
+    try:
+        yield
+    finally:
+        if before is None:
+            del _STAND_INS[device_type]
+        else:
+            _STAND_INS[device_type] = before
+
+
+def _new_generator(device: torch.device | str | None) -> torch.Generator:
+    """A fresh generator for ``device`` (None: the CPU)."""
+    if device is None or torch.device(device).type == "cpu":
+        return torch.Generator()
+    make = _STAND_INS.get(torch.device(device).type)
+    return make() if make is not None else torch.Generator(device=device)
+
 
 # numpy's SeedSequence constants (numpy/random/bit_generator.pyx)
 _POOL_SIZE = 4
@@ -27,15 +62,16 @@ def _check_key(key: tuple[int, ...]) -> None:
         raise ValueError(f"seed keys must be integers ≥ 0, got {list(key)}")
 
 
-def _generator(state: int) -> torch.Generator:
-    return torch.Generator().manual_seed(state & (2**63 - 1))
+def _generator(state: int, device: torch.device | str | None = None) -> torch.Generator:
+    return _new_generator(device).manual_seed(state & (2**63 - 1))
 
 
-def seeded_generator(*key: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded from the non-negative integers ``key``."""
+def seeded_generator(*key: int, device: torch.device | str | None = None) -> torch.Generator:
+    """A ``torch.Generator`` (on the CPU, or ``device``'s own) seeded from the non-negative
+    integers ``key``."""
     _check_key(key)
     state = np.random.SeedSequence([int(v) for v in key]).generate_state(1, dtype=np.uint64)[0]
-    return _generator(int(state))
+    return _generator(int(state), device)
 
 
 def _words(value: int) -> list[int]:
@@ -47,8 +83,11 @@ def _words(value: int) -> list[int]:
     return words
 
 
-def seeded_generators(*prefix: int, count: int) -> list[torch.Generator]:
-    """``[seeded_generator(*prefix, j) for j in range(count)]``, the same generators, with
+def seeded_generators(
+    *prefix: int, count: int, device: torch.device | str | None = None
+) -> list[torch.Generator]:
+    """``[seeded_generator(*prefix, j, device=device) for j in range(count)]``, the same
+    generators, with
     numpy's ``SeedSequence`` hash of the keys evaluated for every ``j`` at once (uint32 array
     arithmetic; the running hash constants do not depend on the key's values)."""
     _check_key(prefix)
@@ -82,7 +121,7 @@ def seeded_generators(*prefix: int, count: int) -> list[torch.Generator]:
     low, hash_b = _hash(pool[0], _INIT_B, _MULT_B)
     high, _ = _hash(pool[1], hash_b, _MULT_B)
     states = low.astype(np.uint64) | (high.astype(np.uint64) << np.uint64(32))
-    return [_generator(int(s)) for s in states.tolist()]
+    return [_generator(int(s), device) for s in states.tolist()]
 
 
 def _hash(value: np.ndarray, const: int, mult: int) -> tuple[np.ndarray, int]:

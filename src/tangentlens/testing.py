@@ -1,0 +1,293 @@
+"""Testing code that must run where the model is, on a machine without an accelerator.
+
+:func:`emulated_accelerator` gives an *emulated device*: tensors that report a device other than
+the CPU (``torch.device("meta")``) while their values live in CPU memory, so code takes the path
+it takes on a GPU — and is refused what a GPU refuses:
+
+* one op mixing a device tensor with a CPU tensor of one or more dimensions (a 0-d CPU tensor
+  is a scalar, as on CUDA; advanced indexing may take CPU index tensors, as on CUDA);
+* ``.numpy()`` of a device tensor (on a GPU: "can't convert cuda:0 device type tensor to
+  numpy");
+* a random draw on the device from a CPU ``torch.Generator`` (an accelerator draws with its
+  own generators: :func:`tangentlens.seeding.seeded_generators` with ``device=``).
+
+Every copy from the device to the host is recorded (:class:`Transfers`): ``.cpu()``,
+``.to("cpu")``, ``.tolist()``, a copy into a CPU tensor, and each scalar read (``float()``,
+``.item()``, ``bool()``; a GPU waits for its queue there). A test asserts what crossed — e.g.
+that no matrix did (:meth:`Transfers.matrices`) — so a stray ``.cpu()`` fails on the CPU as it
+would cost on a GPU. Values are the CPU's, so the device path is checked against the CPU path
+within a stated tolerance (the same arithmetic, reordered where the device path batches it).
+
+The emulation intercepts factory functions through a dispatch mode, which is thread-local: run
+the code under test on the thread that entered the block (e.g. ``capture.threads = 1``, so
+:func:`tangentlens.runtime.alongside` runs its task in line). Slow — every op goes through
+Python — so use micro shapes.
+
+>>> import torch
+>>> with emulated_accelerator() as accelerator:
+...     x = torch.ones(3, 2, dtype=torch.float64).to(accelerator.device)
+...     total = float((x @ x.T).sum())
+...     mixed = None
+...     try:
+...         x + torch.ones(3, 2, dtype=torch.float64)
+...     except RuntimeError as error:
+...         mixed = str(error)
+>>> total, x.device.type, mixed.startswith("Expected all tensors to be on the same device")
+(18.0, 'meta', True)
+>>> accelerator.transfers.scalars, accelerator.transfers.matrices()
+(1, [])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from tangentlens import seeding
+
+__all__ = ["EmulatedDevice", "Transfer", "Transfers", "emulated_accelerator"]
+
+#: The device emulated tensors report.
+DEVICE = torch.device("meta")
+
+#: Ops that index with CPU index tensors on an accelerator (PyTorch moves them there).
+_INDEXING = {
+    torch.ops.aten.index.Tensor,
+    torch.ops.aten.index_put.default,
+    torch.ops.aten.index_put_.default,
+    torch.ops.aten._index_put_impl_.default,
+}
+_SCALAR_READ = torch.ops.aten._local_scalar_dense.default
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One device → host copy: its ``shape`` and the line of code that asked for it."""
+
+    shape: tuple[int, ...]
+    where: str
+
+
+@dataclass
+class Transfers:
+    """What crossed from the emulated device to the host: ``copies`` (tensors) and ``scalars``
+    (values read one at a time)."""
+
+    copies: list[Transfer] = field(default_factory=list)
+    scalars: int = 0
+
+    def matrices(self) -> list[Transfer]:
+        """The copies with two or more dimensions of size > 1: more than parts of a result."""
+        return [t for t in self.copies if sum(1 for s in t.shape if s > 1) >= 2]
+
+
+def _caller() -> str:
+    """The innermost frame outside torch and this module: who asked for the copy."""
+    for frame in reversed(traceback.extract_stack()):
+        name = frame.filename.replace("\\", "/")
+        if "/torch/" not in name and not name.endswith("tangentlens/testing.py"):
+            return f"{name}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+class _OnDevice(torch.Tensor):
+    """A tensor that reports :data:`DEVICE` and holds its values in ``value`` (a CPU tensor)."""
+
+    value: torch.Tensor
+    _owner: EmulatedDevice
+
+    @staticmethod
+    def __new__(cls, value: torch.Tensor, owner: EmulatedDevice) -> _OnDevice:
+        out = torch.Tensor._make_wrapper_subclass(
+            cls,
+            value.shape,
+            strides=value.stride(),
+            storage_offset=value.storage_offset(),
+            dtype=value.dtype,
+            layout=value.layout,
+            device=DEVICE,
+            requires_grad=value.requires_grad,
+        )
+        out.value = value
+        out._owner = owner
+        return out
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return f"OnDevice({self.value!r})"
+
+    def tolist(self) -> Any:
+        self._owner.record(tuple(self.shape))
+        return self.value.tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        raise TypeError(
+            "can't convert an emulated accelerator tensor to numpy (on a GPU: \"can't convert "
+            'cuda:0 device type tensor to numpy"): copy it to the host with .cpu() first'
+        )
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        owner = next(
+            t._owner for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, _OnDevice)
+        )
+        return owner.run(func, args, kwargs or {})
+
+
+class EmulatedDevice(TorchDispatchMode):
+    """The emulated accelerator (see the module docstring): ``device`` to move tensors to,
+    ``transfers`` what came back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.device = DEVICE
+        self.transfers = Transfers()
+        self._generators: list[torch.Generator] = []
+
+    def record(self, shape: tuple[int, ...]) -> None:
+        self.transfers.copies.append(Transfer(shape, _caller()))
+
+    def generator(self) -> torch.Generator:
+        """A generator that stands for the device's own (a CPU generator the emulation knows)."""
+        generator = torch.Generator()
+        self._generators.append(generator)
+        return generator
+
+    def _is_device_generator(self, generator: torch.Generator) -> bool:
+        """Whether ``generator`` is one of :meth:`generator`'s. The dispatcher hands ops a new
+        Python object for the same generator, so they are told apart by their seeds (a CPU
+        generator seeded exactly as a device one would pass for it)."""
+        return generator.initial_seed() in {g.initial_seed() for g in self._generators}
+
+    # ---------------------------------------------------------------- dispatch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        on_device = any(isinstance(t, _OnDevice) for t in tree_flatten((args, kwargs))[0])
+        if on_device or _names_device(kwargs.get("device")):
+            return self.run(func, args, kwargs)
+        generator = kwargs.get("generator")
+        if generator is not None and self._is_device_generator(generator):
+            raise RuntimeError(
+                f"{func}: Expected a 'cpu' device type for generator but found 'meta' (a device "
+                "generator drew on the host)"
+            )
+        return func(*args, **kwargs)
+
+    def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``func`` on the CPU values of its device arguments; results back on the device."""
+        self._check(func, args, kwargs)
+        if func is _SCALAR_READ:
+            self.transfers.scalars += 1
+        if _is_copy(func) and not isinstance(args[0], _OnDevice):  # into a host tensor
+            self.record(tuple(args[1].shape))
+            return args[0].copy_(args[1].value, *args[2:], **kwargs)
+        to_host = _to_host(func, kwargs)
+        if to_host:
+            self.record(tuple(args[0].shape))
+        originals = {
+            id(t.value): t for t in tree_flatten((args, kwargs))[0] if isinstance(t, _OnDevice)
+        }
+
+        def unwrap(t: Any) -> Any:
+            if isinstance(t, _OnDevice):
+                return t.value
+            if isinstance(t, torch.device) and t.type == DEVICE.type:
+                return torch.device("cpu")
+            return t
+
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        if to_host or func is _SCALAR_READ:
+            return out
+
+        def wrap(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or isinstance(t, _OnDevice):
+                return t
+            same = originals.get(id(t))  # an op in place gives back the same tensor
+            return _OnDevice(t, self) if same is None else same
+
+        return tree_map(wrap, out)
+
+    def _check(self, func: Any, args: tuple, kwargs: dict) -> None:
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if any(isinstance(t, _OnDevice) for t in tensors) and func not in _INDEXING:
+            host = [t for t in tensors if not isinstance(t, _OnDevice) and t.ndim > 0]
+            if host and not _is_copy(func):
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two "
+                    f"devices, meta (emulated accelerator) and cpu! ({func}, a CPU tensor of "
+                    f"shape {tuple(host[0].shape)})"
+                )
+        generator = kwargs.get("generator")
+        if generator is not None and not self._is_device_generator(generator):
+            raise RuntimeError(
+                f"{func}: Expected a 'meta' device type for generator but found 'cpu' (a random "
+                "draw on the accelerator needs the device's own generator)"
+            )
+
+
+def _names_device(device: Any) -> bool:
+    return device is not None and torch.device(device).type == DEVICE.type
+
+
+def _to_host(func: Any, kwargs: dict) -> bool:
+    """Whether ``func`` copies a device tensor to the host (``.cpu()``, ``.to("cpu")``)."""
+    device = kwargs.get("device")
+    return (
+        func is torch.ops.aten._to_copy.default
+        and device is not None
+        and (torch.device(device).type == "cpu")
+    )
+
+
+def _is_copy(func: Any) -> bool:
+    """``copy_`` crosses devices on an accelerator too (host → device or the reverse)."""
+    return func is torch.ops.aten.copy_.default
+
+
+@contextlib.contextmanager
+def emulated_accelerator() -> Iterator[EmulatedDevice]:
+    """Within the block, ``tensor.to(device.device)`` (and any factory given that device) makes
+    emulated accelerator tensors, and :mod:`tangentlens.seeding` hands out the device's own
+    generators for it; yields the :class:`EmulatedDevice` (its ``transfers`` say what came back
+    to the host)."""
+    device = EmulatedDevice()
+    with (
+        seeding.device_generators(DEVICE.type, device.generator),
+        _constructors_through(device),
+        device,
+    ):
+        yield device
+
+
+@contextlib.contextmanager
+def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
+    """``torch.tensor`` / ``torch.as_tensor`` given the emulated device build the tensor on the
+    CPU and move it (their C++ would otherwise make a value-less ``meta`` tensor)."""
+    originals = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+
+    def through(name: str) -> Any:
+        def construct(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+            if not _names_device(device):
+                return originals[name](data, *args, device=device, **kwargs)
+            if isinstance(data, _OnDevice):
+                return originals[name](data, *args, **kwargs)
+            return originals[name](data, *args, **kwargs).to(DEVICE)
+
+        return construct
+
+    for name in originals:
+        setattr(torch, name, through(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
