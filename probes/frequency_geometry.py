@@ -173,10 +173,10 @@ def null_pool(
     ``token``) of the ``correlated`` types (a mask over ``types``' rows), each minus its type's
     full-stream centroid and rescaled by ``√(n_t/(n_t − 1))``
     (:func:`~tangentlens.metrics.frequency.centroid_residuals`)."""
-    tokens = sample["token"].long().cpu()
-    ids = types.ids
+    tokens = sample["token"].long()
+    ids = types.ids.to(tokens.device)
     at = torch.searchsorted(ids, tokens).clamp(max=len(ids) - 1)
-    chosen = (ids[at] == tokens) & correlated.cpu()[at]
+    chosen = (ids[at] == tokens) & correlated.to(tokens.device)[at]
     type_rows = torch.where(chosen, at, torch.full_like(at, -1))
     return frequency.centroid_residuals(types.count, types.sum, type_rows, sample["H"])
 
@@ -193,15 +193,15 @@ def _correlation_rows(
     types only; ``log_frequency`` covers the vocabulary) and, for the Spearman's shuffle null,
     its reservoir ``sample`` (None: no null rows)."""
     min_count = config.min_count
-    counts = types.count.double().cpu()
-    spread = metrics.centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms).cpu()
+    counts = types.count.double()
+    spread = metrics.centroid_spread_from_sums(types.count, types.sum, types.sum_sq_norms)
     kept = counts >= min_count
     # relative RMS spread: below _SAME_VECTOR_TOL every occurrence of a type is one vector
-    mean_sq_norm = types.sum_sq_norms.double().cpu()[kept] / counts[kept]
+    mean_sq_norm = types.sum_sq_norms.double()[kept] / counts[kept]
     relative = (spread[kept] / mean_sq_norm).sqrt().nan_to_num(0)
     if not relative.numel() or float(relative.max()) <= _SAME_VECTOR_TOL:
         return []
-    lf = log_frequency[types.ids]
+    lf = log_frequency[types.ids].to(spread.device)
     corr = metrics.frequency_distance_correlation(lf, spread, counts, min_count)
     common = {"site": site, "n_tokens": corr.n}
     out = [

@@ -246,10 +246,10 @@ def exchangeable_frames(
 ) -> torch.Tensor:
     """The exchangeable control frames ``(draws, d, k)`` of ``proxies[method]`` for seed ``key``:
     the frames the headline metrics, the intervals and the anisotropy share score."""
-    d, rank = proxies[method].shape
-    return metrics.control_frames(
-        d, rank, draws, key, excluded=exchangeable_excluded(proxies, method)
-    )
+    proxy = proxies[method]
+    d, rank = proxy.shape
+    excluded = exchangeable_excluded(proxies, method)
+    return metrics.control_frames(d, rank, draws, key, excluded=excluded, device=proxy.device)
 
 
 def _sampled_gradients(
@@ -331,7 +331,8 @@ def _checked_sequence_energy(
     if same:
         for method, proxy in proxies.items():
             basis = projectors.bases[projectors.methods.index(method)]
-            same = same and basis.shape == proxy.shape and torch.equal(basis, proxy.double().cpu())
+            same = same and basis.shape == proxy.shape
+            same = same and torch.equal(basis, proxy.to(basis.device, torch.float64))
     if not same:
         raise ValueError(
             f"the per-sequence energy sums of {site_name!r} were gathered for other proxies or "

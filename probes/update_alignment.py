@@ -146,24 +146,25 @@ def _tracked_centroids(
     for site, s in stats.sites.items():
         if s.types is None:
             continue
-        at = s.types.rows_of(tracked)
-        seen = s.types.count[at] > 0
-        at = at[seen]
-        out[site] = (tracked[seen], s.types.sum[at].double() / s.types.count[at, None])
+        at = s.types.rows_of(tracked).to(s.types.sum.device)
+        count = s.types.count[at]
+        seen = count > 0
+        centroids = s.types.sum[at][seen].double() / count[seen, None]
+        out[site] = (tracked[seen.cpu()], centroids)
     return out
 
 
 def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]:
     """What a step keeps for the next transition: the tracked centroids per site, ``W_E``'s
-    rows of the types the analysis data holds (in the model's precision, on the CPU) and the
-    embedding's site."""
+    rows of the types the analysis data holds (in the model's precision) and the embedding's
+    site (the sweep saves the state on the host)."""
     model, counts = inputs.model, inputs.data.frequencies.counts
     if not hasattr(model, "W_E"):
         raise ValueError(f"{type(model).__name__} exposes no W_E: update_alignment cannot run")
     seen = torch.from_numpy(counts > 0)
     return {
         "centroids": _tracked_centroids(inputs.capture.statistics, counts, config),
-        "embedding": model.W_E.detach()[: seen.numel()][seen].to("cpu"),
+        "embedding": model.W_E.detach()[: seen.numel()][seen.to(model.W_E.device)],
         "embed_site": models.hook_name(model, "embed"),
     }
 

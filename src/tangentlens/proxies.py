@@ -81,21 +81,24 @@ class ActivationPool:
             raise ValueError("a checkpoint's activations need a second moment over ≥ 2 rows")
         self._parts.append((moments, sample))
 
-    def fit(self, config: ProxyConfig) -> FittedProxies:
-        """Fit every method of ``config`` on the pooled activations."""
+    def fit(self, config: ProxyConfig, device: torch.device | str | None = None) -> FittedProxies:
+        """Fit every method of ``config`` on the pooled activations, on ``device`` (default:
+        where the first checkpoint's moments are); the bases are on that device."""
         if not self._parts:
             raise ValueError("no checkpoint's activations were added to the pool")
+        at = torch.device(device) if device is not None else self._parts[0][0].sum.device
         n = sum(m.count for m, _ in self._parts)
-        total = sum(m.sum for m, _ in self._parts)
+        total = sum(m.sum.to(at) for m, _ in self._parts)
         d = total.shape[0]
-        second = torch.zeros(d, d, dtype=torch.float64)
+        second = torch.zeros(d, d, dtype=torch.float64, device=at)
         rows: list[torch.Tensor] = []
         for m, sample in self._parts:
-            mean = (m.sum / m.count).cpu()
-            scatter = m.second_moment.cpu() - m.count * torch.outer(mean, mean)  # type: ignore[union-attr]
-            second += scatter if config.centre else m.second_moment.cpu()  # type: ignore[union-attr]
+            mean = (m.sum / m.count).to(at)
+            raw = m.second_moment.to(at)  # type: ignore[union-attr]
+            second += raw - m.count * torch.outer(mean, mean) if config.centre else raw
             if sample is not None:
-                rows.append(sample.double() - mean if config.centre else sample.double())
+                sample = sample.to(at).double()
+                rows.append(sample - mean if config.centre else sample)
         sample = torch.cat(rows) if rows else None
         if sample is None and any(m in ("seminmf", "sae") for m in config.methods):
             raise ValueError(
@@ -104,7 +107,8 @@ class ActivationPool:
         out = FittedProxies({}, {})
         for method in config.methods:
             if method == "pca":
-                pca = PCA.from_moments(config.rank, n, torch.zeros(d, dtype=torch.float64), second)
+                zero = torch.zeros(d, dtype=torch.float64, device=at)
+                pca = PCA.from_moments(config.rank, n, zero, second)
                 out.bases[method] = pca.basis()
                 out.diagnostics[method] = {
                     "pca_explained_variance": float(pca.explained_variance_ratio_.sum())
@@ -132,7 +136,7 @@ class ActivationPool:
                     "sae_l0": sae.l0_,
                 }
         if config.mean_direction:
-            mean = (total / n).double().cpu()
+            mean = (total / n).double()
             norm = float(mean.norm())
             if not norm > 0:
                 raise ValueError("the mean activation is zero: the mean direction is undefined")
@@ -166,9 +170,12 @@ def add_fixed_proxy(
     all_diagnostics[method] = dict(diagnostics or {})
     if MEAN_DIRECTION in fitted.bases:
         m = fitted.bases[MEAN_DIRECTION][:, 0]
-        basis, overlap = _without_mean(basis.double().cpu(), m)
+        basis, overlap = _without_mean(basis.to(m.device, torch.float64), m)
         all_diagnostics[method]["mean_direction_overlap"] = overlap
-    return FittedProxies({**fitted.bases, method: basis.double().cpu()}, all_diagnostics)
+    bases = next(iter(fitted.bases.values()), basis)  # the fitted proxies' device
+    return FittedProxies(
+        {**fitted.bases, method: basis.to(bases.device, torch.float64)}, all_diagnostics
+    )
 
 
 def fit_proxies(site: SiteStatistics, config: ProxyConfig) -> FittedProxies:
@@ -200,12 +207,12 @@ def fit_rows(
         stats = data.statistics.sites.get(site)
         if stats is None or stats.h.count < 2:
             continue
-        cov = stats.h.covariance().cpu()
+        cov = stats.h.covariance()
         trace = float(torch.diagonal(cov).sum())
         for method, basis in by_method.items():
             common = {"site": site, "method": method, "rank": basis.shape[1]}
             if trace > 0:
-                inside = float(torch.einsum("dk,de,ek->", basis, cov, basis))
+                inside = float(torch.einsum("dk,de,ek->", basis.to(cov.device), cov, basis))
                 out.append(
                     make_row(data, FIT_PROBE, "explained_variance", inside / trace, **common)
                 )

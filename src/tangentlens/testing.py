@@ -9,7 +9,8 @@ it takes on a GPU — and is refused what a GPU refuses:
 * ``.numpy()`` of a device tensor (on a GPU: "can't convert cuda:0 device type tensor to
   numpy");
 * a random draw on the device from a CPU ``torch.Generator`` (an accelerator draws with its
-  own generators: :func:`tangentlens.seeding.seeded_generators` with ``device=``).
+  own generators: :func:`tangentlens.seeding.seeded_generators` with ``device=``; a CPU
+  generator seeded exactly as a device generator of this block passes for one).
 
 Every copy from the device to the host is recorded (:class:`Transfers`): ``.cpu()``,
 ``.to("cpu")``, ``.tolist()``, a copy into a CPU tensor, and each scalar read (``float()``,
@@ -18,7 +19,9 @@ that no matrix did (:meth:`Transfers.matrices`) — so a stray ``.cpu()`` fails 
 would cost on a GPU. Values are the CPU's, so the device path is checked against the CPU path
 within a stated tolerance (the same arithmetic, reordered where the device path batches it).
 
-The emulation intercepts factory functions through a dispatch mode, which is thread-local: run
+``torch.inference_mode`` blocks run as ``torch.no_grad`` (a tensor subclass cannot be an
+inference tensor; the values are the same). The emulation intercepts factory functions through
+a dispatch mode, which is thread-local: run
 the code under test on the thread that entered the block (e.g. ``capture.threads = 1``, so
 :func:`tangentlens.runtime.alongside` runs its task in line). Slow — every op goes through
 Python — so use micro shapes.
@@ -163,8 +166,10 @@ class EmulatedDevice(TorchDispatchMode):
 
     def _is_device_generator(self, generator: torch.Generator) -> bool:
         """Whether ``generator`` is one of :meth:`generator`'s. The dispatcher hands ops a new
-        Python object for the same generator, so they are told apart by their seeds (a CPU
-        generator seeded exactly as a device one would pass for it)."""
+        Python object for the same generator, so they are told apart by their seeds: a CPU
+        generator seeded exactly as a device one passes for it (which is why a device
+        generator drawing on the host is not refused: the same key drawn on both would look
+        like one)."""
         return generator.initial_seed() in {g.initial_seed() for g in self._generators}
 
     # ---------------------------------------------------------------- dispatch
@@ -174,12 +179,6 @@ class EmulatedDevice(TorchDispatchMode):
         on_device = any(isinstance(t, _OnDevice) for t in tree_flatten((args, kwargs))[0])
         if on_device or _names_device(kwargs.get("device")):
             return self.run(func, args, kwargs)
-        generator = kwargs.get("generator")
-        if generator is not None and self._is_device_generator(generator):
-            raise RuntimeError(
-                f"{func}: Expected a 'cpu' device type for generator but found 'meta' (a device "
-                "generator drew on the host)"
-            )
         return func(*args, **kwargs)
 
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -218,6 +217,12 @@ class EmulatedDevice(TorchDispatchMode):
 
     def _check(self, func: Any, args: tuple, kwargs: dict) -> None:
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if any(not isinstance(t, _OnDevice) and t.device.type == DEVICE.type for t in tensors):
+            raise RuntimeError(
+                f"{func}: a tensor made on the device outside the emulation's sight (PyTorch "
+                "turned a Python list into a device tensor, e.g. an index list): it has no "
+                "values here; index with a tensor instead"
+            )
         if any(isinstance(t, _OnDevice) for t in tensors) and func not in _INDEXING:
             host = [t for t in tensors if not isinstance(t, _OnDevice) and t.ndim > 0]
             if host and not _is_copy(func):
@@ -270,9 +275,11 @@ def emulated_accelerator() -> Iterator[EmulatedDevice]:
 
 @contextlib.contextmanager
 def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
-    """``torch.tensor`` / ``torch.as_tensor`` given the emulated device build the tensor on the
-    CPU and move it (their C++ would otherwise make a value-less ``meta`` tensor)."""
+    """``torch.tensor``, ``torch.as_tensor`` and ``Tensor.new_tensor`` given the emulated
+    device build the tensor on the CPU and move it (their C++ would otherwise make a value-less
+    ``meta`` tensor)."""
     originals = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+    new_tensor = torch.Tensor.new_tensor
 
     def through(name: str) -> Any:
         def construct(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any:
@@ -284,10 +291,20 @@ def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
 
         return construct
 
+    def new(self: torch.Tensor, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not isinstance(self, _OnDevice) or "device" in kwargs:
+            return new_tensor(self, data, *args, **kwargs)
+        return new_tensor(self.value, data, *args, **kwargs).to(DEVICE)
+
+    inference_mode = torch.inference_mode
     for name in originals:
         setattr(torch, name, through(name))
+    torch.Tensor.new_tensor = new  # type: ignore[method-assign]
+    torch.inference_mode = torch.no_grad  # type: ignore[misc, assignment]
     try:
         yield
     finally:
         for name, original in originals.items():
             setattr(torch, name, original)
+        torch.Tensor.new_tensor = new_tensor  # type: ignore[method-assign]
+        torch.inference_mode = inference_mode  # type: ignore[misc]

@@ -64,3 +64,22 @@ def test_bad_input():
         SAE(8, batch_size=16).fit(torch.randn(100, 8))
     with pytest.raises(ValueError, match="not fitted"):
         SAE(4).basis()
+
+
+def test_an_sae_trains_where_its_activations_are():
+    """On an (emulated) accelerator the SAE trains and is measured there — the same weights
+    (initialised on the host from the seed), explained variance, L0 and latents as on the CPU —
+    and no matrix comes back to the host."""
+    from tangentlens.testing import emulated_accelerator
+
+    H, _ = _sparse_data(n=1024, d=16, n_atoms=6)
+    settings = {"d_sae": 12, "k": 2, "training_samples": 4096, "batch_size": 256, "seed": 1}
+    cpu = SAE(4, **settings).fit(H)
+    with emulated_accelerator() as accelerator:
+        sae = SAE(4, **settings).fit(H.to(accelerator.device))
+        assert sae.sae_.W_dec.device == sae.basis().device == accelerator.device
+        moved = accelerator.transfers.matrices()
+        basis = sae.basis().cpu()
+    assert moved == []
+    assert torch.equal(basis, cpu.basis()) and torch.equal(sae.latents_, cpu.latents_)
+    assert (sae.explained_variance_, sae.l0_) == (cpu.explained_variance_, cpu.l0_)

@@ -13,9 +13,9 @@ def _count_draws(monkeypatch) -> list[int]:
     calls: list[int] = []
     real = controls_module.seeded_generators
 
-    def counting(*prefix: int, count: int):
+    def counting(*prefix: int, count: int, device=None):
         calls.extend(range(count))
-        return real(*prefix, count=count)
+        return real(*prefix, count=count, device=device)
 
     monkeypatch.setattr(controls_module, "seeded_generators", counting)
     return calls
@@ -55,18 +55,24 @@ def _orthonormal(d: int, k: int, seed: int) -> torch.Tensor:
     return torch.linalg.qr(torch.randn(d, k, generator=g, dtype=torch.float64))[0]
 
 
-def test_frames_of_one_span_are_made_once_whatever_basis_names_it(monkeypatch):
-    """Frames are kept by the excluded span's basis: the same basis again is a hit (no new QR),
-    another span is a miss."""
+def test_frames_of_one_basis_are_made_once(monkeypatch):
+    """Frames are kept by the excluded basis itself (no copy of it to the host to hash it): the
+    same tensor again is a hit (no new QR); a copy of it is drawn again, to the same frames;
+    another span is a miss, and a basis changed in place is another basis."""
     excluded = _orthonormal(10, 2, 0)
     qr_calls: list[int] = []
     real = controls_module._orthonormalise
     monkeypatch.setattr(controls_module, "_orthonormalise", lambda g: qr_calls.append(1) or real(g))
     with reused_draws():
         first = control_frames(10, 3, 4, (5,), excluded=excluded)
-        again = control_frames(10, 3, 4, (5,), excluded=excluded.clone())
+        again = control_frames(10, 3, 4, (5,), excluded=excluded)
+        copy = control_frames(10, 3, 4, (5,), excluded=excluded.clone())
         other = control_frames(10, 3, 4, (5,), excluded=_orthonormal(10, 2, 1))
-    assert again is first and len(qr_calls) == 2
+        assert again is first and len(qr_calls) == 3
+        excluded.neg_()  # the same span, another basis: drawn again, the same frames
+        flipped = control_frames(10, 3, 4, (5,), excluded=excluded)
+    assert len(qr_calls) == 4 and flipped is not first
+    assert torch.allclose(copy, first, atol=1e-14) and torch.allclose(flipped, first, atol=1e-12)
     assert not torch.allclose(other, first)
 
 

@@ -249,3 +249,20 @@ def test_all_ratios_tied_raise() -> None:
     X = np.stack([np.arange(40.0), np.zeros(40)], axis=1)
     with pytest.raises(ValueError):
         twonn_dimension(X, "razzhigaev")
+
+
+def test_duplicate_rows_are_found_alike_on_the_device_path() -> None:
+    """The device path (a sorting torch.unique) keeps the first occurrences numpy's byte-wise
+    unique keeps on the CPU, −0.0 and 0.0 counted as one value."""
+    from tangentlens.testing import emulated_accelerator
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.randint(0, 3, (200, 2), generator=g).float()
+    X[5] = torch.tensor([-0.0, 1.0])
+    X[9] = torch.tensor([0.0, 1.0])
+    expected = remove_duplicate_rows(X)
+    with emulated_accelerator() as accelerator:
+        found = remove_duplicate_rows(X.to(accelerator.device))
+        assert found.device == accelerator.device
+        assert found.tolist() == expected.tolist()
+    assert len(expected) == 9 and 9 not in expected.tolist()

@@ -1,6 +1,7 @@
 """Streaming float64 statistics of captured rows: memory does not grow with the number of tokens.
-Accumulators live on any device (the capture accumulates on the model's, then moves them to the
-CPU); the row reservoir always lives on the CPU.
+Accumulators live on any device: the capture accumulates on the model's, and the statistics stay
+there for the probes (``to`` moves them); ids and token-type indices, the bookkeeping, live on
+the CPU.
 
 * :class:`MomentAccumulator` — moments of a stream of rows ``x`` (d,): count, ``Σx``, ``Σ‖x‖``,
   ``Σ‖x‖²``, ``Σ x/‖x‖`` (over nonzero rows) and optionally ``Σ x xᵀ`` (d × d).
@@ -393,9 +394,16 @@ class SiteStatistics:
     def count(self) -> int:
         return self.h.count
 
+    @property
+    def device(self) -> torch.device:
+        """Where the statistics are (the model's device, for a capture's)."""
+        return self.h.sum.device
+
     def to(self, device: torch.device | str) -> SiteStatistics:
-        """Move every accumulator to ``device`` (the reservoir lives on the CPU); returns self."""
-        for acc in [self.h, self.g, *self.h_bins, *self.g_bins, self.types, self.sequence_energy]:
+        """Move every accumulator and the reservoir's rows to ``device`` (in place); returns
+        self."""
+        parts = [self.h, self.g, *self.h_bins, *self.g_bins, self.types, self.sequence_energy]
+        for acc in [*parts, self.reservoir]:
             if acc is not None:
                 acc.to(device)
         return self

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
+
     from tangentlens.capture.stream import CaptureStatistics
     from tangentlens.data import FrequencyTable
 
@@ -36,6 +38,12 @@ class Capture:
     layers: dict[str, int | None]
     seq_len: int
     frequencies: FrequencyTable | None = None
+
+    def to(self, device: torch.device | str) -> Capture:
+        """This capture with its statistics moved to ``device`` (in place; the probes compute
+        where the statistics are); returns self."""
+        self.statistics.to(device)
+        return self
 
     def save(self, path: str | Path) -> Path:
         """Write the capture to ``path`` (a torch file, read back with ``weights_only=True``);

@@ -178,7 +178,9 @@ class CapturedBatch:
     ``tokens`` is the token each position stands for (the original text: for masked-LM capture
     the token before corruption — what bins and per-type sums use); ``inputs`` what the model
     read (after masked-LM corruption; equal to ``tokens`` for decoders); ``keep`` the positions
-    the statistics use (see the module docstring); ``scored`` the positions the loss scores;
+    the statistics use (see the module docstring), ``host_keep`` the same mask on the CPU (it
+    is made there: the bookkeeping of ids and bins needs no copy back from the device);
+    ``scored`` the positions the loss scores;
     ``excluded`` counts excluded positions per reason (``bos``, ``position0``, ``padding``,
     ``special``, ``no_target``; ``total`` = excluded by any); ``attention`` this batch's
     attention statistics per layer (on the model's device); ``loss`` is the reduced loss (NaN
@@ -190,6 +192,7 @@ class CapturedBatch:
     inputs: Tokens
     scored: Bool[torch.Tensor, "batch pos"]
     keep: TokenMask
+    host_keep: TokenMask
     excluded: dict[str, int]
     activations: dict[str, SiteTensor]
     gradients: dict[str, SiteTensor]
@@ -357,10 +360,9 @@ def _inputs_and_labels(
             probability=config.mlm_probability,
             generator=seeded_generator(config.seed, first_sequence + i),
         )
-        for i, row in enumerate(tokens.cpu())
+        for i, row in enumerate(tokens)
     ]
-    inputs = torch.cat([p[0] for p in pairs]).to(tokens.device)
-    return inputs, torch.cat([p[1] for p in pairs]).to(tokens.device)
+    return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
 
 
 def capture_batch(
@@ -396,11 +398,15 @@ def capture_batch(
             f"token ids must lie in [0, {vocab_size}) (the model's vocabulary), got "
             f"[{int(tokens.min())}, {int(tokens.max())}]"
         )
-    tokens = tokens.to(lens.device)
-    inputs, labels = _inputs_and_labels(tokens, config, special, vocab_size, first_sequence)
-    # kept positions come from the original tokens: an MLM [MASK] or random input is kept
-    masks = analysis_mask(tokens, special, causal=config.causal, policy=config.mask_policy)
-    keep = masks.keep
+    # the masks and the masked-LM corruption are made on the host, where the batches come
+    # from, and go to the device once; kept positions come from the original tokens (an MLM
+    # [MASK] or random input is kept)
+    host = tokens.cpu()
+    inputs, labels = _inputs_and_labels(host, config, special, vocab_size, first_sequence)
+    masks = analysis_mask(host, special, causal=config.causal, policy=config.mask_policy)
+    device = lens.device
+    tokens, inputs, labels = host.to(device), inputs.to(device), labels.to(device)
+    keep = masks.keep.to(device)
     attention_names = _attention_names(lens, config.attention_layers)
     site_set = set(config.sites)
     activations: dict[str, torch.Tensor] = {}
@@ -462,6 +468,7 @@ def capture_batch(
         inputs=inputs,
         scored=labels != IGNORE_INDEX,
         keep=keep,
+        host_keep=masks.keep,
         excluded=dict(masks.excluded),
         activations=activations,
         gradients=gradients,

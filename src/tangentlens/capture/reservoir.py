@@ -46,10 +46,12 @@ class RowReservoir:
         seed: seed of the priority hash.
 
     Columns are tensors whose first dimension is the row; every :meth:`add` must give the same
-    column names. Storage is a fixed block of ``capacity`` CPU rows per column: an offered batch
-    costs one selection over ``capacity + n`` priorities, and only the rows that enter the
-    sample are gathered (on their device) and copied in, into the slots of evicted rows.
-    :meth:`columns` returns the sample ordered by row id.
+    column names. Storage is a fixed block of ``capacity`` rows per column, on the device of the
+    rows first offered (where the model is: no copy to the host per batch; :meth:`to` moves
+    it); ids and priorities, the bookkeeping, stay on the CPU. An offered batch costs one
+    selection over ``capacity + n`` priorities, and only the rows that enter the sample are
+    gathered and copied in, into the slots of evicted rows. :meth:`columns` returns the sample
+    ordered by row id.
     """
 
     def __init__(self, capacity: int, seed: int) -> None:
@@ -60,7 +62,6 @@ class RowReservoir:
         self._ids = torch.empty(capacity, dtype=torch.int64)
         self._priority = torch.empty(capacity, dtype=torch.float64)
         self._columns: dict[str, torch.Tensor] = {}
-        self._staging: dict[str, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return self._size
@@ -96,14 +97,10 @@ class RowReservoir:
             )
         if not self._columns:
             self._columns = {
-                name: torch.empty((self.capacity, *col.shape[1:]), dtype=col.dtype)
+                name: torch.empty(
+                    (self.capacity, *col.shape[1:]), dtype=col.dtype, device=col.device
+                )
                 for name, col in columns.items()
-            }
-            # GPU columns reach the CPU through pinned staging buffers (pageable copies are slow)
-            self._staging = {
-                name: torch.empty((self.capacity, *col.shape[1:]), dtype=col.dtype, pin_memory=True)
-                for name, col in columns.items()
-                if col.is_cuda
             }
         size = self._size
         pool = torch.cat([self._priority[:size], priority])
@@ -123,12 +120,9 @@ class RowReservoir:
             self._ids[slots] = ids[entering]
             self._priority[slots] = priority[entering]
             for name, col in columns.items():
-                rows = col[entering.to(col.device)].detach().to(dtype=self._columns[name].dtype)
-                if rows.is_cuda and name in self._staging:
-                    staged = self._staging[name][: rows.shape[0]]
-                    staged.copy_(rows)
-                    rows = staged
-                self._columns[name][slots] = rows.cpu()
+                stored = self._columns[name]
+                rows = col[entering.to(col.device)].detach()
+                stored[slots.to(stored.device)] = rows.to(stored.device, stored.dtype)
         self._size = min(self.capacity, pool.numel())
 
     @property
@@ -137,6 +131,11 @@ class RowReservoir:
         return self._ids[: self._size].sort().values
 
     def columns(self) -> dict[str, torch.Tensor]:
-        """The sampled columns, rows ordered by ascending id."""
+        """The sampled columns, rows ordered by ascending id (on the columns' device)."""
         order = self._ids[: self._size].argsort()
-        return {name: col[order] for name, col in self._columns.items()}
+        return {name: col[order.to(col.device)] for name, col in self._columns.items()}
+
+    def to(self, device: torch.device | str) -> RowReservoir:
+        """Move the sampled columns to ``device`` (in place); returns self."""
+        self._columns = {name: col.to(device) for name, col in self._columns.items()}
+        return self

@@ -81,10 +81,6 @@ REGISTERED: dict[str, type] = {
         AttentionStatistics,
     )
 }
-#: Attributes not saved, rebuilt empty: the reservoir's pinned staging buffers for GPU columns
-#: (a loaded reservoir, whose columns exist, copies GPU rows directly).
-_TRANSIENT: dict[type, dict[str, Any]] = {RowReservoir: {"_staging": dict}}
-
 _PRIMITIVES = (str, int, float, bool, type(None))
 _COLLECTIONS: dict[str, type] = {"tuple": tuple, "set": set, "frozenset": frozenset}
 _MAPPINGS: dict[str, type] = {"dict": dict, "counter": Counter}
@@ -152,8 +148,7 @@ class _Encoder:
                     f"fields {sorted(names)} of {cls.__name__}"
                 )
         else:
-            transient = _TRANSIENT.get(cls, {})
-            names = [name for name in attributes if name not in transient]
+            names = list(attributes)
         self.open.add(key)
         state = {name: self.encode(getattr(obj, name), f"{where}.{name}") for name in names}
         self.open.discard(key)
@@ -234,8 +229,6 @@ class _Decoder:
             return obj
         obj = cls.__new__(cls)
         vars(obj).update(state)
-        for attribute, factory in _TRANSIENT.get(cls, {}).items():
-            setattr(obj, attribute, factory())
         return obj
 
 

@@ -72,14 +72,15 @@ class EnergyProjectors:
         provenance: Hashable = (),
     ) -> EnergyProjectors:
         """Projectors from the proxies (``method → d × k`` orthonormal basis) and, per method,
-        the control frames of every slot (``(draws, d, k)`` each; slot 0 = all tokens)."""
+        the control frames of every slot (``(draws, d, k)`` each; slot 0 = all tokens), on
+        their device."""
         methods = tuple(proxies)
         if set(frames) != set(methods):
             raise ValueError(f"frames must be given for exactly the methods {methods}")
         slots = {len(frames[m]) for m in methods}
         if len(slots) != 1 or 0 in slots:
             raise ValueError("every method needs frames for the same, non-zero number of slots")
-        bases = tuple(torch.as_tensor(proxies[m]).detach().double().cpu() for m in methods)
+        bases = tuple(torch.as_tensor(proxies[m]).detach().double() for m in methods)
         inside = torch.stack([q @ q.T for q in bases])
         control = torch.stack(
             [
@@ -181,7 +182,7 @@ class SequenceEnergy:
         if not g.shape[0]:
             return
         m, s = len(p.methods), p.n_slots
-        sequences = row_ids.cpu().long() // self.seq_len
+        sequences = row_ids.cpu().long() // self.seq_len  # ids and bins: host bookkeeping
         slot = torch.zeros_like(sequences)
         if bins is not None and s > 1:
             b = bins.cpu().long()
@@ -233,8 +234,8 @@ class SequenceEnergy:
             merged = [unique]
             for k in (1, 2, 3):
                 parts = torch.cat([c[k].to(device) for c in self._chunks])
-                out = torch.zeros((len(unique), *parts.shape[1:]), dtype=torch.float64)
-                merged.append(out.to(device).index_add_(0, where, parts))
+                out = parts.new_zeros((len(unique), *parts.shape[1:]))
+                merged.append(out.index_add_(0, where, parts))
             self._chunks = [tuple(merged)]
         return self._chunks[0]
 

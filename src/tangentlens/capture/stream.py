@@ -63,6 +63,23 @@ class CaptureStatistics:
             raise ValueError("no token was scored: the mean loss is undefined")
         return self.loss_sum / self.n_scored
 
+    @property
+    def device(self) -> torch.device:
+        """Where the statistics are (the model's device, or the host after several capture
+        passes)."""
+        for stats in self.sites.values():
+            return stats.device
+        for attention in self.attention.values():
+            return attention.entropy_sum.device
+        return torch.device("cpu")
+
+    def to(self, device: torch.device | str) -> CaptureStatistics:
+        """Move every site's and attention layer's statistics to ``device`` (in place);
+        returns self."""
+        for stats in [*self.sites.values(), *self.attention.values()]:
+            stats.to(device)
+        return self
+
     def merge(self, other: CaptureStatistics) -> None:
         """Absorb the statistics of a disjoint part of the stream (same configs and sites)."""
         if (other.config, other.statistics) != (self.config, self.statistics):
@@ -142,7 +159,8 @@ def capture_statistics(
     step: int | None = None,
 ) -> CaptureStatistics:
     """Capture every batch of ``batches`` ((batch, pos) token tensors of one width) and
-    accumulate the kept rows (on the model's device; the returned statistics are on the CPU).
+    accumulate the kept rows on the model's device, where the returned statistics stay (the
+    probes compute there; :meth:`CaptureStatistics.to` moves them).
     ``model``: a ``HookedTransformer``, ``HookedEncoder`` or ``TransformerBridge`` (or its
     :class:`~tangentlens.models.lens.LensModel`).
 
@@ -171,11 +189,11 @@ def capture_statistics(
             raise ValueError(f"every batch must have {seq_len} positions, got {tokens.shape[1]}")
         batch = capture_batch(model, tokens, config, special, first_sequence=sequence, step=step)
         n_rows, n_pos = tokens.shape
-        keep = batch.keep.cpu()  # one host sync per batch; ids, tokens and bins live on the CPU
+        keep = batch.host_keep  # ids, tokens and bins: the bookkeeping lives on the CPU
         row_ids = (
             torch.arange(sequence, sequence + n_rows)[:, None] * n_pos + torch.arange(n_pos)
         )[keep]
-        kept_tokens = batch.tokens.cpu()[keep]
+        kept_tokens = tokens.cpu()[keep]
         kept_bins = bins.assign(kept_tokens) if statistics.n_bins else None  # type: ignore[union-attr]
         for site in config.sites:
             h, g = batch.rows(site)
@@ -197,6 +215,4 @@ def capture_statistics(
         sequence += n_rows
     if out.n_sequences == 0:
         raise ValueError("no token batch was given: the capture stream is empty")
-    for stats in [*out.sites.values(), *out.attention.values()]:
-        stats.to("cpu")  # the metrics and probes read CPU float64 sums
     return out

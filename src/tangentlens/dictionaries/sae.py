@@ -82,10 +82,11 @@ def pretrained_models() -> dict[str, str]:
 
 
 def _shuffled_batches(H: torch.Tensor, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
-    """Endless seeded reshuffles of the rows of ``H``, ``batch_size`` rows at a time."""
+    """Endless seeded reshuffles of the rows of ``H``, ``batch_size`` rows at a time (the order
+    drawn on the host: the same batches on every device)."""
     gen = seeded_generator(seed, 0x5AE)
     while True:
-        order = torch.randperm(H.shape[0], generator=gen)
+        order = torch.randperm(H.shape[0], generator=gen).to(H.device)
         for start in range(0, H.shape[0] - batch_size + 1, batch_size):
             yield H[order[start : start + batch_size]]
 
@@ -153,7 +154,7 @@ class SAE:
         from sae_lens import SAETrainer
         from sae_lens.config import SAETrainerConfig
 
-        X = check_matrix(H, "H").to(torch.float32).cpu()
+        X = check_matrix(H, "H").to(torch.float32)
         n, d = X.shape
         if n < self.batch_size:
             raise ValueError(
@@ -166,11 +167,13 @@ class SAE:
             train_batch_size_samples=self.batch_size,
             lr=self.lr,
             lr_end=self.lr,
-            device="cpu",
+            device=str(X.device),
         )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            sae = self._training_sae(d, d_sae)
+            # initialised on the host (the same weights on every device), then moved before the
+            # trainer's optimizer binds to the parameters
+            sae = self._training_sae(d, d_sae).to(X.device)
             data = _shuffled_batches(X, self.batch_size, self.seed)
             trainer = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=data)
             self.sae_ = _quiet_fit(trainer)
@@ -178,30 +181,39 @@ class SAE:
         return self._measure(X)
 
     @classmethod
-    def from_disk(cls, path: str | Path, rank: int | None = None) -> SAE:
-        """Load an SAE saved by SAELens (``cfg.json`` + weights) from ``path``; then call
-        :meth:`measure` with the site's activations to check its width and pick the latents."""
+    def from_disk(
+        cls, path: str | Path, rank: int | None = None, device: torch.device | str = "cpu"
+    ) -> SAE:
+        """Load an SAE saved by SAELens (``cfg.json`` + weights) from ``path`` onto ``device``
+        (where the activations it reads are); then call :meth:`measure` with the site's
+        activations to check its width and pick the latents."""
         import sae_lens
 
         folder = Path(path)
         if not (folder / "cfg.json").is_file():
             raise ValueError(f"{folder} is not an SAELens SAE folder (no cfg.json)")
         dictionary = cls(rank)
-        dictionary.sae_ = sae_lens.SAE.load_from_disk(str(folder), device="cpu")
+        dictionary.sae_ = sae_lens.SAE.load_from_disk(str(folder), device=str(device))
         dictionary.source_ = f"the SAE at {folder}"
         return dictionary
 
     @classmethod
-    def from_pretrained(cls, release: str, sae_id: str, rank: int | None = None) -> SAE:
+    def from_pretrained(
+        cls,
+        release: str,
+        sae_id: str,
+        rank: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> SAE:
         """Load the SAE ``sae_id`` of ``release`` from SAELens' pretrained registry through
-        ``sae_lens.SAE.from_pretrained`` (the Hugging Face cache, the hub when online; on the
-        CPU in float32); then :meth:`check_target` it and :meth:`measure` it on the site's
-        activations."""
+        ``sae_lens.SAE.from_pretrained`` (the Hugging Face cache, the hub when online; onto
+        ``device`` in float32); then :meth:`check_target` it and :meth:`measure` it on the
+        site's activations."""
         import sae_lens
 
         check_pretrained(release, [sae_id])
         dictionary = cls(rank)
-        dictionary.sae_ = sae_lens.SAE.from_pretrained(release, sae_id, device="cpu")
+        dictionary.sae_ = sae_lens.SAE.from_pretrained(release, sae_id, device=str(device))
         dictionary.source_ = f"SAE {sae_id!r} of release {release!r}"
         return dictionary
 
@@ -269,7 +281,7 @@ class SAE:
         """For a loaded SAE: check ``H``'s width against ``d_in``, pick the proxy latents and
         measure explained variance and L0 on ``H``."""
         _check_fitted(self)
-        X = check_matrix(H, "H").to(torch.float32).cpu()
+        X = check_matrix(H, "H").to(torch.float32)
         if X.shape[1] != self.d_in:
             raise ValueError(
                 f"the SAE reads d_in = {self.d_in} but these activations have width {X.shape[1]}: "
@@ -284,19 +296,23 @@ class SAE:
             )
 
     def _measure(self, X: torch.Tensor) -> SAE:
+        """Explained variance, L0 and the proxy latents on ``X``, on the SAE's device (a loaded
+        SAE's device; ``X`` goes there)."""
         self._check_rank(X.shape[1], int(self.sae_.cfg.d_sae))
         weights = self.sae_.W_dec
+        X = X.to(weights.device)
         with torch.no_grad():
-            codes = self.sae_.encode(X.to(weights.device, weights.dtype))
-            recon = self.sae_.decode(codes).float().cpu()
-            codes = codes.float().cpu()
+            codes = self.sae_.encode(X.to(weights.dtype))
+            recon = self.sae_.decode(codes).float()
+            codes = codes.float()
         centred = (X - X.mean(dim=0)).double().pow(2).sum()
         self.explained_variance_ = float(1 - (X - recon).double().pow(2).sum() / centred)
         active = codes > 0
         self.l0_ = float(active.sum(dim=1).double().mean())
         frequency = active.double().mean(dim=0)
         mean_act = codes.double().mean(dim=0)
-        order = np.lexsort((-mean_act.numpy(), -frequency.numpy()))  # frequency first
+        # the ranking on the host: two vectors of d_sae entries
+        order = np.lexsort((-mean_act.cpu().numpy(), -frequency.cpu().numpy()))  # frequency first
         n_latents = codes.shape[1] if self.rank is None else self.rank
         self.latents_ = torch.from_numpy(np.sort(order[:n_latents]))
         self.latent_frequency_ = frequency

@@ -123,8 +123,7 @@ def _hals_sweep(xp: Namespace, Zt: Any, At: Any, B: Any) -> None:
     live = [j for j, b in enumerate(diagonal.tolist()) if b > 0]
     scale = xp.where(diagonal > 0, diagonal, 1)[:, None]
     A_scaled, B_scaled = At / scale, B / scale
-    every = list(range(len(diagonal)))
-    B_scaled[every, every] = 0
+    B_scaled = B_scaled - xp.diag(xp.diagonal(B_scaled))  # a zero diagonal, the rest as is
     row, zero = xp.empty_like(Zt[:1]), xp.zeros_like(Zt[0, 0])
     for j in live:  # rows as 1 × n slices: both namespaces write a product into them in place
         xp.matmul(B_scaled[j : j + 1], Zt, out=row)

@@ -172,7 +172,7 @@ def compare_energy(
             )
     e_t = _fraction(S, T)
     e_n = _fractions(S, C.to(S.device))
-    against = _against_controls(torch.cat([torch.tensor([e_t], dtype=e_n.dtype), e_n.cpu()]))
+    against = _against_controls(torch.cat([e_n.new_tensor([e_t]), e_n]))
     mean = against.control_mean
     return EnergyComparison(
         energy_fraction=e_t,

@@ -25,14 +25,16 @@ function of the subspace only: the same span given in another basis gives the sa
 rounding). Each draw has its own generator seeded from ``(*seed_key, draw)`` through ``numpy``'s
 ``SeedSequence`` — e.g. ``seed_key = (seed, step, layer, bin + 1)`` with bin 0 meaning "all" —
 so any single draw can be reproduced alone and the global RNG is never touched; both families of
-one key start from the same Gaussian draws. Frames are float64 ``(draws, d, k)`` tensors.
+one key start from the same Gaussian draws. Frames are float64 ``(draws, d, k)`` tensors, drawn
+and orthonormalised on the device of the excluded basis (or ``device``) with that device's own
+generators (:mod:`tangentlens.seeding`: the same key gives the same frames on every device of a
+type; a GPU's differ from the CPU's, statistically the same).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -67,9 +69,9 @@ def draw_generator(seed_key: Sequence[int], draw: int) -> torch.Generator:
 
 #: While :func:`reused_draws` is active: the Gaussian draws and frames kept so far, and the
 #: bytes still free for more.
-_REUSED: contextvars.ContextVar[tuple[dict[tuple, Frames], list[int]] | None] = (
-    contextvars.ContextVar("reused_draws", default=None)
-)
+_REUSED: contextvars.ContextVar[
+    tuple[dict[tuple, Frames], list[int], list[torch.Tensor]] | None
+] = contextvars.ContextVar("reused_draws", default=None)
 
 #: What :func:`reused_draws` keeps by default, at most (a step unit holds it through its capture:
 #: the memory plan counts it).
@@ -88,7 +90,7 @@ def reused_draws(max_bytes: int = REUSED_DRAWS_BYTES) -> Iterator[None]:
     if _REUSED.get() is not None:
         yield
         return
-    token = _REUSED.set(({}, [check_count(max_bytes, "max_bytes", minimum=0)]))
+    token = _REUSED.set(({}, [check_count(max_bytes, "max_bytes", minimum=0)], []))
     try:
         yield
     finally:
@@ -101,39 +103,45 @@ def _kept(key: tuple) -> Frames | None:
     return None if reused is None else reused[0].get(key)
 
 
-def _keep(key: tuple, value: Frames) -> Frames:
-    """Keep ``value`` under ``key`` while the active block has room for it; returns it."""
+def _keep(key: tuple, value: Frames, basis: torch.Tensor | None = None) -> Frames:
+    """Keep ``value`` under ``key`` (and ``basis``, the excluded span ``key`` names by id)
+    while the active block has room for it; returns it."""
     reused = _REUSED.get()
     if reused is not None and value.nbytes <= reused[1][0]:
         reused[0][key] = value
         reused[1][0] -= value.nbytes
+        if basis is not None:
+            reused[2].append(basis)
     return value
 
 
-def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int]) -> Frames:
-    """``draws`` standard Gaussian d × k matrices, one generator each (float64; reused within
-    :func:`reused_draws` — callers never modify them in place)."""
-    key = ("gaussians", d, k, draws, tuple(int(v) for v in seed_key))
+def _gaussians(d: int, k: int, draws: int, seed_key: Sequence[int], device: torch.device) -> Frames:
+    """``draws`` standard Gaussian d × k matrices on ``device``, one generator each (float64;
+    reused within :func:`reused_draws` — callers never modify them in place)."""
+    key = ("gaussians", d, k, draws, tuple(int(v) for v in seed_key), device)
     kept = _kept(key)
     if kept is not None:
         return kept
+    generators = seeded_generators(*seed_key, count=draws, device=device)  # draw_generator's
     return _keep(
         key,
         torch.stack(
             [
-                torch.randn(d, k, generator=generator, dtype=torch.float64)
-                for generator in seeded_generators(*seed_key, count=draws)  # draw_generator's
+                torch.randn(d, k, generator=generator, dtype=torch.float64, device=device)
+                for generator in generators
             ]
         ),
     )
 
 
 def _span_key(basis: torch.Tensor | None) -> tuple | None:
-    """A key naming the basis given for a span (its shape and a digest of its bytes)."""
+    """A key naming the basis given for a span: the tensor object itself (while a
+    :func:`reused_draws` block keeps its frames, it keeps the basis too, so the id is not
+    reused) and its version (an in-place change makes it another basis). A basis recomputed
+    into a new tensor gets its frames drawn again: the same numbers."""
     if basis is None:
         return None
-    data = basis.detach().cpu().contiguous().numpy().tobytes()
-    return tuple(basis.shape), hashlib.blake2b(data, digest_size=16).digest()
+    return id(basis), basis._version
 
 
 def _orthonormalise(projected: Frames) -> Frames:
@@ -164,9 +172,11 @@ def control_frames(
     seed_key: Sequence[int],
     *,
     excluded: torch.Tensor | None = None,
+    device: torch.device | str | None = None,
 ) -> Frames:
     """Haar k-frames in ``span(excluded)⊥`` (``excluded``: d × r orthonormal, or None for all of
-    ℝ^d): ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P) M``, QR with a sign fix. ``k ≤ d − r``.
+    ℝ^d): ``M ~ N(0, 1)^{d×k}``, ``M ← (I − P) M``, QR with a sign fix. ``k ≤ d − r``. Drawn
+    on ``excluded``'s device, else on ``device`` (default the CPU).
 
     Exchangeable controls of a proxy with m̂ projected out: ``excluded = m̂`` (d × 1); its
     complement controls: ``excluded = exclusion_basis(T, m̂)``. Within :func:`reused_draws`
@@ -175,6 +185,11 @@ def control_frames(
     d = check_count(d, "d", minimum=1)
     k = check_count(k, "k", minimum=1)
     draws = check_count(draws, "draws", minimum=1)
+    at = excluded.device if excluded is not None else torch.device(device or "cpu")
+    key = ("frames", d, k, draws, tuple(int(v) for v in seed_key), at, _span_key(excluded))
+    kept = _kept(key)  # a basis kept with its frames was checked when they were drawn
+    if kept is not None:
+        return kept
     B = None if excluded is None else check_basis(excluded, "excluded", d=d)
     room = d - (0 if B is None else B.shape[1])
     if k > room:
@@ -182,14 +197,10 @@ def control_frames(
             f"k must be ≤ {room} (the dimension of the subspace the controls are drawn in: d "
             f"minus the excluded rank), got {k}"
         )
-    key = ("frames", d, k, draws, tuple(int(v) for v in seed_key), _span_key(B))
-    kept = _kept(key)
-    if kept is not None:
-        return kept
-    g = _gaussians(d, k, draws, seed_key)
+    g = _gaussians(d, k, draws, seed_key, at)
     if B is not None:
         g = g - B @ (B.T @ g)
-    return _keep(key, _orthonormalise(g))
+    return _keep(key, _orthonormalise(g), excluded)
 
 
 def data_matched_frames(
@@ -219,5 +230,5 @@ def data_matched_frames(
             f"the top-{m} PCA span has only {W.shape[1]} dimensions outside the excluded "
             f"subspace, fewer than k = {k}; use a larger m (m ≥ k + the excluded rank suffices)"
         )
-    g = _gaussians(d, k, draws, seed_key)
+    g = _gaussians(d, k, draws, seed_key, W.device)
     return _orthonormalise(W @ (W.T @ g))

@@ -11,7 +11,8 @@ group of anchors (e.g. a frequency bin) as ``Σ outside / Σ inside`` — a rati
 everywhere in tangentlens.
 
 Neighbours come from exact brute-force distances (float32 Gram blocks), anchors from a seeded
-local generator. Local spectra are float64.
+local generator (on the host, so every device draws the same anchors). Local spectra are
+float64, on the device of the points.
 """
 
 from __future__ import annotations
@@ -83,20 +84,18 @@ def local_spectra(
     if n_anchors is not None:
         n_anchors = check_count(n_anchors, "n_anchors", minimum=1)
     if n_anchors is None or n_anchors >= n:
-        anchors = torch.arange(n)
-    else:
+        anchors = torch.arange(n, device=X.device)
+    else:  # drawn on the host: the same anchors on every device
         gen = seeded_generator(seed, 0xC0A)
-        anchors = torch.randperm(n, generator=gen)[:n_anchors].sort().values
-    patches = to_float64(points[_neighbours(X, anchors.to(X.device), k)])  # (a, k, d)
+        anchors = torch.randperm(n, generator=gen)[:n_anchors].sort().values.to(X.device)
+    patches = to_float64(points[_neighbours(X, anchors, k)])  # (a, k, d)
     centred = patches - patches.mean(dim=1, keepdim=True)
     gram = centred @ centred.transpose(1, 2) / k  # (a, k, k): same nonzero spectrum
     values = torch.linalg.eigvalsh(gram).flip(-1).clamp(min=0)
     inside = values[:, :m].sum(dim=1)
     if bool((inside <= 0).any()):
         raise ValueError("a neighbourhood has zero variance (duplicate points); deduplicate H")
-    return LocalSpectra(
-        anchors=anchors, inside=inside.cpu(), outside=values[:, m:].sum(dim=1).cpu()
-    )
+    return LocalSpectra(anchors=anchors, inside=inside, outside=values[:, m:].sum(dim=1))
 
 
 def pooled_visibility(
@@ -104,11 +103,11 @@ def pooled_visibility(
 ) -> Float[torch.Tensor, " groups"]:
     """``Σ outside / Σ inside`` over the anchors of each group (e.g. the frequency bin of the
     anchor's token); NaN for a group without anchors."""
-    g = torch.as_tensor(groups).long().cpu()
+    g = torch.as_tensor(groups).long().to(spectra.inside.device)
     if g.shape != spectra.inside.shape:
         raise ValueError(f"groups must have one entry per anchor ({spectra.inside.numel()})")
     if g.numel() and (int(g.min()) < 0 or int(g.max()) >= n_groups):
         raise ValueError(f"groups must lie in [0, {n_groups}); drop anchors without a group")
-    inside = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, g, spectra.inside)
-    outside = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, g, spectra.outside)
-    return outside / inside
+    zeros = spectra.inside.new_zeros(n_groups, dtype=torch.float64)
+    inside = zeros.index_add(0, g, spectra.inside)
+    return zeros.index_add(0, g, spectra.outside) / inside

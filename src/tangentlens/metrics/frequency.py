@@ -159,10 +159,9 @@ def frequency_distance_correlation(
     centroid distance of :func:`centroid_spread_from_sums`. Types whose log-frequency or spread
     is not finite are left out; ``Correlation.n`` is the number of types used."""
     min_count = check_count(min_count, "min_count", minimum=2)
-    c = _counts(count)
-    lf = to_float64(as_tensor(log_frequency, "log_frequency")).cpu()
-    values = to_float64(as_tensor(spread, "spread")).cpu()
-    c = c.cpu()
+    values = to_float64(as_tensor(spread, "spread"))
+    c = _counts(count).to(values.device)
+    lf = to_float64(as_tensor(log_frequency, "log_frequency")).to(values.device)
     if lf.shape != c.shape or values.shape != c.shape:
         raise ValueError(
             "log_frequency, spread and count must all be (vocab,) vectors, got "
@@ -211,16 +210,17 @@ def centroid_residuals(
     X = to_float64(check_matrix(H, "H")).to(s.device)
     if X.shape[1] != s.shape[1]:
         raise ValueError(f"H must have d = {s.shape[1]} columns like sum, got {X.shape[1]}")
-    rows = torch.as_tensor(type_rows).to("cpu", torch.int64)
+    rows = torch.as_tensor(type_rows).to(s.device, torch.int64)
     if rows.shape != (X.shape[0],):
         raise ValueError(f"type_rows must be a ({X.shape[0]},) vector (one per row of H)")
     if rows.numel() and (int(rows.min()) < -1 or int(rows.max()) >= c.shape[0]):
         raise ValueError(f"type_rows must lie in [-1, {c.shape[0]}) (−1: leave the row out)")
-    padded = torch.cat([c.cpu(), c.new_zeros(1, device="cpu")])  # row −1 reads the 0 pad
+    c = c.to(s.device)
+    padded = torch.cat([c, c.new_zeros(1)])  # row −1 reads the 0 pad
     kept = padded[rows] >= 2
-    rows = rows[kept].to(s.device)
-    n = c.to(s.device)[rows]
-    return (X[kept.to(s.device)] - s[rows] / n[:, None]) * (n / (n - 1)).sqrt()[:, None]
+    rows = rows[kept]
+    n = c[rows]
+    return (X[kept] - s[rows] / n[:, None]) * (n / (n - 1)).sqrt()[:, None]
 
 
 def _segments(count: torch.Tensor, chunk_rows: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -269,7 +269,7 @@ def shuffled_spreads(
     if chunk_rows is None:
         chunk_rows = max(1, _CHUNK_ELEMENTS // d)
     chunk_rows = check_count(chunk_rows, "chunk_rows", minimum=1)
-    n = c.long().cpu()
+    n = c.long().cpu()  # the counts: the windows are planned on the host
     # rows 0..p−1: the pool's residuals and their squared norms; row p: the running sums of a
     # window's first type, which may continue from the window before
     table = torch.zeros(p + 1, d + 1, dtype=torch.float64, device=R.device)
@@ -278,10 +278,11 @@ def shuffled_spreads(
     carry = torch.tensor([p], device=R.device)
     out = torch.empty(draws, n.shape[0], dtype=torch.float64, device=R.device)
     nd = c.to(R.device)
-    for b, generator in enumerate(seeded_generators(*seed_key, count=draws)):
+    for b, generator in enumerate(seeded_generators(*seed_key, count=draws, device=R.device)):
         sums = torch.zeros(n.shape[0], d + 1, dtype=torch.float64, device=R.device)
         for types, sizes in _segments(n, chunk_rows):
-            index = torch.randint(p, (int(sizes.sum()),), generator=generator).to(R.device)
+            size = int(sizes.sum())
+            index = torch.randint(p, (size,), generator=generator, device=R.device)
             table[p] = sums[types[0]]
             starts = torch.cat([sizes.new_zeros(1), 1 + torch.cumsum(sizes, 0)[:-1]])
             # each type's drawn rows summed in draw order, as a running sum would: the window's
@@ -334,11 +335,11 @@ def frequency_spearman_null(
     min_count``, finite spread and log-frequency) against its count-preserving shuffle null
     (:func:`shuffled_spreads` over those types' counts, residuals from ``pool``)."""
     min_count = check_count(min_count, "min_count", minimum=2)
-    c = _counts(count).cpu()
-    lf = to_float64(as_tensor(log_frequency, "log_frequency")).cpu()
-    values = to_float64(as_tensor(spread, "spread")).cpu()
+    values = to_float64(as_tensor(spread, "spread"))
+    c = _counts(count).to(values.device)
+    lf = to_float64(as_tensor(log_frequency, "log_frequency")).to(values.device)
     observed = frequency_distance_correlation(lf, values, c, min_count)
     keep = (c >= min_count) & torch.isfinite(values) & torch.isfinite(lf)
-    null = shuffled_spreads(c[keep], pool, draws, seed_key).cpu()
+    null = shuffled_spreads(c[keep], pool, draws, seed_key)
     rho = torch.tensor([correlations(lf[keep], row).spearman for row in null], dtype=torch.float64)
     return SpearmanNull(observed.spearman, rho, observed.n, int(as_tensor(pool, "pool").shape[0]))

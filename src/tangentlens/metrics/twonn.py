@@ -96,14 +96,21 @@ class TwoNNEstimate:
 
 
 def remove_duplicate_rows(X: torch.Tensor) -> torch.Tensor:
-    """Row indices of ``X`` (n × d) with exact duplicates removed, first occurrences, in order."""
-    t = X.detach().cpu()
+    """Row indices of ``X`` (n × d) with exact duplicates removed, first occurrences, in order
+    (on ``X``'s device: numpy's byte-wise ``unique`` on the CPU, a sorting ``torch.unique``
+    elsewhere; the same indices)."""
+    t = X.detach() + 0.0  # + 0.0 maps −0.0 to 0.0
+    if t.device.type != "cpu":
+        distinct, inverse = torch.unique(t, dim=0, return_inverse=True)
+        order = torch.arange(t.shape[0], device=t.device)
+        first = torch.full((distinct.shape[0],), t.shape[0], device=t.device)
+        return first.scatter_reduce(0, inverse, order, "amin").sort().values
     if t.dtype == torch.bfloat16:  # no numpy bfloat16; widening is exact
         t = t.float()
-    a = np.ascontiguousarray(t.numpy()) + 0.0  # + 0.0 maps −0.0 to 0.0
+    a = np.ascontiguousarray(t.numpy())
     rows = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel()
     _, first = np.unique(rows, return_index=True)
-    return torch.from_numpy(np.sort(first)).to(X.device)
+    return torch.from_numpy(np.sort(first))
 
 
 def _centred(X: torch.Tensor) -> tuple[torch.Tensor, float]:

@@ -1,0 +1,97 @@
+"""A step's work runs where the model is: the capture, the step's proxy fits and every per-step
+probe, run on an emulated accelerator (tangentlens.testing), give the CPU's rows, and only parts
+of the results — scalars and vectors — cross back to the host.
+
+The emulated device computes with the CPU's kernels and draws with generators seeded as the
+CPU's, so the device path equals the CPU path, now and then a last bit apart (the same kernels
+on other memory layouts). Where the device path runs other code than the CPU's — semi-NMF's
+loop in torch instead of numpy — the CPU reference here runs the device's code too: the two
+loops are compared with each other in tests/unit/test_dictionaries.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tangentlens.capture.captured import Capture
+from tangentlens.core.data import prepare_analysis_data
+from tangentlens.core.recipe import load_recipe
+from tangentlens.core.step import capture_sites, capture_step, step_rows
+from tangentlens.dictionaries import seminmf
+from tangentlens.registry import needs_of
+from tangentlens.runtime import threads
+from tangentlens.testing import emulated_accelerator
+
+RECIPE = Path(__file__).resolve().parents[1] / "e2e" / "recipes" / "micro.toml"
+
+
+def _recipe(*overrides: str):
+    return load_recipe(RECIPE, ["capture.threads=1", *overrides])
+
+
+def _model(suite, step: int, device):
+    model = suite.load(step)
+    return model if device is None else model.to(device)
+
+
+def _step(suite, recipe, device=None):
+    """One step's rows as a step unit makes them (the model on ``device``, default the CPU),
+    on the recipe's threads as a unit pins them (one: the emulation is seen by the thread that
+    entered it, so the refit runs in line)."""
+    with threads(recipe.capture.threads):
+        return _pinned_step(suite, recipe, device)
+
+
+def _pinned_step(suite, recipe, device):
+    data = prepare_analysis_data(suite, recipe)
+    step = suite.steps[-1]
+    model = _model(suite, step, device)
+    sites = capture_sites(model, recipe)
+    stats = capture_step(model, sites, data, recipe, needs_of(recipe.probes), step, gradients=True)
+    capture = Capture(
+        suite=recipe.suite.name,
+        step=step,
+        tokens_seen=suite.tokens_seen(step),
+        statistics=stats,
+        layers=sites,
+        seq_len=recipe.data.seq_len,
+        frequencies=data.frequencies,
+    )
+    return step_rows(recipe, capture)
+
+
+def _by_label(rows):
+    return {(r["probe"], r["site"], r["method"], r["freq_bin"], r["metric"]): r for r in rows}
+
+
+def _assert_same_rows(found, expected):
+    found, wanted = _by_label(found), _by_label(expected)
+    assert found.keys() == wanted.keys()
+    for label, row in wanted.items():
+        value = found[label]["value"]
+        if isinstance(row["value"], float) and math.isnan(row["value"]):
+            assert math.isnan(value), label
+        else:
+            assert value == pytest.approx(row["value"], rel=1e-12, abs=1e-15), label
+        low, high = found[label]["ci_low"], found[label]["ci_high"]
+        assert (low is None) == (row["ci_low"] is None) and (high is None) == (
+            row["ci_high"] is None
+        ), label
+
+
+def test_a_step_on_the_device_path_gives_the_cpu_rows(micro_pythia, monkeypatch):
+    """A step fitting its own proxies (``per_checkpoint``); the frozen-early step (window
+    captures, the frozen fit, per-sequence sums, the refit) runs in tests/e2e/
+    test_device_sweep.py as a sweep's units."""
+    recipe = _recipe("probes.tangent_energy.fit_policy='per_checkpoint'")
+    with monkeypatch.context() as patch:  # the CPU runs semi-NMF's device loop (torch) too
+        patch.setattr(seminmf, "_namespace", lambda X: torch)
+        expected, _ = _step(micro_pythia, recipe)
+    with emulated_accelerator() as accelerator:
+        rows, own = _step(micro_pythia, recipe, accelerator.device)
+    assert {b.device.type for bases in own.values() for b in bases.values()} == {"meta"}
+    _assert_same_rows(rows, expected)
+    assert accelerator.transfers.matrices() == []
