@@ -26,6 +26,9 @@ thread). Their results do not depend on the thread count then.
 others (a step's semi-NMF refits, read by one probe only, beside the other probes): the task's
 numbers are the same as run in line, since it runs on one thread either way.
 
+:class:`Phases` times the parts of a unit (a step's capture, each probe, its refit, its write)
+on the device's clock, for the unit's timing record.
+
 :func:`half_precision_slowdown` times a matmul at a half-precision dtype against float32: on a
 CPU without native bfloat16/float16 kernels (AVX2 only: AMD EPYC, 2026-11-26, torch 2.13) a
 512³ ``mm`` ran 60× slower at either dtype (0.47 against 87 GFLOP/s at 2048 × 512 × 2048).
@@ -49,6 +52,7 @@ T = TypeVar("T")
 
 __all__ = [
     "RUNTIME_VARS",
+    "Phases",
     "alongside",
     "half_precision_slowdown",
     "runtime_env",
@@ -156,6 +160,35 @@ def alongside(task: Callable[[], T]) -> Iterator[Callable[[], T]]:
         ThreadPoolExecutor(1, thread_name_prefix="tangentlens-alongside") as pool,
     ):
         yield pool.submit(on_one_thread).result
+
+
+class Phases:
+    """Where a unit's time goes: seconds per named phase, each measured from the end of the
+    work queued before it to the end of its own (an accelerator's queue is waited for at both
+    ends, so a phase is charged for its kernels, not for the ones before). ``seconds`` keeps
+    the phases in the order first met; a phase timed twice adds up. A phase timed on another
+    thread (:func:`alongside`'s task) overlaps the others."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+
+    def _wait(self) -> None:
+        import torch
+
+        if self.device is not None and torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as ``name``."""
+        self._wait()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait()
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def half_precision_slowdown(dtype: str, size: int = 512) -> float:

@@ -40,12 +40,19 @@ def test_site_groups_are_contiguous_and_balanced() -> None:
 
 
 def test_the_device_holds_one_pass_of_statistics() -> None:
+    """One pass: the statistics and sampled rows stay on the device for the probes, the host
+    holds only what loading takes. Several: the device holds one pass's, and the host every
+    pass's (the probes run there)."""
     one, four = memory_plan(_inputs()), memory_plan(_inputs(passes=4))
-    stats = {p.name: p.bytes for p in one.parts}["statistics"]
-    stats4 = {p.name: p.bytes for p in four.parts}["statistics"]
-    assert stats4 * 33 == stats * 9  # the heaviest of 33 sites in 4 passes holds 9
+    parts, parts4 = ({p.name: p for p in plan.parts} for plan in (one, four))
+    for name in ("statistics", "reservoir"):
+        assert parts4[name].bytes * 33 == parts[name].bytes * 9  # 9 of 33 sites in a pass
     assert four.accelerator_peak < one.accelerator_peak
-    assert four.host_peak == one.host_peak  # the host collects every pass's statistics
+    assert one.host_peak == parts["loading"].bytes and "statistics (host copy)" not in parts
+    assert parts["probes"].where == "accelerator" and parts4["probes"].where == "host"
+    copies = parts4["statistics (host copy)"].bytes + parts4["reservoir (host copy)"].bytes
+    assert parts4["statistics (host copy)"].bytes == parts["statistics"].bytes
+    assert four.host_peak == max(parts4["loading"].bytes, copies + parts4["probes"].bytes)
 
 
 def test_auto_passes_are_the_fewest_that_fit() -> None:

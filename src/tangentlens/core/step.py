@@ -6,8 +6,8 @@ model, tokens and settings give the same rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,7 +38,7 @@ from tangentlens.proxies import (
 )
 from tangentlens.registry import TANGENT, Probe, StepInputs, resolve_all
 from tangentlens.results import make_row
-from tangentlens.runtime import alongside
+from tangentlens.runtime import Phases, alongside
 
 __all__ = [
     "Proxies",
@@ -102,7 +102,9 @@ def capture_step(
     passes: int = 1,
 ) -> CaptureStatistics:
     """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
-    contiguous groups of the sites (attention in the first); ``sequence_energy``: per-sequence
+    contiguous groups of the sites (attention in the first): with one pass the statistics stay
+    on the model's device, where the probes compute; with several, each pass's go to the host
+    when it ends (the device would not hold them all). ``sequence_energy``: per-sequence
     energy sums of proxies known in advance (the frozen-early intervals); ``score_loss=False``
     (forward-only captures that read activations alone): no language-modelling head, no
     ``mean_loss``. Per-type sums track only the types the probes read (each probe's
@@ -129,29 +131,30 @@ def capture_step(
         sequence_energy=sequence_energy,
     )
     groups = site_groups(list(sites), passes)
-    return combine_site_passes(
-        [
-            capture_statistics(
-                model,
-                iter_batches(data.rows[part], recipe.data.batch_size),
-                CaptureConfig(
-                    sites=tuple(group),
-                    loss=data.loss,
-                    gradients=gradients,
-                    score_loss=score_loss,
-                    reduction=recipe.capture.reduction,
-                    seed=recipe.capture.seed,
-                    attention_layers=attention if i == 0 else (),
-                ),
-                data.special,
-                statistics,
-                bins=data.bins if needs.bins else None,
-                first_sequence=part.start or 0,
-                step=step,
-            )
-            for i, group in enumerate(groups)
-        ]
-    )
+
+    def captured(i: int, group: list[str]) -> CaptureStatistics:
+        stats = capture_statistics(
+            model,
+            iter_batches(data.rows[part], recipe.data.batch_size),
+            CaptureConfig(
+                sites=tuple(group),
+                loss=data.loss,
+                gradients=gradients,
+                score_loss=score_loss,
+                reduction=recipe.capture.reduction,
+                seed=recipe.capture.seed,
+                attention_layers=attention if i == 0 else (),
+            ),
+            data.special,
+            statistics,
+            bins=data.bins if needs.bins else None,
+            first_sequence=part.start or 0,
+            step=step,
+        )
+        # several passes: the device holds one pass's statistics, the host every pass's
+        return stats.to("cpu") if len(groups) > 1 else stats
+
+    return combine_site_passes([captured(i, group) for i, group in enumerate(groups)])
 
 
 def capture_rows(capture: Capture) -> list[dict[str, Any]]:
@@ -200,6 +203,11 @@ def _probe_rows(probe: Probe, key: str, config: Any, inputs: StepInputs) -> list
     return rows
 
 
+def _timed(phases: Phases | None, name: str) -> contextlib.AbstractContextManager[None]:
+    """``phases.phase(name)``, or nothing timed."""
+    return contextlib.nullcontext() if phases is None else phases.phase(name)
+
+
 @reused_draws()  # a step's probes draw the control frames of each key up to eight times
 def step_rows(
     recipe: Recipe,
@@ -211,6 +219,7 @@ def step_rows(
     fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
     status: Status = _quiet,
     replicates: list[dict[str, Any]] | None = None,
+    phases: Phases | None = None,
 ) -> tuple[list[dict[str, Any]], Proxies | None]:
     """Every per-step probe of ``recipe`` on ``capture`` (the whole stream), in the recipe's
     order: the capture's rows, the ``step`` probes, then the tangent account — fit diagnostics,
@@ -222,11 +231,16 @@ def step_rows(
     ``frozen``: frozen-early proxies, scored instead of the step's own fit; ``fixed``: proxies
     known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit;
     ``replicates``: a list that receives the bootstrap replicates of the rows with intervals
-    (:func:`tangentlens.results.replicate_record`).
+    (:func:`tangentlens.results.replicate_record`); ``phases``: times each probe (``probe
+    <name>``), the step's own fit (``fit``, or ``refit`` when it runs beside the probes) and
+    the fit rows.
     """
     probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.per_step}
     spec = recipe.probes.get(TANGENT)
     fixed = fixed or {}
+    if frozen is not None:  # the probes compute where the statistics are
+        device = capture.statistics.device
+        frozen = {n: {m: b.to(device) for m, b in by.items()} for n, by in frozen.items()}
     if (
         spec is None
         or fitted is not None
@@ -234,14 +248,29 @@ def step_rows(
         or not any(p.refits for p in probes.values())
     ):
         return _rows_with_fit(
-            recipe, capture, probes, scored, fitted, frozen, fixed, status, replicates
+            recipe, capture, probes, scored, fitted, frozen, fixed, status, replicates, phases
         )
     # the scored proxies are frozen: the step's own fit feeds only the refitting probes, so it
     # runs on a thread of its own beside the others
+
+    def refit() -> dict[str, FittedProxies]:
+        with _timed(phases, "refit"):
+            return fit_step(capture.statistics, spec, fixed)
+
     status(f"fitting proxies ({', '.join(spec.proxies.methods)}) beside the probes")
-    with alongside(functools.partial(fit_step, capture.statistics, spec, fixed)) as pending:
+    with alongside(refit) as pending:
         return _rows_with_fit(
-            recipe, capture, probes, scored, None, frozen, fixed, status, replicates, pending
+            recipe,
+            capture,
+            probes,
+            scored,
+            None,
+            frozen,
+            fixed,
+            status,
+            replicates,
+            phases,
+            pending,
         )
 
 
@@ -255,6 +284,7 @@ def _rows_with_fit(
     fixed: Mapping[str, Mapping[str, FixedProxy]],
     status: Status,
     replicates: list[dict[str, Any]] | None,
+    phases: Phases | None,
     pending: Callable[[], dict[str, FittedProxies]] | None = None,
 ) -> tuple[list[dict[str, Any]], Proxies | None]:
     """:func:`step_rows` with the step's own fit ``fitted`` (None: fitted here when nothing is
@@ -264,17 +294,20 @@ def _rows_with_fit(
     for key, probe in probes.items():
         if probe.scope == "step":
             status(key)
-            rows += _probe_rows(probe, key, recipe.probes[key], plain)
+            with _timed(phases, f"probe {key}"):
+                rows += _probe_rows(probe, key, recipe.probes[key], plain)
     spec = recipe.probes.get(TANGENT)
     if spec is None:
         return rows, None
     if fitted is None and frozen is None:
-        fitted = fit_step(capture.statistics, spec, fixed, status)
+        with _timed(phases, "fit"):
+            fitted = fit_step(capture.statistics, spec, fixed, status)
     own = _bases(fitted)
     proxies = frozen if frozen is not None else own
     diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
     # fit quality of the scored proxies on this step's activations (and of this step's own fit)
-    rows += fit_rows(capture, proxies, diagnostics)
+    with _timed(phases, "fit rows"):
+        rows += fit_rows(capture, proxies, diagnostics)
     scored_capture = capture if scored is None else dataclasses.replace(capture, statistics=scored)
     inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, spec, replicates)
     tangent = sorted(
@@ -285,12 +318,14 @@ def _rows_with_fit(
     def run(keys: list[str]) -> None:
         for key in keys:
             status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
-            by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
+            with _timed(phases, f"probe {key}"):
+                by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
 
     waiting = [k for k in tangent if pending is not None and probes[k].refits]
     run([k for k in tangent if k not in waiting])
     if pending is not None:  # the refitting probes read the fit run beside the others
-        own = _bases(pending())
+        with _timed(phases, "waiting for the refit"):
+            own = _bases(pending())
         inputs = dataclasses.replace(inputs, own=own or None)
         run(waiting)
     for key in tangent:  # the recipe's order

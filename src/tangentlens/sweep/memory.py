@@ -22,17 +22,25 @@ element at ``suite.dtype``):
   the types the probes use, per-sequence energy sums (exact byte counts);
 * **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
   a batch is folded in;
-* host: the **row reservoir** (per site: its capacity allocated up front, float32 H and G, token,
-  bin, id and priority, pinned staging for GPU columns, one batch of offered rows), the
+* the **row reservoir** (per site: its capacity allocated up front, float32 H and G, token and
+  bin, int64 ids and float64 priorities on the host, one batch of offered rows) and the
   **control draws** a frozen-early step makes for its energy sums before the capture and keeps
-  for its probes (at most :data:`REUSED_DRAWS_BYTES`) and, loading, **the Hugging Face model
-  and its TransformerLens copy** (2 × weights at float32; below float32, TransformerLens'
-  weight processing holds the state dict in float32 and casts it back: weights + 4 bytes ×
-  parameters + the embedding).
+  for its probes (at most :data:`REUSED_DRAWS_BYTES`), both on the model's device;
+* **probes** — after the capture, the largest working set of one probe on one site (modelled:
+  a semi-NMF refit's float64 and float32 copies of the site's sampled rows, ``20`` bytes per
+  entry, or the frequency null's residual pool and per-type sums; and four d × d float64
+  matrices of an eigen-decomposition), on top of the statistics and the reservoir;
+* host, loading: **the Hugging Face model and its TransformerLens copy** (2 × weights at
+  float32; below float32, TransformerLens' weight processing holds the state dict in float32
+  and casts it back: weights + 4 bytes × parameters + the embedding).
 
-Peaks take the largest phase (loss; backward; accumulation) on top of what lives throughout.
-Allocator slack and kernel workspaces are not modelled: the plan is checked against measured
-peaks (``tests/integration/test_memory_plan.py``). Multi-device placement is not planned.
+Everything of a step stays on the model's device — the probes compute where the statistics are
+— unless the sites are captured in several passes (``capture.passes``): then each pass's
+statistics and sampled rows go to the host when the pass ends (the device holds one pass's),
+and the probes run there. Peaks take the largest phase (loss; backward; accumulation; the
+probes) on top of what lives throughout. Allocator slack and kernel workspaces are not
+modelled: the plan is checked against measured peaks (``tests/integration/test_memory_plan.py``).
+Multi-device placement is not planned.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ __all__ = [
     "host_budget",
     "memory_plan",
     "plan_recipe",
+    "probe_bytes",
     "recipe_inputs",
     "reservoir_bytes",
     "saved_per_block",
@@ -272,13 +281,24 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
 
 
 def reservoir_bytes(inputs: PlanInputs) -> int:
-    """Host bytes of one site's row reservoir: its ``capacity`` rows allocated up front (float32
-    H and, with gradients, G; int64 token, bin, id; float64 priority), pinned staging copies
-    of the columns that come from a GPU, and one batch of offered rows."""
+    """Bytes of one site's row reservoir: its ``capacity`` rows allocated up front (float32 H
+    and, with gradients, G; int64 token, bin, id; float64 priority) and one batch of offered
+    rows."""
     d, n = inputs.shape.d_model, inputs.batch * inputs.seq_len
     float_columns = d * 4 * (2 if inputs.gradients else 1)
-    staging = float_columns if inputs.device != "cpu" else 0
-    return inputs.reservoir * (float_columns + 4 * 8 + staging) + n * (float_columns + 4 * 8)
+    return inputs.reservoir * (float_columns + 4 * 8) + n * (float_columns + 4 * 8)
+
+
+def probe_bytes(inputs: PlanInputs) -> int:
+    """The largest working set of one probe on one site after the capture (modelled): a
+    semi-NMF refit's copies of the sampled rows (float64 centred, float32 working: 20 bytes per
+    entry with the transient float64 conversion), or the frequency null's residual pool, its
+    table and the per-type sums (float64), whichever is larger; plus four d × d float64
+    matrices (an eigen-decomposition's input, vectors and workspace)."""
+    d = inputs.shape.d_model
+    rows = 20 * inputs.reservoir * d
+    null = 16 * inputs.reservoir * (d + 1) + 2 * inputs.n_types * (d + 1) * 8
+    return max(rows, null) + 4 * d * d * 8
 
 
 def control_draw_columns(rank: int, mean_direction: bool) -> int:
@@ -333,23 +353,31 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     # sums, one Gram matrix per (sequence, slot) group of the batch
     groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
     accumulation = 3 * n * d * 8 + (inputs.bins + 1 + groups) * d * d * 8
-    reservoir = len(inputs.sites) * reservoir_bytes(inputs) if inputs.reservoir else 0
+    per_reservoir = reservoir_bytes(inputs) if inputs.reservoir else 0
     draws = held_draws_bytes(inputs)
     statistics_total = len(inputs.sites) * per_site
+    reservoir_total = len(inputs.sites) * per_reservoir
+    groups = site_groups(inputs.sites, inputs.passes)
+    # one pass: everything stays on the model's device for the probes; several: each pass's
+    # statistics and rows go to the host when it ends, and the probes run there
+    probes_where = "host" if inputs.device == "cpu" or len(groups) > 1 else accelerator
+    probes = probe_bytes(inputs)
 
-    def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, int, int, int]:
-        """(peak, saved, site tensors, statistics) of one pass on the model's device: the
-        loss's chunk lives before the backward, the site gradients after it, the float64 copies
-        while a batch is accumulated — one at a time on top of what lives throughout."""
+    def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, ...]:
+        """(peak, saved, site tensors, statistics, reservoir) of one pass on the model's device:
+        the loss's chunk lives before the backward, the site gradients after it, the float64
+        copies while a batch is accumulated — one at a time on top of what lives throughout."""
         saved = _saving_blocks(shape, group) * per_block if inputs.gradients else per_block
         tensors = len(group) * n * d * s * (2 if inputs.gradients else 1)
-        held_statistics = statistics_total if inputs.device == "cpu" else len(group) * per_site
+        held = len(inputs.sites if inputs.device == "cpu" else group)
+        statistics, reservoir = held * per_site, held * per_reservoir
         phases = max(loss + saved, saved + tensors, tensors + accumulation)
-        return weights + held_statistics + phases, saved, tensors, held_statistics
+        if probes_where == accelerator:
+            phases = max(phases, probes)
+        peak = weights + statistics + reservoir + draws + phases
+        return peak, saved, tensors, statistics, reservoir
 
-    peak, saved, tensors, statistics = max(
-        heaviest_pass(group) for group in site_groups(inputs.sites, inputs.passes)
-    )
+    peak, saved, tensors, statistics, reservoir = max(heaviest_pass(g) for g in groups)
     by = "data.batch_size"
     statistics_hint = (
         "capture.layers/sites (or more capture.passes), data.n_bins, tangent_energy.methods "
@@ -362,17 +390,22 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("loss chunk", accelerator, loss, False, by),
         MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
         MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
-        MemoryPart("reservoir", "host", reservoir, True, "capture.reservoir"),
-        MemoryPart("control draws", "host", draws, False, "tangent_energy.draws"),
+        MemoryPart("reservoir", accelerator, reservoir, True, "capture.reservoir"),
+        MemoryPart("control draws", accelerator, draws, False, "tangent_energy.draws"),
+        MemoryPart("probes", probes_where, probes, False, "capture.reservoir"),
         MemoryPart("loading", "host", loading, False, "suite.dtype"),
     ]
     passes = inputs.passes or 1
     if inputs.device == "cpu":
-        host = max(loading, peak + reservoir + draws)
-        return MemoryPlan(inputs.device, inputs.dtype, passes, 0, host, tuple(parts))
-    copy = MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint)
-    host = max(loading, statistics_total + reservoir + draws)  # statistics come to the host
-    return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, copy))
+        return MemoryPlan(inputs.device, inputs.dtype, passes, 0, max(loading, peak), tuple(parts))
+    if probes_where == accelerator:
+        return MemoryPlan(inputs.device, inputs.dtype, passes, peak, loading, tuple(parts))
+    copies = (  # several passes: each pass's statistics and rows come to the host
+        MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint),
+        MemoryPart("reservoir (host copy)", "host", reservoir_total, True, "capture.reservoir"),
+    )
+    host = max(loading, statistics_total + reservoir_total + probes)
+    return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, *copies))
 
 
 def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:

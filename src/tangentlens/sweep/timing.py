@@ -36,6 +36,7 @@ __all__ = [
     "plan_time_line",
     "predicted_seconds",
     "read_unit_times",
+    "step_parts",
     "sweep_cost",
     "time_line",
     "time_summary",
@@ -46,9 +47,32 @@ __all__ = [
 TIMINGS_DIR = "timings"
 
 
-def timing_record(kind: str, step: int | None, seconds: float, host: str) -> str:
-    """The JSON text of one unit's ``timings/<unit>.json``."""
-    return json.dumps({"kind": kind, "step": step, "seconds": seconds, "host": host})
+def timing_record(
+    kind: str,
+    step: int | None,
+    seconds: float,
+    host: str,
+    parts: Mapping[str, float] | None = None,
+) -> str:
+    """The JSON text of one unit's ``timings/<unit>.json``; ``parts``: where its time went
+    (phase → seconds, e.g. a step's capture and each probe), when timed."""
+    record: dict[str, Any] = {"kind": kind, "step": step, "seconds": seconds, "host": host}
+    if parts:
+        record["parts"] = dict(parts)
+    return json.dumps(record)
+
+
+def step_parts(times: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Where a step unit's time went (phase → seconds), from a run's unit timings
+    (:func:`read_unit_times`): the median over its step units, phase by phase, in the order
+    the phases ran; empty when no step unit recorded its parts."""
+    by_phase: dict[str, list[float]] = {}
+    for record in times.values():
+        parts = record.get("parts")
+        if record.get("kind") == "step" and isinstance(parts, dict):
+            for phase, seconds in parts.items():
+                by_phase.setdefault(str(phase), []).append(float(seconds))
+    return {phase: statistics.median(values) for phase, values in by_phase.items()}
 
 
 def read_unit_times(root: str | Path) -> dict[str, dict[str, Any]]:

@@ -66,7 +66,7 @@ from tangentlens.registry import (
     resolve_all,
 )
 from tangentlens.results import StepLabel, make_row, row
-from tangentlens.runtime import threads
+from tangentlens.runtime import Phases, threads
 from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.store import RunStore, read_parts
@@ -110,16 +110,15 @@ def run_unit(
     try:
         # the caller's thread count is restored after (in-process executors)
         with threads(recipe.capture.threads):
-            _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+            parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
     except BaseException:
         store.write_file(f"logs/{unit.name}.log", traceback.format_exc())
         raise
     finally:
         marker.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
-    store.write_file(
-        f"{TIMINGS_DIR}/{unit.name}.json", timing_record(unit.kind, unit.step, seconds, host)
-    )
+    record = timing_record(unit.kind, unit.step, seconds, host, parts)
+    store.write_file(f"{TIMINGS_DIR}/{unit.name}.json", record)
     return UnitReport(unit.name, host, pid, seconds)
 
 
@@ -149,8 +148,26 @@ def _data(recipe: Recipe, store: RunStore) -> AnalysisData:
     return _load_data(path, recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
 
 
-def _load_frozen(store: RunStore) -> dict[str, Any]:
-    """The frozen-early fit: ``{"bases", "diagnostics", "layers"}``."""
+def _device(recipe: Recipe) -> torch.device:
+    """Where a unit computes: the recipe's device, where its model runs (a unit without a model
+    — the fit — computes there too)."""
+    return torch.device(recipe.suite.resolved_device())
+
+
+def _on_host(tensors: Any) -> Any:
+    """``tensors`` (nested dicts and tuples of tensors) on the CPU: what a unit saves is read
+    by units that may run on any machine."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors.cpu()
+    if isinstance(tensors, dict):
+        return {key: _on_host(value) for key, value in tensors.items()}
+    if isinstance(tensors, tuple | list):
+        return type(tensors)(_on_host(value) for value in tensors)
+    return tensors
+
+
+def _load_frozen(store: RunStore, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The frozen-early fit: ``{"bases", "diagnostics", "layers"}``, the bases on ``device``."""
     path = store.state / "proxies.pt"
     saved = torch.load(path, weights_only=True)
     if not (isinstance(saved, dict) and {"bases", "diagnostics", "layers"} <= set(saved)):
@@ -158,6 +175,8 @@ def _load_frozen(store: RunStore) -> dict[str, Any]:
             f"--resume: {path} was written by another tangentlens version; start a new run "
             "directory"
         )
+    bases = saved["bases"]
+    saved["bases"] = {s: {m: b.to(device) for m, b in by.items()} for s, by in bases.items()}
     return saved
 
 
@@ -214,11 +233,13 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     saved = {
         "layers": sites,
         "moments": {name: s.h.state_dict() for name, s in stats.sites.items()},
-        "samples": {
-            name: s.reservoir.columns()["H"]
-            for name, s in stats.sites.items()
-            if s.reservoir is not None
-        },
+        "samples": _on_host(
+            {
+                name: s.reservoir.columns()["H"]
+                for name, s in stats.sites.items()
+                if s.reservoir is not None
+            }
+        ),
     }
     store.write_state(Path(unit.output).name, lambda tmp: torch.save(saved, tmp))
 
@@ -235,12 +256,13 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
         for site, state in saved["moments"].items():
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
+    device = _device(recipe)
     fitted = with_fixed(
-        {site: pool.fit(spec.proxies) for site, pool in pools.items()},
+        {site: pool.fit(spec.proxies, device) for site, pool in pools.items()},
         _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
     )
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
-    bases = {site: f.bases for site, f in fitted.items()}
+    bases = _on_host({site: f.bases for site, f in fitted.items()})
     frozen = {"bases": bases, "diagnostics": diagnostics, "layers": layers}
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
     step = _step(unit)
@@ -290,7 +312,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     offline = offline_requested(recipe.suite.offline or None)
     with hf_offline_mode() if offline else contextlib.nullcontext():
         saes = {
-            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.proxies.rank)
+            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.proxies.rank, _device(recipe))
             for sae_id in chosen.ids
         }
     model = _load_model(recipe, suite, step)
@@ -324,9 +346,9 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         saved[key] = {}
     for site, sae_id in by_site.items():
         sae = saes[sae_id].measure(stats.sites[site].reservoir.columns()["H"])
-        saved["bases"][site] = sae.basis()
-        saved["latents"][site] = sae.latents_
-        saved["frequency"][site] = sae.latent_frequency_[sae.latents_]
+        saved["bases"][site] = sae.basis().cpu()
+        saved["latents"][site] = sae.latents_.cpu()
+        saved["frequency"][site] = sae.latent_frequency_[sae.latents_].cpu()
         saved["diagnostics"][site] = {
             "sae_explained_variance": sae.explained_variance_,
             "sae_l0": sae.l0_,
@@ -358,61 +380,43 @@ def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
 
 
 @reused_draws()  # the control frames made for the capture's energy sums serve the probes again
-def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> dict[str, float]:
     """Capture step N once and write every per-step probe's rows; save the state the
-    across-steps unit reads."""
+    across-steps unit reads. Returns where its time went (:class:`Phases`)."""
     step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
     needs = needs_of(recipe.probes)
     passes = _capture_passes(recipe)
+    phases = Phases(_device(recipe))
     status("loading")
-    model = _load_model(recipe, suite, step)
+    with phases.phase("load"):
+        model = _load_model(recipe, suite, step)
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
     spec = recipe.probes.get("tangent_energy")
-    frozen_fit = _load_frozen(store) if "fit-proxies" in unit.deps else None
+    # the probes compute where the statistics stay: the model's device, or the host after
+    # several capture passes (the frozen proxies, and the frames drawn from them, go there)
+    probes_at = _device(recipe) if passes == 1 else torch.device("cpu")
+    frozen_fit = _load_frozen(store, probes_at) if "fit-proxies" in unit.deps else None
     frozen = frozen_fit["bases"] if frozen_fit is not None else None
     pretrained = _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {}
     energy_sums = None
     if frozen is not None and gathers_sequence_sums(recipe):
         # the proxies are known before the capture: gather per-sequence energy sums so the
         # intervals resample every analysed sequence
-        energy_sums = tangent_energy.sequence_energy_config(
-            spec.energy,
-            step,
-            frozen,
-            sites,
-            recipe.data.n_bins if needs.bins else 0,
-            recipe.data.seq_len,
-        )
-    fitted = None
-    if spec is not None and spec.fit.held_out:
-        # fit on the first half of the sequences, score the second: an in-sample proxy flatters
-        # its own energy. Two captures over disjoint halves cost one over all sequences, and
-        # merged they are exactly the whole stream's statistics for the other probes.
-        half = len(data.rows) // 2
-        halves = [slice(0, half), slice(half, None)]
-        stats, scored = (
-            capture_step(
-                model, sites, data, recipe, needs, step, gradients=gradients, part=p, passes=passes
+        with phases.phase("energy projectors"):
+            energy_sums = tangent_energy.sequence_energy_config(
+                spec.energy,
+                step,
+                frozen,
+                sites,
+                recipe.data.n_bins if needs.bins else 0,
+                recipe.data.seq_len,
             )
-            for p in halves
+    with phases.phase("capture"):
+        stats, scored, fitted = _step_capture(
+            recipe, model, sites, data, needs, step, passes, energy_sums, pretrained, status
         )
-        fitted = fit_step(stats, spec, pretrained, status)
-        stats.merge(scored)
-    else:
-        stats = capture_step(
-            model,
-            sites,
-            data,
-            recipe,
-            needs,
-            step,
-            gradients=gradients,
-            sequence_energy=energy_sums,
-            passes=passes,
-        )
-        scored = stats
     capture = Capture(
         suite=recipe.suite.name,
         step=step,
@@ -432,19 +436,70 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> N
         fixed=pretrained,
         status=status,
         replicates=replicates,
+        phases=phases,
     )
     rows += _duplicate_rows(capture, store)
-    saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
-    if spec is not None:
-        saved["proxies"] = own
-    for key, probe in resolve_all(recipe.probes).items():
-        if probe.state is not None:
-            saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
-    # the state and replicates first, the part last: the part marks the unit done
-    store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
-    if replicates is not None:
-        store.write_replicates(unit.name, replicates)
-    store.write_part(unit.name, rows)
+    with phases.phase("state"):
+        saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
+        if spec is not None:
+            saved["proxies"] = own
+        for key, probe in resolve_all(recipe.probes).items():
+            if probe.state is not None:
+                saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
+        saved = _on_host(saved)
+    with phases.phase("write"):
+        # the state and replicates first, the part last: the part marks the unit done
+        store.write_state(f"{unit.name}.pt", lambda tmp: torch.save(saved, tmp))
+        if replicates is not None:
+            store.write_replicates(unit.name, replicates)
+        store.write_part(unit.name, rows)
+    return phases.seconds
+
+
+def _step_capture(
+    recipe: Recipe,
+    model: Any,
+    sites: dict[str, int | None],
+    data: AnalysisData,
+    needs: Needs,
+    step: int,
+    passes: int,
+    energy_sums: Any,
+    pretrained: dict[str, dict[str, FixedProxy]],
+    status: Status,
+) -> tuple[Any, Any, Any]:
+    """A step's statistics, the statistics its energies are scored on and its own fit when it
+    is fitted on other data than it is scored on (held out), else None."""
+    spec = recipe.probes.get("tangent_energy")
+    gradients = needs.gradients
+    fitted = None
+    if spec is not None and spec.fit.held_out:
+        # fit on the first half of the sequences, score the second: an in-sample proxy flatters
+        # its own energy. Two captures over disjoint halves cost one over all sequences, and
+        # merged they are exactly the whole stream's statistics for the other probes.
+        half = len(data.rows) // 2
+        halves = [slice(0, half), slice(half, None)]
+        stats, scored = (
+            capture_step(
+                model, sites, data, recipe, needs, step, gradients=gradients, part=p, passes=passes
+            )
+            for p in halves
+        )
+        fitted = fit_step(stats, spec, pretrained, status)
+        stats.merge(scored)
+        return stats, scored, fitted
+    stats = capture_step(
+        model,
+        sites,
+        data,
+        recipe,
+        needs,
+        step,
+        gradients=gradients,
+        sequence_energy=energy_sums,
+        passes=passes,
+    )
+    return stats, stats, None
 
 
 def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
@@ -487,7 +542,8 @@ def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     store.write_part(unit.name, rows)
 
 
-_RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], None]] = {
+#: Each kind's runner; a step's returns where its time went (phase → seconds).
+_RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], dict[str, float] | None]] = {
     "data": _data_unit,
     "pretrained": _pretrained_unit,
     "window": _window_unit,
