@@ -8,8 +8,12 @@
 
 On a GPU (each within the device machine's 10-minute command limit)::
 
+    python -m benchmarks gpu                       # the GPU's table: capture, steps, suites
     python -m benchmarks capture --device cuda     # pythia-160m, pythia-1b at 16 × 512
     python -m benchmarks sweep --device cuda       # one pythia_1b-recipe sweep step
+
+``gpu`` runs only when named (its device defaults to ``cuda``); ``python -m benchmarks gpu
+--device cpu --quick`` is its smoke test on the smallest shapes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ MODULES = sorted(
     for m in pkgutil.iter_modules([str(Path(__file__).parent)])
     if m.name.startswith("bench_")
 )
+#: Run only when named: the GPU's table.
+ON_REQUEST = ("gpu",)
 
 
 def render(rows: list[dict[str, Any]], console: Console) -> None:
@@ -39,17 +45,18 @@ def render(rows: list[dict[str, Any]], console: Console) -> None:
         title="tangentlens vs references",
         caption=f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of repeats",
     )
-    for col in ("benchmark", "shape", "reference", "ours s", "ref s", "ours/ref", "speedup"):
+    for col in ("benchmark", "shape", "reference", "ours", "ref", "ours/ref", "speedup"):
         table.add_column(col, justify="left" if col in ("benchmark", "reference") else "right")
-    for col in ("ours", "ref", "difference", "goal"):
+    for col in ("ours value", "ref value", "difference", "goal"):
         table.add_column(col, justify="left" if col == "goal" else "right")
     for r in rows:
+        unit = r.get("unit", "s")
         table.add_row(
             r["benchmark"],
             r["shape"],
             r["reference_name"],
-            f"{r['ours_s']:.3f}",
-            f"{r['reference_s']:.3f}",
+            f"{r['ours_s']:.3f} {unit}",
+            f"{r['reference_s']:.3f} {unit}",
             f"{r['ours_s'] / r['reference_s']:.3f}",
             f"{r['reference_s'] / r['ours_s']:.1f}×",
             f"{r['ours']:.8g}",
@@ -67,7 +74,8 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {MODULES}")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument(
-        "--device", default="cpu", help="device for the benchmarks that take one (capture, sweep)"
+        "--device",
+        help="device for the benchmarks that take one (capture, sweep: default cpu; gpu: cuda)",
     )
     parser.add_argument(
         "--dtype",
@@ -90,12 +98,12 @@ def main() -> None:
         parser.error(f"unknown benchmark(s) {unknown}; allowed: {MODULES}")
     console = Console(width=180)
     rows: list[dict[str, Any]] = []
-    for name in args.names or MODULES:
+    for name in args.names or [m for m in MODULES if m not in ON_REQUEST]:
         module = importlib.import_module(f"benchmarks.bench_{name}")
         kwargs: dict[str, Any] = {"quick": args.quick}
         accepted = inspect.signature(module.run).parameters
         for option in ("device", "dtype", "shapes"):
-            if option in accepted:
+            if option in accepted and getattr(args, option) is not None:
                 kwargs[option] = getattr(args, option)
         with console.status(f"running bench_{name}"):
             rows.extend(module.run(**kwargs))

@@ -57,7 +57,13 @@ from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.models.suites import LocalSuite, ensure_mini_suite
 from tangentlens.sweep.runner import plan_sweep, run_sweep
-from tangentlens.sweep.timing import TIMINGS_DIR, SweepCost, read_unit_times, sweep_cost
+from tangentlens.sweep.timing import (
+    TIMINGS_DIR,
+    SweepCost,
+    read_unit_times,
+    step_parts,
+    sweep_cost,
+)
 
 #: Token budgets (quick, full): the quickstart's on the CPU, the pythia_1b recipe's on a GPU.
 QUICKSTART_TOKENS = (8192, 32768)
@@ -227,33 +233,67 @@ def bench_quickstart(quick: bool, device: str, dtype: str) -> list[dict[str, Any
     return _sweep_rows(recipe, shape, ours_s, cost, marginal, "")
 
 
-def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[str, Any]]:
-    """One pythia_1b-recipe step on a random ``name`` (``pythia-<size>``) against training
-    over its rows."""
+@dataclass(frozen=True)
+class StepMeasurement:
+    """A one-step sweep of a recipe on a random model and its reference: the recipe run,
+    ``shape`` (what ran, in words), the one-step sweep's seconds (``ours_s``) and its units'
+    cost, the marginal step against training, one checkpoint load's seconds, the step unit's
+    parts (name → seconds: load, capture, each probe, the refit beside them, the write) and the
+    accelerator's peak bytes over the one-step sweep (None on the CPU)."""
+
+    recipe: Recipe
+    shape: str
+    ours_s: float
+    cost: SweepCost
+    marginal: Marginal
+    load_s: float
+    parts: dict[str, float]
+    peak_bytes: int | None
+
+
+def measure_step(
+    name: str, recipe_name: str, budget: int | None, pairs: int, device: str, dtype: str
+) -> StepMeasurement:
+    """One step of ``recipe_name`` (its token budget, or ``budget``) on a random ``name``
+    (``pythia-<size>``) saved as a one-checkpoint local suite, then ``pairs`` paired runs of
+    training and the step unit again. On the CPU, rows of :data:`CPU_SEQ_LEN` tokens."""
     check_shapes((name,))
-    model = f"EleutherAI/{name}"
-    budget = PYTHIA_TOKENS[0 if quick else 1]
     tmp = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
-        root = write_random_suite(tmp / "suite", model, device)
+        root = write_random_suite(tmp / "suite", f"EleutherAI/{name}", device)
         overrides = [
             "suite.steps=last",
             f'suite.name="local:{root}"',
             f'suite.device="{device}"',
             f'suite.dtype="{dtype}"',
             'data.corpus="shakespeare"',
-            f"data.max_tokens={budget}",
         ]
+        if budget is not None:
+            overrides.append(f"data.max_tokens={budget}")
         if not device.startswith("cuda"):
             overrides.append(f"data.seq_len={CPU_SEQ_LEN}")
-        recipe = _without_untrained_block(load_recipe("pythia_1b", overrides))
+        recipe = _without_untrained_block(load_recipe(recipe_name, overrides))
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         ours_s, cost = _time_sweep(recipe, tmp / "run")
+        peak = torch.cuda.max_memory_allocated() if cuda else None
         train, rows, load_s = _reference(LocalSuite(root), recipe)
-        marginal = _paired(recipe, tmp / "run", cost, train, _pairs(quick))
+        marginal = _paired(recipe, tmp / "run", cost, train, pairs)
+        parts = step_parts(read_unit_times(tmp / "run"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
-    return _sweep_rows(recipe, shape, ours_s, cost, marginal, f"; a load: {load_s:.1f} s")
+    return StepMeasurement(recipe, shape, ours_s, cost, marginal, load_s, parts, peak)
+
+
+def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[str, Any]]:
+    """One pythia_1b-recipe step on a random ``name`` (``pythia-<size>``) against training
+    over its rows."""
+    budget = PYTHIA_TOKENS[0 if quick else 1]
+    m = measure_step(name, "pythia_1b", budget, _pairs(quick), device, dtype)
+    note = f"; a load: {m.load_s:.1f} s"
+    return _sweep_rows(m.recipe, m.shape, m.ours_s, m.cost, m.marginal, note)
 
 
 def _sweep_rows(
