@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: setup run test lint docs bench mutate clean
+.PHONY: setup run test lint docs bench mutate wheelhouse clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ $(STAMP): pyproject.toml constraints.txt
 	# The README's "Write your own probe" example, a package of its own registering a probe
 	# through the `tangentlens.probes` entry point; the tests run it through a sweep and measure.
 	$(PIP) --no-deps -e tests/fixtures/gradnorm_probe
+	# A wheelhouse for this machine (every dependency but torch, as wheels): what a GPU node
+	# without a package index installs from; the offline-install test reads it
+	# (tests/e2e/test_wheelhouse.py). `make wheelhouse` builds one for another node.
+	$(BIN)/python scripts/wheelhouse.py --out .wheelhouse
 	touch $(STAMP)
 
 # The quickstart recipe on the mini-pythia suite (trained on first use); a second `make run`
@@ -59,6 +63,14 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The wheels a compute node without a package index installs tangentlens from (its own torch
+# kept), into wheelhouse/: `make wheelhouse WHEELHOUSE_ARGS="--python-version 3.12 --platform
+# manylinux_2_28_x86_64"` for a node unlike this machine; see scripts/wheelhouse.py.
+WHEELHOUSE_ARGS ?=
+
+wheelhouse: $(STAMP)
+	$(BIN)/python scripts/wheelhouse.py --out wheelhouse $(WHEELHOUSE_ARGS)
 
 # Mutation testing (mutmut; configuration in pyproject.toml [tool.mutmut]) of src/tangentlens/metrics/,
 # src/tangentlens/checks.py, src/tangentlens/sweep/units.py and probes/ against the fast tests (tests/unit and tests/integration, `-m "not slow"`). Not part
@@ -88,4 +100,4 @@ mutate: $(STAMP)
 		print(f\"kill rate {s['killed'] + s['timeout']}/{tried} = {(s['killed'] + s['timeout']) / max(tried, 1):.1%} (timeouts count as killed; 'no tests' excluded)\")"
 
 clean:
-	rm -rf $(VENV) build site *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info .wheelhouse wheelhouse
