@@ -106,8 +106,13 @@ def main() -> None:
             if option in accepted and getattr(args, option) is not None:
                 kwargs[option] = getattr(args, option)
         with console.status(f"running bench_{name}"):
-            rows.extend(module.run(**kwargs))
-    render(rows, console)
+            found = module.run(**kwargs)
+        if hasattr(module, "render"):  # a table of its own (the GPU's)
+            module.render(found, console)
+        else:
+            rows.extend(found)
+    if rows:
+        render(rows, console)
 
 
 if __name__ == "__main__":

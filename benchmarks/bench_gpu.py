@@ -30,10 +30,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+from rich.console import Console
+from rich.table import Table
+
 from benchmarks._timing import ratio_row
 from benchmarks.bench_capture import bench_capture, release_memory
 from benchmarks.bench_sweep import STEP_PAIRS, StepMeasurement, measure_step
-from tangentlens.sweep.memory import GIB, plan_recipe
+from tangentlens.sweep.memory import GIB
 from tangentlens.sweep.runner import plan_sweep
 from tangentlens.sweep.timing import plan_counts, predicted_seconds
 
@@ -103,11 +107,9 @@ def _step_rows(model: str, m: StepMeasurement) -> list[dict[str, Any]]:
                 f"{share:.0%} of the step",
             )
         )  # fmt: skip
-    planned = plan_recipe(m.recipe).accelerator_peak
+    planned = m.plan.accelerator_peak
     if m.peak_bytes is None:
-        goal = (
-            f"not measured on the CPU (plan: host {plan_recipe(m.recipe).host_peak / GIB:.2f} GiB)"
-        )
+        goal = f"not measured on the CPU (plan: host {m.plan.host_peak / GIB:.2f} GiB)"
         rows.append(_memory_row(recipe, m.shape, float("nan"), planned, goal))
     else:
         rows.append(_memory_row(recipe, m.shape, m.peak_bytes, planned, "≤ 1× the plan"))
@@ -126,10 +128,34 @@ def _prediction_row(model: str, m: StepMeasurement, device: str) -> dict[str, An
     if not device.startswith("cuda"):
         goal += f" (measured on {m.shape.split(',')[0]} on the CPU: not a GPU's)"
     row = ratio_row(
-        f"whole suite predicted: {model}, 154 revisions", m.shape, "30 minutes",
+        f"whole suite predicted: {model}, 154 revisions", m.shape, "the goal",
         (seconds if seconds is not None else float("nan")) / 60, SUITE_GOAL_S / 60, goal,
     )  # fmt: skip
     return {**row, "unit": "min"}
+
+
+def render(rows: list[dict[str, Any]], console: Console) -> None:
+    """The GPU's table: what was timed, on what, ours against its reference, the ratio and
+    the goal."""
+    table = Table(title="tangentlens on one accelerator", caption=_caption())
+    for column in ("measurement", "shape", "ours", "reference", "ours/ref", "goal"):
+        table.add_column(column, justify="right" if column in ("ours", "ours/ref") else "left")
+    for r in rows:
+        unit = r.get("unit", "s")
+        table.add_row(
+            r["benchmark"],
+            r["shape"],
+            f"{r['ours_s']:.3g} {unit}",
+            f"{r['reference_name']} {r['reference_s']:.3g} {unit}",
+            f"{r['ours_s'] / r['reference_s']:.3f}",
+            r["goal"],
+        )
+    console.print(table)
+
+
+def _caption() -> str:
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return f"torch {torch.__version__} ({device}), {torch.get_num_threads()} CPU threads"
 
 
 def run(quick: bool = False, device: str = "cuda") -> list[dict[str, Any]]:

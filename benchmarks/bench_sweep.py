@@ -56,6 +56,7 @@ from tangentlens.core.recipe import Recipe, load_recipe
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.models.suites import LocalSuite, ensure_mini_suite
+from tangentlens.sweep.memory import MemoryPlan, plan_recipe
 from tangentlens.sweep.runner import plan_sweep, run_sweep
 from tangentlens.sweep.timing import (
     TIMINGS_DIR,
@@ -238,8 +239,9 @@ class StepMeasurement:
     """A one-step sweep of a recipe on a random model and its reference: the recipe run,
     ``shape`` (what ran, in words), the one-step sweep's seconds (``ours_s``) and its units'
     cost, the marginal step against training, one checkpoint load's seconds, the step unit's
-    parts (name → seconds: load, capture, each probe, the refit beside them, the write) and the
-    accelerator's peak bytes over the one-step sweep (None on the CPU)."""
+    parts (name → seconds: load, capture, each probe, the refit beside them, the write), the
+    accelerator's peak bytes over the one-step sweep (None on the CPU) and the recipe's memory
+    plan."""
 
     recipe: Recipe
     shape: str
@@ -249,6 +251,7 @@ class StepMeasurement:
     load_s: float
     parts: dict[str, float]
     peak_bytes: int | None
+    plan: MemoryPlan
 
 
 def measure_step(
@@ -281,10 +284,11 @@ def measure_step(
         train, rows, load_s = _reference(LocalSuite(root), recipe)
         marginal = _paired(recipe, tmp / "run", cost, train, pairs)
         parts = step_parts(read_unit_times(tmp / "run"))
+        plan = plan_recipe(recipe)  # from the suite's config.json, while it exists
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
-    return StepMeasurement(recipe, shape, ours_s, cost, marginal, load_s, parts, peak)
+    return StepMeasurement(recipe, shape, ours_s, cost, marginal, load_s, parts, peak, plan)
 
 
 def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[str, Any]]:

@@ -212,7 +212,7 @@ def fit_rows(
         for method, basis in by_method.items():
             common = {"site": site, "method": method, "rank": basis.shape[1]}
             if trace > 0:
-                inside = float(torch.einsum("dk,de,ek->", basis.to(cov.device), cov, basis))
+                inside = float(torch.einsum("dk,de,ek->", basis, cov, basis))
                 out.append(
                     make_row(data, FIT_PROBE, "explained_variance", inside / trace, **common)
                 )

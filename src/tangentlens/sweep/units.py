@@ -346,13 +346,14 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         saved[key] = {}
     for site, sae_id in by_site.items():
         sae = saes[sae_id].measure(stats.sites[site].reservoir.columns()["H"])
-        saved["bases"][site] = sae.basis().cpu()
-        saved["latents"][site] = sae.latents_.cpu()
-        saved["frequency"][site] = sae.latent_frequency_[sae.latents_].cpu()
+        saved["bases"][site] = sae.basis()
+        saved["latents"][site] = sae.latents_
+        saved["frequency"][site] = sae.latent_frequency_[sae.latents_]
         saved["diagnostics"][site] = {
             "sae_explained_variance": sae.explained_variance_,
             "sae_l0": sae.l0_,
         }
+    saved = _on_host(saved)
     store.write_state(f"{PRETRAINED_UNIT}.pt", lambda tmp: torch.save(saved, tmp))
     tokens = suite.tokens_seen(step) or 0
     diagnostics = {site: {PRETRAINED_SAE: m} for site, m in saved["diagnostics"].items()}
