@@ -260,7 +260,8 @@ def _sampled_gradients(
     if site.reservoir is None or not len(site.reservoir) or site.g is None:
         return None
     columns = site.reservoir.columns()
-    return columns["G"].double(), site.reservoir.ids // seq_len, columns.get("bin")
+    g = columns["G"].double()
+    return g, (site.reservoir.ids // seq_len).to(g.device), columns.get("bin")
 
 
 def sequence_energy_config(

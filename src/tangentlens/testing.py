@@ -5,7 +5,8 @@ the CPU (``torch.device("meta")``) while their values live in CPU memory, so cod
 it takes on a GPU — and is refused what a GPU refuses:
 
 * one op mixing a device tensor with a CPU tensor of one or more dimensions (a 0-d CPU tensor
-  is a scalar, as on CUDA; advanced indexing may take CPU index tensors, as on CUDA);
+  is a scalar, as on CUDA; a device tensor may be indexed with CPU index tensors, as on CUDA,
+  not a CPU tensor with device indices);
 * ``.numpy()`` of a device tensor (on a GPU: "can't convert cuda:0 device type tensor to
   numpy");
 * a random draw on the device from a CPU ``torch.Generator`` (an accelerator draws with its
@@ -223,7 +224,9 @@ class EmulatedDevice(TorchDispatchMode):
                 "turned a Python list into a device tensor, e.g. an index list): it has no "
                 "values here; index with a tensor instead"
             )
-        if any(isinstance(t, _OnDevice) for t in tensors) and func not in _INDEXING:
+        # a device tensor may be indexed with host indices (PyTorch moves them), not the reverse
+        indexing_device = func in _INDEXING and isinstance(args[0], _OnDevice)
+        if any(isinstance(t, _OnDevice) for t in tensors) and not indexing_device:
             host = [t for t in tensors if not isinstance(t, _OnDevice) and t.ndim > 0]
             if host and not _is_copy(func):
                 raise RuntimeError(

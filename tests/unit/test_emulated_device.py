@@ -34,6 +34,8 @@ def test_a_gpu_refusal_is_a_refusal_here():
             on.numpy()
         assert float((on * torch.tensor(2.0)).sum()) == 12.0  # a 0-d host tensor is a scalar
         assert on[torch.tensor([0, 2])].shape == (2, 2)  # host indices index a device tensor
+        with pytest.raises(RuntimeError, match="same device"):  # not device indices a host one
+            torch.ones(3, 2)[torch.tensor([0, 2]).to(accelerator.device)]
         with pytest.raises(RuntimeError, match="generator"):  # a host generator drew on it
             torch.randn(2, generator=seeded_generator(1), device=accelerator.device)
         with pytest.raises(RuntimeError, match="index with a tensor"):  # unseen by the emulation

@@ -29,6 +29,7 @@ from jaxtyping import Float, Int
 
 from tangentlens.capture.reservoir import RowReservoir
 from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
+from tangentlens.capture.transfer import upload
 from tangentlens.checks import check_count
 from tangentlens.metrics.attention import QKDrift, pattern_entropy_sums, qk_drift_from_means
 from tangentlens.typing import TokenMask
@@ -233,8 +234,8 @@ class TypeSums:
         x = x.detach()
         if len(tracked) < len(tokens):
             rows = rows[tracked]
-            x = x[tracked.to(x.device)]
-        rows = rows.to(device)
+            x = x[upload(tracked, x.device)]
+        rows = upload(rows, device)
         x = x.to(device, torch.float64)
         self.count.index_add_(0, rows, torch.ones_like(rows))
         self.sum.index_add_(0, rows, x)
@@ -430,7 +431,7 @@ class SiteStatistics:
         if self.config.n_bins:  # one sort on the host, then a contiguous slice per bin
             sorted_bins, order = torch.sort(bins.cpu(), stable=True)  # type: ignore[union-attr]
             edges = torch.searchsorted(sorted_bins, torch.arange(self.config.n_bins + 1)).tolist()
-            order = order.to(h64.device)
+            order = upload(order, h64.device)
             _update_binned(self.h, self.h_bins, h64[order], edges)
             if self.g is not None:
                 _update_binned(self.g, self.g_bins, g64[order], edges)  # type: ignore[index]
@@ -442,12 +443,13 @@ class SiteStatistics:
             self.sequence_energy.update(g64, row_ids, bins)  # type: ignore[arg-type]
         if self.types is not None:
             self.types.update(tokens, h64)
-        if self.reservoir is not None:
-            columns = {"H": h.detach().float(), "token": tokens.to(torch.int64)}
+        if self.reservoir is not None:  # every column where the rows are
+            device = h.device
+            columns = {"H": h.detach().float(), "token": upload(tokens.long(), device)}
             if g is not None:
                 columns["G"] = g.detach().float()
             if bins is not None:
-                columns["bin"] = bins.to(torch.int64)
+                columns["bin"] = upload(bins.long(), device)
             self.reservoir.add(row_ids, columns)
 
     def merge(self, other: SiteStatistics) -> None:

@@ -69,6 +69,7 @@ from jaxtyping import Bool, Float, Int
 
 from tangentlens.capture.accumulators import AttentionStatistics
 from tangentlens.capture.chunks import loss_chunk_rows
+from tangentlens.capture.transfer import upload
 from tangentlens.checks import finite_flags
 from tangentlens.data.masks import MaskPolicy, analysis_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
@@ -405,8 +406,8 @@ def capture_batch(
     inputs, labels = _inputs_and_labels(host, config, special, vocab_size, first_sequence)
     masks = analysis_mask(host, special, causal=config.causal, policy=config.mask_policy)
     device = lens.device
-    tokens, inputs, labels = host.to(device), inputs.to(device), labels.to(device)
-    keep = masks.keep.to(device)
+    tokens, inputs, labels = upload(host, device), upload(inputs, device), upload(labels, device)
+    keep = upload(masks.keep, device)
     attention_names = _attention_names(lens, config.attention_layers)
     site_set = set(config.sites)
     activations: dict[str, torch.Tensor] = {}

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
+from tangentlens.capture.transfer import upload
 from tangentlens.checks import check_count
 
 __all__ = ["RowReservoir", "row_priorities"]
@@ -119,10 +120,18 @@ class RowReservoir:
         if entering.numel():
             self._ids[slots] = ids[entering]
             self._priority[slots] = priority[entering]
+            uploaded: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+            def on(index: torch.Tensor, device: torch.device) -> torch.Tensor:
+                key = (id(index), device)  # each index goes to each device once
+                if key not in uploaded:
+                    uploaded[key] = upload(index, device)
+                return uploaded[key]
+
             for name, col in columns.items():
                 stored = self._columns[name]
-                rows = col[entering.to(col.device)].detach()
-                stored[slots.to(stored.device)] = rows.to(stored.device, stored.dtype)
+                rows = col[on(entering, col.device)].detach()
+                stored[on(slots, stored.device)] = upload(rows, stored.device).to(stored.dtype)
         self._size = min(self.capacity, pool.numel())
 
     @property

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 
+from tangentlens.capture.transfer import upload
 from tangentlens.checks import check_count
 
 __all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig", "group_grams"]
@@ -113,6 +114,7 @@ def group_grams(
     of two, at most twice the work), so a batch costs a handful of batched products, not one
     small product per group."""
     n, d = x.shape
+    sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host, indices uploaded
     ends = torch.cumsum(sizes, 0)
     starts = ends - sizes
     padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
@@ -120,11 +122,11 @@ def group_grams(
     out = x.new_empty(len(sizes), d, d)
     for c in torch.unique(size_class).tolist():
         at = torch.nonzero(size_class == c).squeeze(1)
-        offsets = torch.arange(2**c, device=x.device)
+        offsets = torch.arange(2**c)
         rows = starts[at, None] + offsets
         rows = torch.where(offsets < sizes[at, None], rows, n)
-        block = padded[rows]  # (groups of the class, 2^c, d)
-        out[at] = block.transpose(1, 2) @ block
+        block = padded[upload(rows, x.device)]  # (groups of the class, 2^c, d)
+        out[upload(at, x.device)] = block.transpose(1, 2) @ block
     return out
 
 
@@ -190,28 +192,28 @@ class SequenceEnergy:
         key, order = torch.sort(sequences * s + slot, stable=True)
         groups, sizes = torch.unique_consecutive(key, return_counts=True)
         device = self._common.device
-        x = g.detach().to(device, torch.float64)[order.to(device)]
-        grams = group_grams(x, sizes.to(device)).flatten(1)  # (groups, d²)
+        x = g.detach().to(device, torch.float64)[upload(order, device)]
+        grams = group_grams(x, sizes).flatten(1)  # (groups, d²)
         common = grams @ self._common.T  # (groups, 2m): P_Q, then P̄ of slot 0
         inside, control_all = common[:, :m], common[:, m:]
         total = torch.diagonal(grams.view(-1, p.d, p.d), dim1=1, dim2=2).sum(dim=1)
-        group_seq, group_slot = groups // s, (groups % s).to(device)
+        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
         ids, where = torch.unique(group_seq, return_inverse=True)
-        where = where.to(device)
+        on_device = upload(where, device)
         n = len(ids)
         # slot 0 gets every group (with the all-token control), a group's slot its own
         out_total = torch.zeros(n, s, dtype=torch.float64, device=device)
         out_inside = torch.zeros(n, m, s, dtype=torch.float64, device=device)
         out_control = torch.zeros(n, m, s, dtype=torch.float64, device=device)
-        out_total[:, 0].index_add_(0, where, total)
-        out_inside[:, :, 0].index_add_(0, where, inside)
-        out_control[:, :, 0].index_add_(0, where, control_all)
+        out_total[:, 0].index_add_(0, on_device, total)
+        out_inside[:, :, 0].index_add_(0, on_device, inside)
+        out_control[:, :, 0].index_add_(0, on_device, control_all)
         for slot_b in torch.unique(group_slot[group_slot > 0]).tolist():
-            at = torch.nonzero(group_slot == slot_b).squeeze(1)
+            at = upload(torch.nonzero(group_slot == slot_b).squeeze(1), device)
             own = grams[at] @ self._slotted[slot_b].T  # (groups of the slot, m)
-            out_total[:, slot_b].index_add_(0, where[at], total[at])
-            out_inside[:, :, slot_b].index_add_(0, where[at], inside[at])
-            out_control[:, :, slot_b].index_add_(0, where[at], own)
+            out_total[:, slot_b].index_add_(0, on_device[at], total[at])
+            out_inside[:, :, slot_b].index_add_(0, on_device[at], inside[at])
+            out_control[:, :, slot_b].index_add_(0, on_device[at], own)
         self._chunks.append((ids, out_total, out_inside, out_control))
 
     def _consolidated(self) -> tuple[torch.Tensor, ...]:
