@@ -40,6 +40,7 @@ from tangentlens.models.catalog import (
     checkpoint_family,
     checkpoint_folders,
     checkpoint_headless,
+    checkpoint_model_type,
     parse_suite_spec,
     resolve_loader,
 )
@@ -469,6 +470,13 @@ class LocalSuite(CheckpointSuite):
         self.check_step(step)
         return step * self.tokens_per_step if self.tokens_per_step is not None else None
 
+    def loader(self, loader: str | None = None) -> str:
+        """``None`` / ``"auto"``: the loader the checkpoints' ``config.json`` model type needs
+        (``"hf"`` for EuroBERT / ModernBERT, ``"bridge"`` for OLMo), else the family's
+        default; else ``loader`` when it can load that model type."""
+        model_type = checkpoint_model_type(self._folders[self.steps[-1]])
+        return resolve_loader(loader, self.family, model_type)
+
     def load(
         self,
         step: int,
@@ -481,7 +489,9 @@ class LocalSuite(CheckpointSuite):
         ``config.json`` model type allows — ``"hf"`` for EuroBERT / ModernBERT, which load as an
         :class:`~tangentlens.models.hf_lens.HfLens` — else the family's default)."""
         folder = self.folder(step)
-        model = load_local_checkpoint(folder, device=device, dtype=dtype, loader=loader or "auto")
+        model = load_local_checkpoint(
+            folder, device=device, dtype=dtype, loader=self.loader(loader)
+        )
         # named and stepped as TransformerLens names a Pythia revision it loads
         model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
         return model

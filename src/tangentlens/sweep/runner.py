@@ -243,8 +243,10 @@ def check_model_shape(recipe: Recipe) -> None:
 
 def plan_sweep(recipe: Recipe) -> Plan:
     """The units of ``recipe`` over its suite's selected steps (no model library imported);
-    gradient probes on a suite without a head, attention probes on a suite with grouped-query
-    attention, and settings the model's shape rules out are refused here."""
+    a loader that cannot load the suite's architecture, gradient probes on a suite without a
+    head, attention probes on a suite with grouped-query attention, and settings the model's
+    shape rules out are refused here."""
+    suite_loader(recipe.suite.name, recipe.suite.loader)  # "auto": per architecture
     check_lm_head(recipe)
     check_attention_heads(recipe)
     check_model_shape(recipe)
