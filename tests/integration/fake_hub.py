@@ -36,15 +36,21 @@ def _random_model(config: dict, family: str, seed: int) -> torch.nn.Module:
 
 
 def write_fake_hub(
-    hub: Path, hub_id: str, steps: dict[int, int], *, layers: int = 1, vocab: int | None = None
+    hub: Path,
+    hub_id: str,
+    steps: dict[int, int],
+    *,
+    layers: int = 1,
+    vocab: int | None = None,
+    **fields: object,
 ) -> Path:
     """Add catalogue suite ``hub_id`` to the hub cache ``hub`` at ``steps`` (step → seed of its
     random weights) under the entry's revision names, ``refs/main`` at the last one. ``vocab``:
-    a vocabulary smaller than the published one (None: the published; the only field that may
-    differ from the catalogue's, where the published embedding alone would take gigabytes).
-    Returns the repository's cache folder."""
+    a vocabulary smaller than the published one (None: the published, where the published
+    embedding alone would take gigabytes); ``fields``: other ``config.json`` fields that differ
+    from the catalogue's (a narrower model). Returns the repository's cache folder."""
     entry = HUB_SUITES[hub_id]
-    config = {**entry.config, "num_hidden_layers": layers}
+    config = {**entry.config, "num_hidden_layers": layers, **fields}
     tokenizer = decoder_tokenizer() if entry.family == "decoder" else encoder_tokenizer()
     if vocab is not None:  # the special tokens (the padding row among them) are the tokenizer's
         config["vocab_size"] = vocab

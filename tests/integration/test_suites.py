@@ -227,10 +227,12 @@ def test_pythia_revisions_sharing_a_blob_are_found_through_the_hub_cache(tmp_pat
     from huggingface_hub import constants
     from safetensors.torch import save_file
 
+    from tangentlens.models.shapes import pythia_config
+
     repo = tmp_path / "hub" / "models--EleutherAI--pythia-14m"
     (repo / "blobs").mkdir(parents=True)
     (repo / "refs").mkdir()
-    config = json.dumps({"model_type": "gpt_neox", "hidden_size": 128, "vocab_size": 50304})
+    config = json.dumps(pythia_config("EleutherAI/pythia-14m"))  # the published one
 
     def blob(data: bytes) -> Path:
         path = repo / "blobs" / hashlib.sha256(data).hexdigest()

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +54,7 @@ from tangentlens.models.schedule import (
     PYTHIA_TOKENS_PER_STEP,
     select_steps,
 )
+from tangentlens.models.shapes import pythia_config
 from tangentlens.models.training import (
     ProgressCallback,
     corpus_fingerprint,
@@ -92,24 +93,53 @@ CONFIG_FIELDS: tuple[str, ...] = (
 )
 
 
+#: ``config.json`` fields compared with the config a suite's publisher states (what the memory
+#: plan and the planning checks read before anything is loaded).
+PUBLISHED_FIELDS: tuple[str, ...] = (*CONFIG_FIELDS, "num_key_value_heads")
+
+
+def published_differences(published: dict[str, Any], config: dict[str, Any]) -> dict[str, list]:
+    """Field → ``[published, cached]`` for the :data:`PUBLISHED_FIELDS` the ``published`` config
+    states that ``config`` (a checkpoint's ``config.json``) gives otherwise (a missing
+    ``num_key_value_heads`` is ``num_attention_heads``, as transformers reads it)."""
+    differs = {}
+    for name in PUBLISHED_FIELDS:
+        if name not in published:
+            continue
+        value = config.get(name)
+        if name == "num_key_value_heads" and value is None:
+            value = config.get("num_attention_heads")
+        if json.dumps(value) != json.dumps(published[name]):
+            differs[name] = [published[name], value]
+    return differs
+
+
 @dataclass(frozen=True)
 class SuiteIntegrity:
     """What :meth:`CheckpointSuite.verify` found: ``duplicates`` (identical weights),
     ``damaged`` (step → what is wrong with its files), ``config_differs`` (field → value at each
     step, for :data:`CONFIG_FIELDS` that differ), ``not_checked`` (steps not on this machine:
-    nothing to check without downloading)."""
+    nothing to check without downloading), ``checked`` (the steps that were),
+    ``published_differs`` (step → field → ``[published, cached]``: the cached ``config.json``
+    is not the one the suite's publisher states, see :func:`published_differences`) and whether
+    that published config is confirmed (``published_confirmed``; the catalogue's unverified
+    entries are not)."""
 
     duplicates: list[DuplicateCheckpoints]
     damaged: dict[int, str]
     config_differs: dict[str, dict[int, Any]]
     not_checked: list[int]
+    checked: list[int] = field(default_factory=list)
+    published_differs: dict[int, dict[str, list]] = field(default_factory=dict)
+    published_confirmed: bool = True
 
     def problems(self) -> list[str]:
-        """One line per damaged checkpoint or differing config field (a sweep refuses them)."""
+        """One line per damaged checkpoint, differing config field, or group of checkpoints
+        whose config is not the confirmed published one (a sweep refuses them)."""
         lines = [
             f"checkpoint at step {step} is damaged: {error}" for step, error in self.damaged.items()
         ]
-        for field, values in self.config_differs.items():
+        for field_name, values in self.config_differs.items():
             by_value: dict[str, list[int]] = {}
             for step, value in values.items():
                 by_value.setdefault(json.dumps(value), []).append(step)
@@ -117,8 +147,40 @@ class SuiteIntegrity:
                 f"{v} at step{'s' * (len(at) > 1)} {', '.join(map(str, at))}"
                 for v, at in by_value.items()
             )
-            lines.append(f"config.json field {field!r} differs across checkpoints: {parts}")
+            lines.append(f"config.json field {field_name!r} differs across checkpoints: {parts}")
+        if self.published_confirmed:
+            lines += [
+                f"config.json at {at} is not the suite's published config: {fields}; these "
+                "are not its checkpoints (the memory plan and the planning checks read the "
+                "published config)"
+                for at, fields in self._published_lines("published")
+            ]
         return lines
+
+    def warnings(self) -> list[str]:
+        """One line per group of checkpoints whose config differs from an unconfirmed published
+        config (the catalogue's entry may be wrong: a sweep goes on, and says so)."""
+        if self.published_confirmed:
+            return []
+        return [
+            f"config.json at {at} differs from the catalogue's unconfirmed config: {fields}; "
+            "the memory plan and the planning checks read the catalogue's"
+            for at, fields in self._published_lines("catalogue")
+        ]
+
+    def _published_lines(self, source: str) -> list[tuple[str, str]]:
+        """``(steps, differing fields)`` per group of steps with the same differences."""
+        groups: dict[str, list[int]] = {}
+        for step, differs in self.published_differs.items():
+            fields = ", ".join(
+                f"{name} {json.dumps(cached)} ({source} {json.dumps(published)})"
+                for name, (published, cached) in differs.items()
+            )
+            groups.setdefault(fields, []).append(step)
+        return [
+            (f"step{'s' * (len(at) > 1)} {', '.join(map(str, at))}", fields)
+            for fields, at in groups.items()
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +190,8 @@ class SuiteIntegrity:
                 f: {str(s): v for s, v in d.items()} for f, d in self.config_differs.items()
             },
             "not_checked": self.not_checked,
+            "checked": self.checked,
+            "published_differs": {str(s): d for s, d in self.published_differs.items()},
         }
 
 
@@ -191,10 +255,19 @@ class CheckpointSuite(ABC):
     def cached_folder(self, step: int) -> Path | None:
         """The checkpoint's folder on this machine (None when it would have to be downloaded)."""
 
+    def published_config(self) -> dict[str, Any] | None:
+        """The ``config.json`` fields the suite's publisher states, which the memory plan and
+        the planning checks read (None: the suite has none beside its checkpoints)."""
+        return None
+
+    #: Whether :meth:`published_config` is confirmed (a difference from it is then refused).
+    published_confirmed: bool = True
+
     def verify(self, steps: Sequence[int] | None = None) -> SuiteIntegrity:
         """Check ``steps`` (default all) and the final checkpoint before anything runs: weight
-        files whole and readable, the same architecture fields in every ``config.json``, and
-        which checkpoints hold identical weights (any pair, not only consecutive ones)."""
+        files whole and readable, the same architecture fields in every ``config.json``, each
+        ``config.json`` the published one (:meth:`published_config`, where the suite has one),
+        and which checkpoints hold identical weights (any pair, not only consecutive ones)."""
         chosen = sorted({*(steps if steps is not None else self.steps), self.steps[-1]})
         damaged: dict[int, str] = {}
         configs: dict[int, dict[str, Any]] = {}
@@ -218,11 +291,26 @@ class CheckpointSuite(ABC):
             else:
                 first[digest] = step
         differs = {
-            field: {step: config.get(field) for step, config in configs.items()}
-            for field in CONFIG_FIELDS
-            if len({json.dumps(config.get(field)) for config in configs.values()}) > 1
+            name: {step: config.get(name) for step, config in configs.items()}
+            for name in CONFIG_FIELDS
+            if len({json.dumps(config.get(name)) for config in configs.values()}) > 1
         }
-        return SuiteIntegrity(duplicates, damaged, differs, not_checked)
+        published = self.published_config()
+        unpublished = {
+            step: found
+            for step, config in configs.items()
+            if published and (found := published_differences(published, config))
+        }
+        checked = [step for step in chosen if step not in not_checked]
+        return SuiteIntegrity(
+            duplicates,
+            damaged,
+            differs,
+            not_checked,
+            checked=checked,
+            published_differs=unpublished,
+            published_confirmed=self.published_confirmed,
+        )
 
     def duplicate_steps(self, steps: Sequence[int] | None = None) -> list[DuplicateCheckpoints]:
         """Pairs of checkpoints (among ``steps``, default all, and the final one) whose weights
@@ -343,6 +431,11 @@ class PythiaSuite(HubSuite):
                 return AutoTokenizer.from_pretrained(self.name)
         return AutoTokenizer.from_pretrained(self.name)
 
+    def published_config(self) -> dict[str, Any]:
+        """The published ``config.json`` fields of this Pythia size
+        (:data:`~tangentlens.models.shapes.PYTHIA_CONFIGS`)."""
+        return pythia_config(self.name)
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}
 
@@ -360,6 +453,11 @@ class CatalogueSuite(HubSuite):
         self.name = self.entry.hub_id
         self.family = self.entry.family  # type: ignore[assignment]
         self.offline = offline
+        self.published_confirmed = self.entry.verified
+
+    def published_config(self) -> dict[str, Any]:
+        """The catalogue's config of the suite (confirmed when the entry is ``verified``)."""
+        return self.entry.config
 
     @property
     def steps(self) -> tuple[int, ...]:

@@ -343,6 +343,8 @@ def run_sweep(
     integrity = suite.verify(plan.steps)
     if integrity.problems():
         raise ValueError("; ".join(integrity.problems()))
+    for line in integrity.warnings():
+        logger.warning("%s", line)
 
     # a run has started once a unit is done: a failure before that (a bad site or corpus)
     # leaves no run directory behind, and the failed units' logs are set aside
