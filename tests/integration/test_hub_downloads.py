@@ -7,12 +7,16 @@ many; and ``tangentlens suite --verify`` saying what it verified, with each cach
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from tangentlens.cli import main
+from tangentlens.core.recipe import load_recipe
 from tangentlens.models.hub_suites import HUB_SUITES
+from tangentlens.sweep.plan import fit_window
 from tests.integration.conftest import use_hub_cache
 from tests.integration.fake_hub import write_fake_hub
 
@@ -55,6 +59,38 @@ def _sweep(tmp_path, *overrides: str) -> list[str]:
     for override in [*SMALL, *overrides]:
         argv += ["--set", override]
     return argv
+
+
+def test_every_missing_revision_is_named_in_a_file_before_any_unit_runs(olmo_hub, tmp_path, capsys):
+    entry = HUB_SUITES[OLMO]
+    assert main(_sweep(tmp_path, "suite.steps='1000,2000,10000'")) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and not (tmp_path / "run").exists()
+    window = fit_window(load_recipe("olmo_1b"), entry.steps)
+    missing = [s for s in (*window, entry.steps[-1]) if s not in CACHED]
+    assert len(missing) > 3
+    assert f"{len(missing)} downloads this sweep needs are not in the local Hugging Face" in error
+    path = re.search(r"every command is in (\S+) \(run it", error).group(1)
+    script = Path(path).read_text()
+    commands = [line for line in script.splitlines() if line.startswith("hf download")]
+    assert commands == [f"hf download {OLMO} --revision {entry.revision(s)}" for s in missing]
+    assert f"# {OLMO} revision {entry.revision(entry.steps[-1])} (the tokenizer)" in script
+    assert f"(step {missing[0]}: fit window)" in script
+
+
+def test_a_few_missing_revisions_are_named_in_the_line(olmo_hub, tmp_path, capsys):
+    entry = HUB_SUITES[OLMO]
+    policy = "probes.tangent_energy.fit_policy='per_checkpoint'"
+    assert main(_sweep(tmp_path, "suite.steps='1000,20000'", policy)) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: 2 download(s) this sweep needs are not in the local")
+    assert (
+        f"{OLMO} revision step20000-tokens83B (step 20000: scored): "
+        f"`hf download {OLMO} --revision step20000-tokens83B`"
+    ) in error
+    final = entry.revision(entry.steps[-1])
+    assert f"(the tokenizer): `hf download {OLMO} --revision {final}`" in error
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_cached_config_that_is_not_the_published_one_is_refused(

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -270,7 +271,9 @@ def test_an_offline_sweep_names_uncached_revisions_and_how_to_fetch_them(fake_hf
     PythiaSuite("EleutherAI/pythia-14m", offline=False).check_available([2000])  # it would fetch
 
 
-def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cache, tmp_path):
+def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(
+    fake_hf_cache, tmp_path, monkeypatch
+):
     from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
 
@@ -283,6 +286,10 @@ def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cac
             "data.corpus='shakespeare'",
         ],
     )
-    with pytest.raises(ValueError, match=r"step\(s\) 2000 is not in the local Hugging Face"):
+    monkeypatch.setenv("TANGENTLENS_CACHE", str(tmp_path / "cache"))  # the commands' file
+    with pytest.raises(ValueError, match=r"downloads this sweep needs are not in the local") as e:
         run_sweep(recipe, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    script = Path(re.search(r"every command is in (\S+) ", str(e.value)).group(1)).read_text()
+    assert "hf download EleutherAI/pythia-14m --revision step2000\n" in script  # scored
+    assert "--revision step0\n" not in script  # cached

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +46,13 @@ from tangentlens.models.catalog import (
 )
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.hf_lens import HfLens
-from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
+from tangentlens.models.hub import (
+    Download,
+    cached_snapshot,
+    hf_offline_mode,
+    hub_cache_dir,
+    offline_requested,
+)
 from tangentlens.models.hub_suites import HubSuiteEntry, resolve_hub_suite
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
@@ -340,43 +346,65 @@ class HubSuite(CheckpointSuite):
     def revision(self, step: int) -> str:
         """The hub revision (branch) holding ``step``."""
 
+    def tokenizer_revision(self) -> str:
+        """The revision the tokenizer is read from: the final checkpoint's."""
+        return self.revision(self.steps[-1])
+
     def tokenizer(self) -> PreTrainedTokenizerBase:
-        revision = self.revision(self.steps[-1])
+        revision = self.tokenizer_revision()
         if offline_requested(self.offline):
             with hf_offline_mode():
                 return AutoTokenizer.from_pretrained(self.name, revision=revision)
         return AutoTokenizer.from_pretrained(self.name, revision=revision)
 
+    def cached_revision(self, revision: str) -> Path | None:
+        """The snapshot of ``revision`` in the local Hugging Face cache (None when not cached)."""
+        folder = cached_snapshot(self.name, revision)
+        return None if folder is None else Path(folder)
+
     def cached_folder(self, step: int) -> Path | None:
         """The revision's snapshot in the local Hugging Face cache (None when not cached)."""
-        from huggingface_hub import snapshot_download
-
         self.check_step(step)
-        try:
-            folder = snapshot_download(
-                self.name, revision=self.revision(step), local_files_only=True
-            )
-        except Exception:  # not cached: nothing to check without downloading
-            return None
-        return Path(folder)
+        return self.cached_revision(self.revision(step))
 
     def fetch_command(self, step: int) -> str:
         """The command that downloads the revision of ``step`` where the hub is reachable."""
         return f"hf download {self.name} --revision {self.revision(step)}"
 
+    def missing_downloads(self, steps: Mapping[int, Sequence[str]]) -> list[Download]:
+        """Offline, what a run loads that is not in the local cache: the revision of each of
+        ``steps`` (step → what it is loaded for, e.g. ``["scored", "fit window"]``) and the
+        tokenizer's (:meth:`tokenizer_revision`), each with its ``hf download`` command; online
+        nothing (it is downloaded when loaded)."""
+        if not offline_requested(self.offline):
+            return []
+        wanted: dict[str, list[str]] = {}
+        for step, purposes in sorted(steps.items()):
+            self.check_step(step)
+            wanted.setdefault(self.revision(step), []).append(f"step {step}: {', '.join(purposes)}")
+        wanted.setdefault(self.tokenizer_revision(), []).append("the tokenizer")
+        return [
+            Download(
+                f"{self.name} revision {revision} ({'; '.join(uses)})",
+                f"hf download {self.name} --revision {revision}",
+            )
+            for revision, uses in wanted.items()
+            if self.cached_revision(revision) is None
+        ]
+
     def check_available(self, steps: Sequence[int]) -> None:
         """Offline, every revision of ``steps`` must be in the local cache: the missing ones are
-        named with how to fetch them, before a sweep spends hours on the others."""
+        named with how to fetch them, before a sweep spends hours on the others (a sweep checks
+        everything it loads: :func:`tangentlens.sweep.downloads.check_downloads`)."""
         if not offline_requested(self.offline):
             return
         missing = [step for step in steps if self.cached_folder(step) is None]
         if missing:
-            fetch = "; ".join(self.fetch_command(step) for step in missing[:3])
-            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            fetch = "; ".join(self.fetch_command(step) for step in missing)
             raise ValueError(
                 f"{self.name} at step(s) {', '.join(map(str, missing))} is not in the local "
                 f"Hugging Face cache ({hub_cache_dir()}) and the hub is offline; fetch it where "
-                f"the hub is reachable ({fetch}{more}) or run online"
+                f"the hub is reachable ({fetch}) or run online"
             )
 
     def weights_hash(self, step: int) -> str | None:
@@ -425,11 +453,9 @@ class PythiaSuite(HubSuite):
             self.name, step, offline=self.offline, device=device, dtype=dtype, loader=loader
         )
 
-    def tokenizer(self) -> PreTrainedTokenizerBase:
-        if offline_requested(self.offline):
-            with hf_offline_mode():
-                return AutoTokenizer.from_pretrained(self.name)
-        return AutoTokenizer.from_pretrained(self.name)
+    def tokenizer_revision(self) -> str:
+        """``main``: TransformerLens reads Pythia's tokenizer and config there."""
+        return "main"
 
     def published_config(self) -> dict[str, Any]:
         """The published ``config.json`` fields of this Pythia size

@@ -319,7 +319,8 @@ def run_sweep(
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
     from tangentlens.core.data import DATA_FILE, data_sha256
-    from tangentlens.models import HubSuite, open_suite
+    from tangentlens.models import open_suite
+    from tangentlens.sweep.downloads import check_downloads, sweep_downloads
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
@@ -338,8 +339,8 @@ def run_sweep(
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
     # damaged checkpoints and configs that change across steps stop the sweep before any unit
     # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
-    if isinstance(suite, HubSuite):  # offline, every selected revision must be cached
-        suite.check_available(plan.steps)
+    # offline, everything the units will load must be cached: the missing items are named
+    check_downloads(sweep_downloads(recipe, plan, suite), recipe)
     integrity = suite.verify(plan.steps)
     if integrity.problems():
         raise ValueError("; ".join(integrity.problems()))
