@@ -102,9 +102,10 @@ class SuiteSpec:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Analysis data: ``corpus`` ("analysis" = the suite's held-out split for mini suites, else a
-    ``load_corpus`` spec); rows of ``seq_len`` tokens; at most ``max_tokens`` tokens; batches of
-    ``batch_size`` rows; ``n_bins`` frequency bins."""
+    """Analysis data: ``corpus`` ("analysis" = the suite's ``analysis_corpus()``: a mini suite's
+    held-out split, else the shipped corpus; or a ``load_corpus`` spec); rows of ``seq_len``
+    tokens; at most ``max_tokens`` tokens; batches of ``batch_size`` rows; ``n_bins`` frequency
+    bins."""
 
     corpus: str = "analysis"
     seq_len: int = 128

@@ -34,7 +34,7 @@ from transformer_lens import HookedEncoder, HookedTransformer
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from tangentlens.data import Corpus
+from tangentlens.data import Corpus, load_corpus
 from tangentlens.models.catalog import (
     check_pythia_model,
     checkpoint_family,
@@ -239,6 +239,12 @@ class CheckpointSuite(ABC):
     @abstractmethod
     def tokenizer(self) -> PreTrainedTokenizerBase:
         """The suite's tokenizer (the same at every step)."""
+
+    def analysis_corpus(self) -> Corpus:
+        """The text a sweep of this suite analyses by default (``data.corpus = "analysis"``): the
+        corpus tangentlens ships (Shakespeare's plays); a mini suite's is the held-out split of
+        its training corpus."""
+        return load_corpus()
 
     @abstractmethod
     def weights_hash(self, step: int) -> str | None:
@@ -657,7 +663,7 @@ class MiniSuite(LocalSuite):
         return self.name
 
     def analysis_corpus(self) -> Corpus:
-        """The held-out split of the training corpus: never trained on; analysis default."""
+        """The held-out split of the training corpus: never trained on; the analysis default."""
         return heldout_corpus(self.config)
 
     def validation_loss(self) -> dict[int, float]:
