@@ -27,11 +27,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from transformer_lens import HookedEncoder, HookedTransformer
-from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from tangentlens.data import Corpus, load_corpus
@@ -54,7 +52,6 @@ from tangentlens.models.hub import (
     offline_requested,
 )
 from tangentlens.models.hub_suites import HubSuiteEntry, resolve_hub_suite
-from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
     PYTHIA_STEPS,
     PYTHIA_TOKENS_PER_STEP,
@@ -70,10 +67,15 @@ from tangentlens.models.training import (
 from tangentlens.models.weights import verify_weight_files, weights_hash
 from tangentlens.paths import cache_root
 
+if TYPE_CHECKING:  # loading (TransformerLens) is imported when a checkpoint is loaded
+    from transformer_lens import HookedEncoder, HookedTransformer
+    from transformer_lens.model_bridge import TransformerBridge
+
+    HookedModel = HookedTransformer | HookedEncoder | TransformerBridge
+
 logger = logging.getLogger(__name__)
 
 Family = Literal["decoder", "encoder"]
-HookedModel = HookedTransformer | HookedEncoder | TransformerBridge
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,8 @@ class PythiaSuite(HubSuite):
         dtype: torch.dtype = torch.float32,
         loader: str | None = None,
     ) -> HookedModel:
+        from tangentlens.models.loading import load_pythia_checkpoint
+
         loader = self.loader(loader)
         self.check_step(step)
         return load_pythia_checkpoint(
@@ -534,6 +538,8 @@ class CatalogueSuite(HubSuite):
         dtype: torch.dtype = torch.float32,
         loader: str | None = None,
     ) -> HookedModel | HfLens:
+        from tangentlens.models.loading import load_local_checkpoint
+
         loader = self.loader(loader)
         model = load_local_checkpoint(
             self.snapshot(step), device=device, dtype=dtype, loader=loader
@@ -618,6 +624,8 @@ class LocalSuite(CheckpointSuite):
         """The checkpoint at ``step`` through ``loader`` (None / ``"auto"``: the one its
         ``config.json`` model type allows — ``"hf"`` for EuroBERT / ModernBERT, which load as an
         :class:`~tangentlens.models.hf_lens.HfLens` — else the family's default)."""
+        from tangentlens.models.loading import load_local_checkpoint
+
         folder = self.folder(step)
         model = load_local_checkpoint(
             folder, device=device, dtype=dtype, loader=self.loader(loader)
