@@ -75,7 +75,8 @@ def test_a_failure_before_any_unit_finished_keeps_nothing_but_says_so(
     error = capsys.readouterr().err
     assert calls == ["data"]  # a configuration error is not retried (executor.retries = 1)
     assert "data: ValueError: data.corpus: no such corpus" in error
-    assert "nothing was kept" in error and "run the same command again" in error
+    assert "no checkpoint had been measured, so nothing was kept" in error
+    assert "run the same command again" in error
     assert "--resume" not in error and not out.exists()
     log = _log_of(error)  # set aside: it outlives the run directory
     text = log.read_text()
@@ -89,23 +90,31 @@ def test_a_failure_before_any_unit_finished_keeps_nothing_but_says_so(
     assert {r["step"] for r in read_results(out).to_pylist()} == {0, 40}
 
 
-def test_a_failure_after_a_unit_finished_keeps_the_run_and_resume_completes_it(
+def test_a_failure_after_a_checkpoint_was_measured_keeps_the_run_and_resume_completes_it(
     units_env, tmp_path, capsys, monkeypatch
 ):
     out = tmp_path / "run"
     argv = ["sweep", "--recipe", _recipe(tmp_path), "--out", str(out)]
     original = units._RUNNERS["step"]
-    calls = _failing("step", OSError("disk full"), monkeypatch)
+    calls: list[str] = []
+
+    def fail_at_40(recipe, store, unit, status):
+        calls.append(unit.name)
+        if unit.step == 40:
+            raise OSError("disk full")
+        original(recipe, store, unit, status)
+
+    monkeypatch.setitem(units._RUNNERS, "step", fail_at_40)
     assert main(argv) == 2
     error = capsys.readouterr().err
-    # an error that may pass is retried once (executor.retries = 1), each step on its own
-    assert calls == ["step-00000000", "step-00000000", "step-00000040", "step-00000040"]
+    # an error that may pass is retried once (executor.retries = 1)
+    assert calls == ["step-00000000", "step-00000040", "step-00000040"]
     assert f"{out} is kept" in error and "pass --resume" in error
-    assert "2 units (step-00000000, step-00000040): OSError: disk full" in error
+    assert "step-00000040: OSError: disk full" in error
     log = _log_of(error)
     assert log.parent == out / "logs" and "disk full" in log.read_text()
     assert not log.read_text().startswith(units.NOT_RETRIED)
-    assert (out / "state" / "data.npz").exists()  # what finished is kept
+    assert (out / "results" / "step-00000000.parquet").exists()  # what finished is kept
     monkeypatch.setitem(units._RUNNERS, "step", original)
     assert main([*argv, "--resume"]) == 0
     assert {r["step"] for r in read_results(out).to_pylist()} == {0, 40}

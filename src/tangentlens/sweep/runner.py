@@ -58,7 +58,8 @@ PLANNED_LOADER = "hooked"
 class SweepFailedError(ValueError):
     """Some units failed after their retries; the others finished. With ``kept`` the run
     directory stays and ``--resume`` runs the failed ones (and what depends on them) again;
-    without (no unit had finished), nothing was kept and the same command starts afresh."""
+    without (no unit that loads a checkpoint had finished), nothing was kept and the same
+    command starts afresh."""
 
     def __init__(self, root: Path, failures: list[UnitFailure], *, kept: bool = True) -> None:
         self.failures = failures
@@ -81,8 +82,8 @@ class SweepFailedError(ValueError):
             )
         else:
             advice = (
-                f" — no unit had finished, so nothing was kept ({root} removed); fix it and run "
-                "the same command again"
+                f" — no checkpoint had been measured, so nothing was kept ({root} removed); fix "
+                "it and run the same command again"
             )
         super().__init__("\n".join(lines) + tail + advice)
 
@@ -347,10 +348,11 @@ def run_sweep(
     for line in integrity.warnings():
         logger.warning("%s", line)
 
-    # a run has started once a unit is done: a failure before that (a bad site or corpus)
-    # leaves no run directory behind, and the failed units' logs are set aside
+    # a run has started once a unit that loads a checkpoint is done (the costly work is kept
+    # for --resume): a failure before that (a bad site or corpus) leaves no run directory
+    # behind, and the failed units' logs are set aside
     def begun(root: Path) -> bool:
-        return any(unit.done(root) for unit in plan.units)
+        return any(unit.done(root) for unit in plan.units if unit.model)
 
     with RunStore.open(out, resume=resume, started=begun) as store:
         manifest = initial_manifest(recipe, plan, recipe.suite.resolved_device())
