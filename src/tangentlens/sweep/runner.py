@@ -338,10 +338,11 @@ def run_sweep(
         warn_slow_half_precision(recipe)  # other executors' workers may have other CPUs
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
-    # damaged checkpoints and configs that change across steps stop the sweep before any unit
-    # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
     # offline, everything the units will load must be cached: the missing items are named
     check_downloads(sweep_downloads(recipe, plan, suite), recipe)
+    # damaged checkpoints, configs that change across steps or are not the published one stop
+    # the sweep before any unit runs; identical checkpoints are recorded (manifest, report, a
+    # capture row per step)
     integrity = suite.verify(plan.steps)
     if integrity.problems():
         raise ValueError("; ".join(integrity.problems()))

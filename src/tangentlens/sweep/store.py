@@ -154,12 +154,16 @@ class RunStore:
                 lock.unlink()
 
     def _unstarted(self) -> bool:
-        """Whether the directory exists and holds no run: no manifest, nothing but the lock a
-        coordinator takes first (and its temporary files), left by a process that is dead."""
+        """Whether the directory holds no run: no manifest, nothing but the lock a coordinator
+        takes first (and its temporary files), the lock's holder dead (checked before: a live
+        holder is refused). Without a lock it is not taken for one: temporary files alone may
+        be a live coordinator's, about to take it."""
         if not self.root.is_dir() or (self.root / "manifest.json").exists():
             return False
         names = [child.name for child in self.root.iterdir()]
-        return bool(names) and all(name == ".lock" or name.startswith(_SCRATCH) for name in names)
+        return ".lock" in names and all(
+            name == ".lock" or name.startswith(_SCRATCH) for name in names
+        )
 
     def _clear(self) -> None:
         """Empty a run directory that existed before this run started."""
