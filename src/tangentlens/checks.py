@@ -199,8 +199,15 @@ def to_float64(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _coerce(value: Any, annotation: Any, path: str) -> Any:
-    """Check a TOML value against a field annotation (as a string from ``__future__``)."""
+    """Check a TOML value against a field annotation (as a string from ``__future__``). A text
+    field also takes an integer or a list of integers, as the text they stand for (``1500`` →
+    ``"1500"``, ``[0, 1000]`` → ``"0,1000"``): ``--set suite.steps=1500`` reaches the recipe
+    unquoted, whatever quotes the shell removed."""
     hint = annotation
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
@@ -231,6 +238,10 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
             raise ValueError(f"{path} must be a number, got {value!r}")
         return float(value)
     if hint is str:
+        if _is_int(value):  # suite.steps = 1500, capture.layers = 3: the text they stand for
+            return str(value)
+        if isinstance(value, list) and value and all(_is_int(v) for v in value):
+            return ",".join(map(str, value))  # suite.steps = [0, 1000]
         if not isinstance(value, str):
             raise ValueError(f"{path} must be a string, got {value!r}")
         return value

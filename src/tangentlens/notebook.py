@@ -17,6 +17,7 @@ sweep's unit pins them), and each probe's own table as ``probes={"tangent_energy
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from tangentlens.data import (
     SpecialTokens,
     special_tokens_of,
 )
-from tangentlens.models import LensModel, has_lm_head, lens_model
+from tangentlens.models import LensModel, lens_model
 from tangentlens.registry import SCOPES, TANGENT, builtin_probes, needs_of, resolve, resolve_all
 from tangentlens.results import ResultTable
 from tangentlens.runtime import threads
@@ -63,6 +64,8 @@ CAPTURE_SETTINGS: tuple[str, ...] = (
 )
 _LABEL = "model"
 
+logger = logging.getLogger(__name__)
+
 
 #: What a capture without a loss keeps: everything but gradients.
 _WITHOUT_GRADIENTS = Needs(bins=True, type_sums=True, reservoir=True, attention=True)
@@ -87,9 +90,17 @@ def _runnable(kept: Needs) -> tuple[str, ...]:
 
 
 def default_probes(model: Any) -> tuple[str, ...]:
-    """Every per-step built-in probe the model supports (the tangent account needs a loss
-    head)."""
-    return _per_step_probes() if has_lm_head(model) else _runnable(_WITHOUT_GRADIENTS)
+    """Every per-step built-in probe the model supports: the tangent account needs a loss head,
+    ``qk_drift`` per-head queries, keys and patterns with one key per query head (not under
+    grouped-query attention, not through loader ``"hf"``). What is left out is said in one
+    warning line."""
+    lens = lens_model(model)
+    chosen = _per_step_probes() if lens.has_lm_head else _runnable(_WITHOUT_GRADIENTS)
+    refusal = lens.attention_refusal()
+    skipped = [n for n in chosen if refusal and builtin_probes()[n].needs.attention]
+    if skipped:
+        logger.warning("default probes: %s left out, %s", ", ".join(skipped), refusal)
+    return tuple(n for n in chosen if n not in skipped)
 
 
 def _probe_configs(

@@ -1,17 +1,94 @@
-"""The README's Python examples run as written."""
+"""The README's Python examples run as written: those that take a suite, on a mini suite and on
+a hub suite (a fake Hugging Face cache, offline).
 
+Both suites are ``readme-pythia``: mini-pythia's shape where the examples read it (4 blocks,
+rows of 128 tokens, 9 checkpoints on the log-spaced schedule) at half its width, with a
+512-token vocabulary, trained in seconds. The mini variant registers it as a built-in mini suite;
+the hub variant publishes the same checkpoints as revisions of a catalogue suite in a fake
+cache. An example's only edit is the suite's name (``"mini-pythia"`` → the variant's), and, for
+the sweep from Python (its recipe names its suite), a ``suite.name`` override."""
+
+from __future__ import annotations
+
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+#: mini-pythia's shape where the examples read it (4 blocks, rows of 128 tokens; 64 wide, so
+#: the default rank-16 proxy has complement controls), trained in seconds on 60 documents (a
+#: held-out split of ~24k tokens: the 64 rows of 128 the capture example packs, and more).
+READMESIZED = {
+    "d_model": 64, "n_layers": 4, "n_heads": 4, "d_mlp": 128, "vocab_size": 512,
+    "seq_len": 128, "batch_size": 4, "total_steps": 40, "checkpoint_every": 10,
+    "warmup_steps": 5, "eval_sequences": 8, "max_documents": 60,
+}  # fmt: skip
+MINI = "readme-pythia"
+HUB_ID = "tangentlens-tests/readme-pythia"
+HUB = "readme-hub"
 
 
 def _python_blocks(section: str) -> list[str]:
     text = README.read_text(encoding="utf-8")
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", body, flags=re.S)
+
+
+def _run(block: str, suite: str, namespace: dict | None = None) -> dict:
+    """Execute a README block with its suite swapped for ``suite``."""
+    namespace = {} if namespace is None else namespace
+    source = block.replace('"mini-pythia"', repr(suite))
+    source = source.replace('["suite.steps=', f'["suite.name={suite!r}", "suite.steps=')
+    exec(compile(source, "README.md", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="session")
+def readme_suite(tmp_path_factory):
+    """``readme-pythia`` trained into a cache of its own, and a Hugging Face hub cache holding
+    its checkpoints as the revisions ``step-<N>`` of ``tangentlens-tests/readme-pythia``."""
+    from tangentlens.models.configs import MiniSuiteConfig
+    from tangentlens.models.suites import ensure_mini_suite
+    from tests.integration.fake_hub import publish_folders
+
+    root = tmp_path_factory.mktemp("readme")
+    config = MiniSuiteConfig(architecture="pythia", **READMESIZED)
+    suite = ensure_mini_suite(MINI, config=config, cache_dir=root / "cache" / "suites")
+    hub = root / "hub"
+    revisions = {f"step-{step}": suite.folder(step) for step in suite.steps}
+    publish_folders(hub, HUB_ID, revisions)
+    return suite, config, root / "cache", hub
+
+
+@pytest.fixture(params=["mini", "hub"])
+def suite_name(request, readme_suite, monkeypatch):
+    """The variant's suite name, registered where ``open_suite`` finds it; offline."""
+    from tangentlens.models.configs import MINI_SUITE_CONFIGS
+    from tangentlens.models.hub_suites import HUB_ALIASES, HUB_SUITES, HubSuiteEntry
+    from tests.integration.conftest import use_hub_cache
+
+    suite, config, cache, hub = readme_suite
+    monkeypatch.setenv("TANGENTLENS_CACHE", str(cache))
+    monkeypatch.setenv("TANGENTLENS_OFFLINE", "1")
+    monkeypatch.setitem(MINI_SUITE_CONFIGS, MINI, config)
+    use_hub_cache(monkeypatch, hub)
+    published = suite.folder(suite.steps[-1]) / "config.json"
+    entry = HubSuiteEntry(
+        hub_id=HUB_ID,
+        short_name=HUB,
+        family="decoder",
+        loader="hooked",
+        revisions=tuple((step, f"step-{step}") for step in suite.steps),
+        tokens_per_step=suite.tokens_per_step,
+        config=json.loads(published.read_text()),
+        verified=True,
+        source="tests/e2e/test_readme.py: readme-pythia's checkpoints in a fake cache",
+    )
+    monkeypatch.setitem(HUB_SUITES, HUB_ID, entry)
+    monkeypatch.setitem(HUB_ALIASES, HUB, HUB_ID)
+    return MINI if request.param == "mini" else HUB
 
 
 def test_metrics_example_runs(capsys):
@@ -21,77 +98,57 @@ def test_metrics_example_runs(capsys):
     assert 0 < float(printed[0]) < 1  # a drifted cloud is anisotropic
 
 
-@pytest.mark.slow
-def test_capture_example_runs_on_the_default_suite(capsys):
-    block = _python_blocks("Metrics on your own tensors")[1]
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+def test_suite_example_runs(suite_name, capsys):
+    namespace = _run(_python_blocks("Checkpoint suites")[0], suite_name)
+    suite, steps = namespace["suite"], namespace["steps"]
+    assert len(steps) == 8 and steps[0] == 0
+    assert int(capsys.readouterr().out.strip()) == suite.tokens_seen(steps[-1])
+    assert type(namespace["model"]).__name__ == "HookedTransformer"
+
+
+def test_capture_example_runs(suite_name, capsys):
+    namespace = _run(_python_blocks("Metrics on your own tensors")[1], suite_name)
     stats = namespace["stats"]
     assert stats.n_sequences == 64 and 0.95 * 64 * 126 < stats.n_tokens <= 64 * 126
     assert namespace["site"].g.count == stats.n_tokens
 
 
-@pytest.mark.slow
-def test_sweep_example_runs_on_the_default_suite(capsys, tmp_path, monkeypatch):
+def test_sweep_example_runs(suite_name, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example writes runs/readme-example here
-    block = _python_blocks("Sweeps: recipes over checkpoints")[0]
-    exec(compile(block, "README.md", "exec"), {})
+    _run(_python_blocks("Sweeps: recipes over checkpoints")[0], suite_name)
     n_rows, step, ratio = capsys.readouterr().out.split()
     assert int(n_rows) > 100 and int(step) == 0 and float(ratio) > 0
-
-
-@pytest.mark.slow
-def test_suite_example_runs_on_the_default_suite(capsys):
-    block = _python_blocks("Checkpoint suites")[0]
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
-    assert len(namespace["steps"]) == 8 and namespace["steps"][0] == 0
-    assert int(capsys.readouterr().out.strip()) == 1200 * 2048  # tokens seen at the last step
 
 
 def _same(a, b) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
-@pytest.mark.slow
-def test_notebook_examples_run_and_equal_the_sweep(tmp_path, monkeypatch, capsys):
+def test_notebook_examples_run_and_equal_the_sweep(suite_name, tmp_path, monkeypatch, capsys):
     """The shortest notebook example gives the sweep's step rows value for value (the same
-    model, tokens and default settings, per-checkpoint proxies); the second one scores a user
-    basis, saves a capture that reloads to the same rows, and writes the per-bin figure."""
+    model, tokens and default settings, per-checkpoint proxies; checked on the mini suite, whose
+    model carries the suite's name); the second one scores a user basis, saves a capture that
+    reloads to the same rows, and writes the per-bin figure."""
     import torch
 
     import tangentlens as tl
-    from tangentlens.core.recipe import Recipe, SuiteSpec
-    from tangentlens.probes.cosine_drift import CosineDriftConfig
-    from tangentlens.probes.tangent_energy import TangentSpec
-    from tangentlens.sweep.runner import run_sweep
-    from tangentlens.sweep.store import read_parts
 
     monkeypatch.chdir(tmp_path)  # the examples write their files here
     first, second = _python_blocks("In a notebook")
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as a sweep's unit pins capture.threads (default 2)
     try:
-        namespace: dict = {}
-        exec(compile(first, "README.md", "exec"), namespace)
+        namespace = _run(first, suite_name)
         measured = namespace["table"]
         printed = float(capsys.readouterr().out)
-        suite = SuiteSpec(name="mini-pythia", steps=str(namespace["suite"].steps[-1]))
-        probes = {"tangent_energy": TangentSpec(), "cosine_drift": CosineDriftConfig()}
-        run = run_sweep(Recipe("readme-notebook", suite, probes=probes), tmp_path / "run")
-        (part,) = (run / "results").glob("step-*.parquet")
-        exec(compile(second, "README.md", "exec"), namespace)
+        if suite_name == MINI:
+            _equal_to_the_sweep(measured, namespace["suite"], printed, tmp_path)
+        _run(second, suite_name, namespace)
     finally:
         torch.set_num_threads(threads)
-    key = ("site", "probe", "method", "rank", "freq_bin", "metric")
-    want = {tuple(r[k] for k in key): r for r in read_parts([part]).to_pylist()}
-    got = {tuple(r[k] for k in key): r for r in measured.to_pylist()}
-    assert got.keys() == want.keys() and len(got) == len(measured)
-    for k, row in want.items():
-        # every field but tokens_seen: a label the model does not carry
-        assert all(_same(v, got[k][f]) for f, v in row.items() if f != "tokens_seen"), k
     site = "blocks.3.hook_resid_post"
-    assert printed == want[(site, "tangent_energy", "pca", 16, "all", "energy_ratio")]["value"]
+    pca = measured.where(metric="energy_ratio", method="pca", site=site, freq_bin="all")
+    assert [row["value"] for row in pca.to_pylist()] == [printed]
     table = namespace["table"]
     mine = table.where(method="unembed_frequent", metric="energy_fraction", freq_bin="all")
     assert len(mine) == 4 and all(0 < r["value"] < 1 for r in mine.to_pylist())  # 4 blocks
@@ -107,3 +164,27 @@ def test_notebook_examples_run_and_equal_the_sweep(tmp_path, monkeypatch, capsys
         all(_same(a[f], b[f]) for f in a)
         for a, b in zip(again.to_pylist(), table.to_pylist(), strict=True)
     )
+
+
+def _equal_to_the_sweep(measured, suite, printed: float, tmp_path: Path) -> None:
+    """``measured`` (the example's table) is the step part of a sweep of ``suite``'s last step
+    with the same probes and defaults, every field but tokens_seen (a label the model does not
+    carry)."""
+    from tangentlens.core.recipe import Recipe, SuiteSpec
+    from tangentlens.probes.cosine_drift import CosineDriftConfig
+    from tangentlens.probes.tangent_energy import TangentSpec
+    from tangentlens.sweep.runner import run_sweep
+    from tangentlens.sweep.store import read_parts
+
+    spec = SuiteSpec(name=suite.name, steps=str(suite.steps[-1]))
+    probes = {"tangent_energy": TangentSpec(), "cosine_drift": CosineDriftConfig()}
+    run = run_sweep(Recipe("readme-notebook", spec, probes=probes), tmp_path / "run")
+    (part,) = (run / "results").glob("step-*.parquet")
+    key = ("site", "probe", "method", "rank", "freq_bin", "metric")
+    want = {tuple(r[k] for k in key): r for r in read_parts([part]).to_pylist()}
+    got = {tuple(r[k] for k in key): r for r in measured.to_pylist()}
+    assert got.keys() == want.keys() and len(got) == len(measured)
+    for k, row in want.items():
+        assert all(_same(v, got[k][f]) for f, v in row.items() if f != "tokens_seen"), k
+    site = "blocks.3.hook_resid_post"
+    assert printed == want[(site, "tangent_energy", "pca", 16, "all", "energy_ratio")]["value"]

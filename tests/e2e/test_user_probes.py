@@ -54,11 +54,10 @@ def _measure_step(probes: dict) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_on_ray_workers_and_in_measure(sweeps, units_env, tmp_path):
-    out = tmp_path / "ray"
-    argv = ["sweep", "--recipe", sweeps.recipe, "--out", str(out), *sweeps.units]
-    argv += ["--executor", "ray", "--set", "executor.workers=2", "--set", "probes.grad_norm={}"]
-    assert main(argv) == 0
+def test_the_readme_example_runs_on_ray_workers_and_in_measure(executor_runs, units_env):
+    run = executor_runs("ray")  # the cut micro sweep on 2 Ray workers, with grad_norm added
+    assert run.added == ("grad_norm",)
+    out = run.out
     rows = [r for r in read_results(out).to_pylist() if r["probe"] == "grad_norm"]
     sites = {"hook_embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"}
     assert {r["site"] for r in rows} == sites and {r["step"] for r in rows} == {0, STEP}

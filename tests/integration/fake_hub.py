@@ -11,6 +11,7 @@ available offline) that fits the vocabulary.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tangentlens.models.hub_suites import HUB_SUITES
 from tests.integration.conftest import decoder_tokenizer, encoder_tokenizer
 from tests.integration.fake_pythia_hub import _store, commit_of, randomise, repo_dir
 
-__all__ = ["write_fake_hub"]
+__all__ = ["publish_folders", "write_fake_hub"]
 
 
 def _random_model(config: dict, family: str, seed: int) -> torch.nn.Module:
@@ -36,15 +37,21 @@ def _random_model(config: dict, family: str, seed: int) -> torch.nn.Module:
 
 
 def write_fake_hub(
-    hub: Path, hub_id: str, steps: dict[int, int], *, layers: int = 1, vocab: int | None = None
+    hub: Path,
+    hub_id: str,
+    steps: dict[int, int],
+    *,
+    layers: int = 1,
+    vocab: int | None = None,
+    **fields: object,
 ) -> Path:
     """Add catalogue suite ``hub_id`` to the hub cache ``hub`` at ``steps`` (step → seed of its
     random weights) under the entry's revision names, ``refs/main`` at the last one. ``vocab``:
-    a vocabulary smaller than the published one (None: the published; the only field that may
-    differ from the catalogue's, where the published embedding alone would take gigabytes).
-    Returns the repository's cache folder."""
+    a vocabulary smaller than the published one (None: the published, where the published
+    embedding alone would take gigabytes); ``fields``: other ``config.json`` fields that differ
+    from the catalogue's (a narrower model). Returns the repository's cache folder."""
     entry = HUB_SUITES[hub_id]
-    config = {**entry.config, "num_hidden_layers": layers}
+    config = {**entry.config, "num_hidden_layers": layers, **fields}
     tokenizer = decoder_tokenizer() if entry.family == "decoder" else encoder_tokenizer()
     if vocab is not None:  # the special tokens (the padding row among them) are the tokenizer's
         config["vocab_size"] = vocab
@@ -71,4 +78,25 @@ def write_fake_hub(
                 _store(repo, snapshot, file)
         (repo / "refs" / revision).write_text(commit)
     (repo / "refs" / "main").write_text(commit_of(entry.revision(max(steps)), hub_id))
+    return repo
+
+
+def publish_folders(hub: Path, hub_id: str, revisions: dict[str, Path]) -> Path:
+    """Add ``hub_id`` to the hub cache ``hub`` with the files of each checkpoint folder as its
+    revision (revision → folder), ``refs/main`` at the last one. Returns the repository's cache
+    folder."""
+    repo = repo_dir(hub, hub_id)
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    for revision, folder in revisions.items():
+        commit = commit_of(revision, hub_id)
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        with tempfile.TemporaryDirectory(dir=hub, prefix=".staging-") as staging:
+            for file in sorted(Path(folder).iterdir()):
+                copy = Path(staging) / file.name
+                shutil.copyfile(file, copy)
+                _store(repo, snapshot, copy)
+        (repo / "refs" / revision).write_text(commit)
+    (repo / "refs" / "main").write_text(commit_of(list(revisions)[-1], hub_id))
     return repo

@@ -121,7 +121,7 @@ def test_a_decoder_revision_loads_through_the_bridge_and_is_measured(hub):
 
 def test_olmo_loads_through_the_bridge_only(hub):
     suite = open_suite(OLMO, offline=True)
-    with pytest.raises(ValueError, match="OlmoForCausalLM: it loads through loader 'bridge' only"):
+    with pytest.raises(ValueError, match="model type 'olmo' load only through loader 'bridge'"):
         suite.load(1000, loader="hooked")
     bridge = suite.load(1000)
     tokens = torch.randint(3, 300, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -144,10 +144,13 @@ def test_an_encoder_revision_loads_through_the_hf_loader(hub):
 def test_the_suite_command_shows_revisions_sources_and_unverified_entries(hub, capsys):
     from tangentlens.cli import main
 
-    assert main(["suite", "smollm2-360m", "--offline", "--steps", "160000,320000", "--verify"]) == 0
+    # the fake revisions hold one block where SmolLM2-360M has 32: not its checkpoints
+    assert main(["suite", "smollm2-360m", "--offline", "--steps", "160000,320000", "--verify"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "verified:" in out and "1,572,864 tokens per step" in out and "step-320000" in out
-    assert "checkpoints verified" in out and "not checked: steps 2560000" in out
+    assert "config.json at steps 160000, 320000 is not the suite's published config" in out
+    assert "num_hidden_layers 1 (published 32)" in out and "not checked: steps 2560000" in out
+    assert "checkpoints verified" not in out
     assert main(["suite", "gaperon-1.5b", "--offline"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "UNVERIFIED" in out and "not confirmed offline" in out

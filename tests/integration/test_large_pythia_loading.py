@@ -120,14 +120,24 @@ def test_a_revision_missing_offline_is_named_with_how_to_fetch_it(large_hub):
     assert suite.weights_hash(1000) is None
 
 
+#: What verify says of every fake revision here: one block where the published model has 16.
+TRUNCATED = (
+    "config.json at steps 0, 143000 is not the suite's published config: num_hidden_layers 1 "
+    "(published 16); these are not its checkpoints (the memory plan and the planning checks "
+    "read the published config)"
+)
+
+
 def test_verify_tells_distinct_revisions_from_ones_sharing_a_weights_blob(large_hub):
     distinct = open_suite("EleutherAI/pythia-1b", offline=True).verify([0, 143000])
     assert distinct.duplicates == [] and distinct.not_checked == []
-    assert distinct.damaged == {} and distinct.config_differs == {} and not distinct.problems()
+    assert distinct.damaged == {} and distinct.config_differs == {}
+    assert distinct.problems() == [TRUNCATED]  # the fake's one block; nothing else
 
     suite = open_suite(SHARED, offline=True)
     shared = suite.verify([0, 143000])
     assert [(d.previous, d.step) for d in shared.duplicates] == [(0, 143000)]
     assert shared.duplicates[0].weights_hash == suite.weights_hash(0) == suite.weights_hash(143000)
-    assert shared.damaged == {} and shared.config_differs == {} and not shared.problems()
+    assert shared.damaged == {} and shared.config_differs == {}
+    assert shared.problems() == [TRUNCATED]
     assert shared.to_dict()["duplicates"] == [[0, 143000]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,30 @@ def test_suites_name_their_model_as_saelens_does(micro_pythia, pythia_70m_like):
     assert PythiaSuite("EleutherAI/pythia-70m-deduped").model_name == "pythia-70m-deduped"
     assert LocalSuite(pythia_70m_like).model_name == "pythia-70m-deduped"
     assert micro_pythia.model_name == "micro-pythia"
+
+
+def test_an_offline_sweep_names_the_published_sae_files_it_lacks_before_any_unit(
+    sae_hub, fake_release_width, pythia_70m_like, tmp_path, monkeypatch
+):
+    """The hub cache holds the release's first SAE only: the second is named with the command
+    that fetches its folder, before any unit runs."""
+    from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+
+    from tests.integration.conftest import use_hub_cache
+
+    lookup = get_pretrained_saes_directory()[RELEASE]
+    hub = tmp_path / "hub"
+    shutil.copytree(sae_hub, hub, symlinks=True)
+    repo = hub / f"models--{lookup.repo_id.replace('/', '--')}"
+    (snapshot,) = (repo / "snapshots").iterdir()
+    shutil.rmtree(snapshot / lookup.saes_map[IDS[1]])
+    use_hub_cache(monkeypatch, hub)
+    recipe = load_recipe(_recipe(tmp_path, pythia_70m_like, "per_checkpoint"))
+    with pytest.raises(ValueError) as caught:
+        run_sweep(recipe, tmp_path / "run")
+    message = str(caught.value)
+    folder = lookup.saes_map[IDS[1]]
+    assert message.startswith("1 download(s) this sweep needs are not in the local Hugging Face")
+    assert f"SAE {IDS[1]!r} of release {RELEASE!r}" in message and IDS[0] not in message
+    assert f"`hf download {lookup.repo_id} --include '{folder}/*'`" in message
+    assert not (tmp_path / "run").exists()

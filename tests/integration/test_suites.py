@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -227,10 +228,12 @@ def test_pythia_revisions_sharing_a_blob_are_found_through_the_hub_cache(tmp_pat
     from huggingface_hub import constants
     from safetensors.torch import save_file
 
+    from tangentlens.models.shapes import pythia_config
+
     repo = tmp_path / "hub" / "models--EleutherAI--pythia-14m"
     (repo / "blobs").mkdir(parents=True)
     (repo / "refs").mkdir()
-    config = json.dumps({"model_type": "gpt_neox", "hidden_size": 128, "vocab_size": 50304})
+    config = json.dumps(pythia_config("EleutherAI/pythia-14m"))  # the published one
 
     def blob(data: bytes) -> Path:
         path = repo / "blobs" / hashlib.sha256(data).hexdigest()
@@ -268,7 +271,9 @@ def test_an_offline_sweep_names_uncached_revisions_and_how_to_fetch_them(fake_hf
     PythiaSuite("EleutherAI/pythia-14m", offline=False).check_available([2000])  # it would fetch
 
 
-def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cache, tmp_path):
+def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(
+    fake_hf_cache, tmp_path, monkeypatch
+):
     from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import run_sweep
 
@@ -281,6 +286,10 @@ def test_an_offline_sweep_refuses_uncached_revisions_before_any_unit(fake_hf_cac
             "data.corpus='shakespeare'",
         ],
     )
-    with pytest.raises(ValueError, match=r"step\(s\) 2000 is not in the local Hugging Face"):
+    monkeypatch.setenv("TANGENTLENS_CACHE", str(tmp_path / "cache"))  # the commands' file
+    with pytest.raises(ValueError, match=r"downloads this sweep needs are not in the local") as e:
         run_sweep(recipe, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    script = Path(re.search(r"every command is in (\S+) ", str(e.value)).group(1)).read_text()
+    assert "hf download EleutherAI/pythia-14m --revision step2000\n" in script  # scored
+    assert "--revision step0\n" not in script  # cached

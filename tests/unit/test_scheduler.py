@@ -26,8 +26,11 @@ class Scripted:
     """Runs units when waited on, ``capacity`` at a time, writing their outputs; ``fail``: unit
     → how many attempts fail before one succeeds."""
 
-    def __init__(self, root: Path, capacity: int, fail: dict[str, int] | None = None):
+    def __init__(
+        self, root: Path, capacity: int, fail: dict[str, int] | None = None, retry: bool = True
+    ):
         self.root, self.capacity, self.fail = root, capacity, dict(fail or {})
+        self.retry = retry
         self.running: list[Unit] = []
         self.started: list[str] = []
         self.peak = 0
@@ -44,7 +47,8 @@ class Scripted:
         unit = self.running.pop(0)
         if self.fail.get(unit.name, 0) > 0:
             self.fail[unit.name] -= 1
-            return [Finished(unit, "RuntimeError: boom", "log/" + unit.name)]
+            error = "RuntimeError: boom" if self.retry else "ValueError: bad setting"
+            return [Finished(unit, error, "log/" + unit.name, retry=self.retry)]
         (self.root / unit.output).parent.mkdir(parents=True, exist_ok=True)
         (self.root / unit.output).write_text("")
         return [Finished(unit)]
@@ -100,3 +104,11 @@ def test_a_failing_unit_is_retried_then_reported_and_its_dependents_not_run(tmp_
     # the independent units still finish
     assert (tmp_path / "b" / _output("step-3")).exists()
     assert {e.unit for e in events if e.phase == "skipped"} == {"pair-2", "across-steps"}
+
+
+def test_an_error_a_retry_cannot_change_is_not_retried(tmp_path):
+    backend = Scripted(tmp_path, capacity=1, fail={"step-1": 1}, retry=False)
+    failures, events = _run(tmp_path, backend, retries=3)
+    assert backend.started.count("step-1") == 1
+    assert not [e for e in events if e.phase == "retry"]
+    assert (failures[0].unit, failures[0].error) == ("step-1", "ValueError: bad setting")

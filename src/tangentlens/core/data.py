@@ -63,15 +63,7 @@ class AnalysisData:
 def prepare_analysis_data(suite: Any, recipe: Recipe) -> AnalysisData:
     """Tokenise and pack the recipe's corpus for ``suite`` (a ``CheckpointSuite``)."""
     spec = recipe.data
-    if spec.corpus == "analysis":
-        if not hasattr(suite, "analysis_corpus"):
-            raise ValueError(
-                "data.corpus = 'analysis' is the held-out split of a mini suite; for this suite "
-                "name a corpus (e.g. 'shakespeare' or a path)"
-            )
-        corpus = suite.analysis_corpus()
-    else:
-        corpus = load_corpus(spec.corpus)
+    corpus = suite.analysis_corpus() if spec.corpus == "analysis" else load_corpus(spec.corpus)
     tokenizer = suite.tokenizer()
     special = special_tokens_of(tokenizer, suite.family)
     rows = pack_texts(corpus, tokenizer, suite.family, special, spec.seq_len, spec.max_tokens)

@@ -102,9 +102,10 @@ class SuiteSpec:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Analysis data: ``corpus`` ("analysis" = the suite's held-out split for mini suites, else a
-    ``load_corpus`` spec); rows of ``seq_len`` tokens; at most ``max_tokens`` tokens; batches of
-    ``batch_size`` rows; ``n_bins`` frequency bins."""
+    """Analysis data: ``corpus`` ("analysis" = the suite's ``analysis_corpus()``: a mini suite's
+    held-out split, else the shipped corpus; or a ``load_corpus`` spec); rows of ``seq_len``
+    tokens; at most ``max_tokens`` tokens; batches of ``batch_size`` rows; ``n_bins`` frequency
+    bins."""
 
     corpus: str = "analysis"
     seq_len: int = 128
@@ -349,6 +350,20 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     node[parts[-1]] = value
 
 
+def _enabled_probes(table: Any) -> dict[str, Any]:
+    """The recipe's probe tables without those switched off: ``probes.NAME = false`` (e.g.
+    ``--set probes.qk_drift=false``) drops a probe a recipe enables, ``true`` enables one with
+    its defaults; the name must still be a probe's."""
+    if not isinstance(table, dict):
+        raise ValueError("probes must be a table of probe tables")
+    for key, value in table.items():
+        if isinstance(value, bool):
+            resolve(key)  # a misspelt probe is refused, not silently ignored
+    return {
+        key: {} if value is True else value for key, value in table.items() if value is not False
+    }
+
+
 def builtin_recipes() -> dict[str, Path]:
     """The recipes shipped in ``tangentlens.probes/recipes``."""
     folder = resources.files("tangentlens.probes") / "recipes"
@@ -382,9 +397,7 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
             raise ValueError(
                 f"unknown recipe section {key!r}; allowed: {allowed}{suggest(key, allowed)}"
             )
-    probes_table = data.get("probes", {})
-    if not isinstance(probes_table, dict):
-        raise ValueError("probes must be a table of probe tables")
+    probes_table = _enabled_probes(data.get("probes", {}))
     probes = {
         key: build_section(probe.config, probes_table[key], f"probes.{key}")
         for key, probe in resolve_all(probes_table).items()

@@ -20,7 +20,13 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "PretrainedSAESpec",
             "ProxyConfig",
         ),
-        ".sae": ("SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"),
+        ".sae": (
+            "SAE",
+            "SAE_ARCHITECTURES",
+            "check_pretrained",
+            "pretrained_location",
+            "pretrained_models",
+        ),
         ".seminmf": ("SOLVERS", "SemiNMF"),
         "tangentlens.metrics.subspace": (
             "DEFAULT_RANK_RTOL",

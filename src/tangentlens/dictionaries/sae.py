@@ -36,7 +36,13 @@ from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes
 
-__all__ = ["SAE", "SAE_ARCHITECTURES", "check_pretrained", "pretrained_models"]
+__all__ = [
+    "SAE",
+    "SAE_ARCHITECTURES",
+    "check_pretrained",
+    "pretrained_location",
+    "pretrained_models",
+]
 
 #: SAE architectures :class:`SAE` trains: ``topk`` (the ``k`` largest latents per row) or
 #: ``standard`` (ReLU + L1 penalty).
@@ -70,6 +76,16 @@ def check_pretrained(release: str, sae_ids: Sequence[str]) -> None:
             raise ValueError(
                 f"release {release!r} has no SAE id {sae_id!r}{hint}; its ids: {listed}"
             )
+
+
+def pretrained_location(release: str, sae_id: str) -> tuple[str, str]:
+    """``(repository, folder)``: where on the Hugging Face hub SAELens reads SAE ``sae_id`` of
+    ``release`` from (its pretrained registry; nothing is downloaded)."""
+    from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+
+    check_pretrained(release, [sae_id])
+    lookup = get_pretrained_saes_directory()[release]
+    return lookup.repo_id, lookup.saes_map[sae_id]
 
 
 def pretrained_models() -> dict[str, str]:

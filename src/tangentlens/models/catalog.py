@@ -6,6 +6,7 @@ sweep (a recipe's step selection, the frozen-early fit window) stays light.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from tangentlens.models.hub_suites import (
 from tangentlens.models.schedule import PYTHIA_STEPS
 
 __all__ = [
+    "BRIDGE_MODEL_TYPES",
     "DEFAULT_LOADERS",
     "ENCODER_MODEL_TYPES",
     "HEADLESS_ARCHITECTURES",
@@ -77,6 +79,10 @@ LOADERS: tuple[str, ...] = ("hooked", "bridge", "hf")
 #: ``config.json`` model types only the ``"hf"`` loader loads (and the only ones it loads):
 #: EuroBERT, ModernBERT (ModernCamemBERT is one). ``"auto"`` picks ``"hf"`` for them.
 HF_MODEL_TYPES: frozenset[str] = frozenset({"eurobert", "modernbert"})
+#: ``config.json`` model types only the ``"bridge"`` loader loads: TransformerLens bridges them
+#: but does not convert them from a checkpoint folder (OLMo: its ``HookedTransformer`` config is
+#: keyed on hub names). ``"auto"`` picks ``"bridge"`` for them, for folders as for hub suites.
+BRIDGE_MODEL_TYPES: frozenset[str] = frozenset({"olmo"})
 #: A recipe's ``suite.loader``: a loader, or ``"auto"`` = the family's :data:`DEFAULT_LOADERS`.
 LOADER_CHOICES: tuple[str, ...] = ("auto", *LOADERS)
 #: The loader ``"auto"`` picks per family. Both give the same table within the parity tolerances
@@ -104,7 +110,10 @@ def parse_suite_spec(spec: str) -> tuple[SuiteKind, str]:
     catalogued = rest in HUB_SUITES or rest in HUB_ALIASES or rest in REFUSED_HUB_IDS
     if kind == "hub" or (not kind and catalogued and not Path(rest).expanduser().exists()):
         return "hub", resolve_hub_suite(rest).hub_id
-    if kind == "local" or (not kind and (Path(rest).expanduser().exists() or os.sep in rest)):
+    exists = Path(rest).expanduser().exists()
+    if kind == "local" or (not kind and (exists or os.sep in rest)):
+        if not kind and not exists:
+            _refuse_misspelt_hub_id(rest)
         return "local", rest
     if not kind and rest in MINI_SUITE_CONFIGS:
         return "mini", rest
@@ -117,10 +126,31 @@ def parse_suite_spec(spec: str) -> tuple[SuiteKind, str]:
     )
 
 
+def _refuse_misspelt_hub_id(spec: str) -> None:
+    """A ``ValueError`` when ``spec``, a path that does not exist, is close to the id or short
+    name of a hub suite or a Pythia model (``allenai/OLMo-1b-hf``): most likely that suite,
+    misspelt."""
+    names = [*HUB_SUITES, *HUB_ALIASES, *PYTHIA_MODELS]
+    by_case = {name.lower(): name for name in names}
+    close = by_case.get(spec.lower()) or next(
+        iter(difflib.get_close_matches(spec, names, n=1, cutoff=0.8)), None
+    )
+    if close is not None:
+        raise ValueError(
+            f"unknown suite {spec!r}: no such folder, and no hub suite of that name; did you "
+            f"mean {close!r}? (a folder that does not exist yet: 'local:{spec}')"
+        )
+
+
 def check_pythia_model(name: str) -> str:
     """``name`` if it is one of :data:`PYTHIA_MODELS`, else a ``ValueError`` listing them."""
     if name not in PYTHIA_MODELS:
-        raise ValueError(f"unknown Pythia model {name!r}; allowed: {list(PYTHIA_MODELS)}")
+        by_case = {model.lower(): model for model in PYTHIA_MODELS}
+        close = by_case.get(name.lower()) or next(
+            iter(difflib.get_close_matches(name, PYTHIA_MODELS, n=1, cutoff=0.8)), None
+        )
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise ValueError(f"unknown Pythia model {name!r}{hint}; allowed: {list(PYTHIA_MODELS)}")
     return name
 
 
@@ -201,19 +231,26 @@ def headless_architectures(spec: str) -> list[str] | None:
 def resolve_loader(loader: str | None, family: str, model_type: str | None = None) -> str:
     """The loader ``loader`` names for a suite of ``family`` (``"decoder"`` / ``"encoder"``)
     whose ``config.json`` names ``model_type`` (None: not known): ``"auto"`` or None →
-    ``"hf"`` for :data:`HF_MODEL_TYPES`, else :data:`DEFAULT_LOADERS`; else one of
-    :data:`LOADERS` that can load that model type (a ``ValueError`` naming the one that can)."""
-    only_hf = model_type in HF_MODEL_TYPES
+    ``"hf"`` for :data:`HF_MODEL_TYPES`, ``"bridge"`` for :data:`BRIDGE_MODEL_TYPES`, else
+    :data:`DEFAULT_LOADERS`; else one of :data:`LOADERS` that can load that model type (a
+    ``ValueError`` naming the one that can)."""
+    only_hf, only_bridge = model_type in HF_MODEL_TYPES, model_type in BRIDGE_MODEL_TYPES
     if loader is None or loader == "auto":
         if family not in DEFAULT_LOADERS:
             raise ValueError(f"family must be one of {list(DEFAULT_LOADERS)}, got {family!r}")
-        return "hf" if only_hf else DEFAULT_LOADERS[family]
+        return "hf" if only_hf else "bridge" if only_bridge else DEFAULT_LOADERS[family]
     if loader not in LOADERS:
         raise ValueError(f"loader must be one of {LOADER_CHOICES}, got {loader!r}")
     if only_hf and loader != "hf":
         raise ValueError(
             f"checkpoints of model type {model_type!r} load only through loader 'hf' (or "
             f"'auto'): TransformerLens neither converts nor bridges them; got loader {loader!r}"
+        )
+    if only_bridge and loader != "bridge":
+        raise ValueError(
+            f"checkpoints of model type {model_type!r} load only through loader 'bridge' (or "
+            f"'auto'): TransformerLens bridges them but does not convert them from a folder; "
+            f"got loader {loader!r}"
         )
     if loader == "hf" and model_type is not None and not only_hf:
         raise ValueError(

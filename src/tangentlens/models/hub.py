@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
@@ -89,3 +90,23 @@ def hub_cache_dir() -> str:
     from huggingface_hub import constants
 
     return constants.HF_HUB_CACHE
+
+
+@dataclass(frozen=True)
+class Download:
+    """Something a run loads that is not in the local Hugging Face cache: ``what`` it is (and
+    what for), and the ``command`` that downloads it where the hub is reachable."""
+
+    what: str
+    command: str
+
+
+def cached_snapshot(repo_id: str, revision: str = "main") -> str | None:
+    """The folder of ``repo_id``'s ``revision`` in the local Hugging Face cache (None when it
+    is not cached); nothing is downloaded."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, revision=revision, local_files_only=True)
+    except Exception:  # not cached
+        return None

@@ -71,7 +71,8 @@ DECODER_ARCHITECTURES: tuple[str, ...] = (
     "Qwen2ForCausalLM",
 )
 #: Decoder architectures TransformerLens bridges but does not convert from a local folder
-#: (OLMo: its ``HookedTransformer`` config is keyed on hub names): loader ``"bridge"`` only.
+#: (OLMo: its ``HookedTransformer`` config is keyed on hub names): loader ``"bridge"`` only (their
+#: model types are :data:`~tangentlens.models.catalog.BRIDGE_MODEL_TYPES`).
 BRIDGE_ONLY_ARCHITECTURES: tuple[str, ...] = ("OlmoForCausalLM",)
 #: BERT-style encoders (loaded with their MLM head into ``HookedEncoder``).
 ENCODER_ARCHITECTURES: tuple[str, ...] = ("BertForMaskedLM",)
@@ -366,11 +367,6 @@ def load_local_checkpoint(
     if loader == "hf":
         return load_hf_encoder(folder, device=device, dtype=dtype)
     architecture = checkpoint_architecture(folder)
-    if architecture in BRIDGE_ONLY_ARCHITECTURES and loader != "bridge":
-        raise ValueError(
-            f"checkpoint {str(folder)!r} is a {architecture}: it loads through loader 'bridge' "
-            f"only, got loader {loader!r}"
-        )
     verify_weight_files(folder)
     if loader == "bridge":
         with hf_offline_mode():

@@ -24,35 +24,40 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from transformer_lens import HookedEncoder, HookedTransformer
-from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from tangentlens.data import Corpus
+from tangentlens.data import Corpus, load_corpus
 from tangentlens.models.catalog import (
     check_pythia_model,
     checkpoint_family,
     checkpoint_folders,
     checkpoint_headless,
+    checkpoint_model_type,
     parse_suite_spec,
     resolve_loader,
 )
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.hf_lens import HfLens
-from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
+from tangentlens.models.hub import (
+    Download,
+    cached_snapshot,
+    hf_offline_mode,
+    hub_cache_dir,
+    offline_requested,
+)
 from tangentlens.models.hub_suites import HubSuiteEntry, resolve_hub_suite
-from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
 from tangentlens.models.schedule import (
     PYTHIA_STEPS,
     PYTHIA_TOKENS_PER_STEP,
     select_steps,
 )
+from tangentlens.models.shapes import pythia_config
 from tangentlens.models.training import (
     ProgressCallback,
     corpus_fingerprint,
@@ -62,10 +67,15 @@ from tangentlens.models.training import (
 from tangentlens.models.weights import verify_weight_files, weights_hash
 from tangentlens.paths import cache_root
 
+if TYPE_CHECKING:  # loading (TransformerLens) is imported when a checkpoint is loaded
+    from transformer_lens import HookedEncoder, HookedTransformer
+    from transformer_lens.model_bridge import TransformerBridge
+
+    HookedModel = HookedTransformer | HookedEncoder | TransformerBridge
+
 logger = logging.getLogger(__name__)
 
 Family = Literal["decoder", "encoder"]
-HookedModel = HookedTransformer | HookedEncoder | TransformerBridge
 
 
 @dataclass(frozen=True)
@@ -91,24 +101,53 @@ CONFIG_FIELDS: tuple[str, ...] = (
 )
 
 
+#: ``config.json`` fields compared with the config a suite's publisher states (what the memory
+#: plan and the planning checks read before anything is loaded).
+PUBLISHED_FIELDS: tuple[str, ...] = (*CONFIG_FIELDS, "num_key_value_heads")
+
+
+def published_differences(published: dict[str, Any], config: dict[str, Any]) -> dict[str, list]:
+    """Field → ``[published, cached]`` for the :data:`PUBLISHED_FIELDS` the ``published`` config
+    states that ``config`` (a checkpoint's ``config.json``) gives otherwise (a missing
+    ``num_key_value_heads`` is ``num_attention_heads``, as transformers reads it)."""
+    differs = {}
+    for name in PUBLISHED_FIELDS:
+        if name not in published:
+            continue
+        value = config.get(name)
+        if name == "num_key_value_heads" and value is None:
+            value = config.get("num_attention_heads")
+        if json.dumps(value) != json.dumps(published[name]):
+            differs[name] = [published[name], value]
+    return differs
+
+
 @dataclass(frozen=True)
 class SuiteIntegrity:
     """What :meth:`CheckpointSuite.verify` found: ``duplicates`` (identical weights),
     ``damaged`` (step → what is wrong with its files), ``config_differs`` (field → value at each
     step, for :data:`CONFIG_FIELDS` that differ), ``not_checked`` (steps not on this machine:
-    nothing to check without downloading)."""
+    nothing to check without downloading), ``checked`` (the steps that were),
+    ``published_differs`` (step → field → ``[published, cached]``: the cached ``config.json``
+    is not the one the suite's publisher states, see :func:`published_differences`) and whether
+    that published config is confirmed (``published_confirmed``; the catalogue's unverified
+    entries are not)."""
 
     duplicates: list[DuplicateCheckpoints]
     damaged: dict[int, str]
     config_differs: dict[str, dict[int, Any]]
     not_checked: list[int]
+    checked: list[int] = field(default_factory=list)
+    published_differs: dict[int, dict[str, list]] = field(default_factory=dict)
+    published_confirmed: bool = True
 
     def problems(self) -> list[str]:
-        """One line per damaged checkpoint or differing config field (a sweep refuses them)."""
+        """One line per damaged checkpoint, differing config field, or group of checkpoints
+        whose config is not the confirmed published one (a sweep refuses them)."""
         lines = [
             f"checkpoint at step {step} is damaged: {error}" for step, error in self.damaged.items()
         ]
-        for field, values in self.config_differs.items():
+        for field_name, values in self.config_differs.items():
             by_value: dict[str, list[int]] = {}
             for step, value in values.items():
                 by_value.setdefault(json.dumps(value), []).append(step)
@@ -116,8 +155,40 @@ class SuiteIntegrity:
                 f"{v} at step{'s' * (len(at) > 1)} {', '.join(map(str, at))}"
                 for v, at in by_value.items()
             )
-            lines.append(f"config.json field {field!r} differs across checkpoints: {parts}")
+            lines.append(f"config.json field {field_name!r} differs across checkpoints: {parts}")
+        if self.published_confirmed:
+            lines += [
+                f"config.json at {at} is not the suite's published config: {fields}; these "
+                "are not its checkpoints (the memory plan and the planning checks read the "
+                "published config)"
+                for at, fields in self._published_lines("published")
+            ]
         return lines
+
+    def warnings(self) -> list[str]:
+        """One line per group of checkpoints whose config differs from an unconfirmed published
+        config (the catalogue's entry may be wrong: a sweep goes on, and says so)."""
+        if self.published_confirmed:
+            return []
+        return [
+            f"config.json at {at} differs from the catalogue's unconfirmed config: {fields}; "
+            "the memory plan and the planning checks read the catalogue's"
+            for at, fields in self._published_lines("catalogue")
+        ]
+
+    def _published_lines(self, source: str) -> list[tuple[str, str]]:
+        """``(steps, differing fields)`` per group of steps with the same differences."""
+        groups: dict[str, list[int]] = {}
+        for step, differs in self.published_differs.items():
+            fields = ", ".join(
+                f"{name} {json.dumps(cached)} ({source} {json.dumps(published)})"
+                for name, (published, cached) in differs.items()
+            )
+            groups.setdefault(fields, []).append(step)
+        return [
+            (f"step{'s' * (len(at) > 1)} {', '.join(map(str, at))}", fields)
+            for fields, at in groups.items()
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,6 +198,8 @@ class SuiteIntegrity:
                 f: {str(s): v for s, v in d.items()} for f, d in self.config_differs.items()
             },
             "not_checked": self.not_checked,
+            "checked": self.checked,
+            "published_differs": {str(s): d for s, d in self.published_differs.items()},
         }
 
 
@@ -169,6 +242,12 @@ class CheckpointSuite(ABC):
     def tokenizer(self) -> PreTrainedTokenizerBase:
         """The suite's tokenizer (the same at every step)."""
 
+    def analysis_corpus(self) -> Corpus:
+        """The text a sweep of this suite analyses by default (``data.corpus = "analysis"``): the
+        corpus tangentlens ships (Shakespeare's plays); a mini suite's is the held-out split of
+        its training corpus."""
+        return load_corpus()
+
     @abstractmethod
     def weights_hash(self, step: int) -> str | None:
         """Hash of the weights at ``step`` (None when they are not on disk)."""
@@ -190,10 +269,19 @@ class CheckpointSuite(ABC):
     def cached_folder(self, step: int) -> Path | None:
         """The checkpoint's folder on this machine (None when it would have to be downloaded)."""
 
+    def published_config(self) -> dict[str, Any] | None:
+        """The ``config.json`` fields the suite's publisher states, which the memory plan and
+        the planning checks read (None: the suite has none beside its checkpoints)."""
+        return None
+
+    #: Whether :meth:`published_config` is confirmed (a difference from it is then refused).
+    published_confirmed: bool = True
+
     def verify(self, steps: Sequence[int] | None = None) -> SuiteIntegrity:
         """Check ``steps`` (default all) and the final checkpoint before anything runs: weight
-        files whole and readable, the same architecture fields in every ``config.json``, and
-        which checkpoints hold identical weights (any pair, not only consecutive ones)."""
+        files whole and readable, the same architecture fields in every ``config.json``, each
+        ``config.json`` the published one (:meth:`published_config`, where the suite has one),
+        and which checkpoints hold identical weights (any pair, not only consecutive ones)."""
         chosen = sorted({*(steps if steps is not None else self.steps), self.steps[-1]})
         damaged: dict[int, str] = {}
         configs: dict[int, dict[str, Any]] = {}
@@ -217,11 +305,26 @@ class CheckpointSuite(ABC):
             else:
                 first[digest] = step
         differs = {
-            field: {step: config.get(field) for step, config in configs.items()}
-            for field in CONFIG_FIELDS
-            if len({json.dumps(config.get(field)) for config in configs.values()}) > 1
+            name: {step: config.get(name) for step, config in configs.items()}
+            for name in CONFIG_FIELDS
+            if len({json.dumps(config.get(name)) for config in configs.values()}) > 1
         }
-        return SuiteIntegrity(duplicates, damaged, differs, not_checked)
+        published = self.published_config()
+        unpublished = {
+            step: found
+            for step, config in configs.items()
+            if published and (found := published_differences(published, config))
+        }
+        checked = [step for step in chosen if step not in not_checked]
+        return SuiteIntegrity(
+            duplicates,
+            damaged,
+            differs,
+            not_checked,
+            checked=checked,
+            published_differs=unpublished,
+            published_confirmed=self.published_confirmed,
+        )
 
     def duplicate_steps(self, steps: Sequence[int] | None = None) -> list[DuplicateCheckpoints]:
         """Pairs of checkpoints (among ``steps``, default all, and the final one) whose weights
@@ -251,43 +354,65 @@ class HubSuite(CheckpointSuite):
     def revision(self, step: int) -> str:
         """The hub revision (branch) holding ``step``."""
 
+    def tokenizer_revision(self) -> str:
+        """The revision the tokenizer is read from: the final checkpoint's."""
+        return self.revision(self.steps[-1])
+
     def tokenizer(self) -> PreTrainedTokenizerBase:
-        revision = self.revision(self.steps[-1])
+        revision = self.tokenizer_revision()
         if offline_requested(self.offline):
             with hf_offline_mode():
                 return AutoTokenizer.from_pretrained(self.name, revision=revision)
         return AutoTokenizer.from_pretrained(self.name, revision=revision)
 
+    def cached_revision(self, revision: str) -> Path | None:
+        """The snapshot of ``revision`` in the local Hugging Face cache (None when not cached)."""
+        folder = cached_snapshot(self.name, revision)
+        return None if folder is None else Path(folder)
+
     def cached_folder(self, step: int) -> Path | None:
         """The revision's snapshot in the local Hugging Face cache (None when not cached)."""
-        from huggingface_hub import snapshot_download
-
         self.check_step(step)
-        try:
-            folder = snapshot_download(
-                self.name, revision=self.revision(step), local_files_only=True
-            )
-        except Exception:  # not cached: nothing to check without downloading
-            return None
-        return Path(folder)
+        return self.cached_revision(self.revision(step))
 
     def fetch_command(self, step: int) -> str:
         """The command that downloads the revision of ``step`` where the hub is reachable."""
         return f"hf download {self.name} --revision {self.revision(step)}"
 
+    def missing_downloads(self, steps: Mapping[int, Sequence[str]]) -> list[Download]:
+        """Offline, what a run loads that is not in the local cache: the revision of each of
+        ``steps`` (step → what it is loaded for, e.g. ``["scored", "fit window"]``) and the
+        tokenizer's (:meth:`tokenizer_revision`), each with its ``hf download`` command; online
+        nothing (it is downloaded when loaded)."""
+        if not offline_requested(self.offline):
+            return []
+        wanted: dict[str, list[str]] = {}
+        for step, purposes in sorted(steps.items()):
+            self.check_step(step)
+            wanted.setdefault(self.revision(step), []).append(f"step {step}: {', '.join(purposes)}")
+        wanted.setdefault(self.tokenizer_revision(), []).append("the tokenizer")
+        return [
+            Download(
+                f"{self.name} revision {revision} ({'; '.join(uses)})",
+                f"hf download {self.name} --revision {revision}",
+            )
+            for revision, uses in wanted.items()
+            if self.cached_revision(revision) is None
+        ]
+
     def check_available(self, steps: Sequence[int]) -> None:
         """Offline, every revision of ``steps`` must be in the local cache: the missing ones are
-        named with how to fetch them, before a sweep spends hours on the others."""
+        named with how to fetch them, before a sweep spends hours on the others (a sweep checks
+        everything it loads: :func:`tangentlens.sweep.downloads.check_downloads`)."""
         if not offline_requested(self.offline):
             return
         missing = [step for step in steps if self.cached_folder(step) is None]
         if missing:
-            fetch = "; ".join(self.fetch_command(step) for step in missing[:3])
-            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            fetch = "; ".join(self.fetch_command(step) for step in missing)
             raise ValueError(
                 f"{self.name} at step(s) {', '.join(map(str, missing))} is not in the local "
                 f"Hugging Face cache ({hub_cache_dir()}) and the hub is offline; fetch it where "
-                f"the hub is reachable ({fetch}{more}) or run online"
+                f"the hub is reachable ({fetch}) or run online"
             )
 
     def weights_hash(self, step: int) -> str | None:
@@ -330,17 +455,22 @@ class PythiaSuite(HubSuite):
         dtype: torch.dtype = torch.float32,
         loader: str | None = None,
     ) -> HookedModel:
+        from tangentlens.models.loading import load_pythia_checkpoint
+
         loader = self.loader(loader)
         self.check_step(step)
         return load_pythia_checkpoint(
             self.name, step, offline=self.offline, device=device, dtype=dtype, loader=loader
         )
 
-    def tokenizer(self) -> PreTrainedTokenizerBase:
-        if offline_requested(self.offline):
-            with hf_offline_mode():
-                return AutoTokenizer.from_pretrained(self.name)
-        return AutoTokenizer.from_pretrained(self.name)
+    def tokenizer_revision(self) -> str:
+        """``main``: TransformerLens reads Pythia's tokenizer and config there."""
+        return "main"
+
+    def published_config(self) -> dict[str, Any]:
+        """The published ``config.json`` fields of this Pythia size
+        (:data:`~tangentlens.models.shapes.PYTHIA_CONFIGS`)."""
+        return pythia_config(self.name)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "tokens_per_step": PYTHIA_TOKENS_PER_STEP}
@@ -359,6 +489,11 @@ class CatalogueSuite(HubSuite):
         self.name = self.entry.hub_id
         self.family = self.entry.family  # type: ignore[assignment]
         self.offline = offline
+        self.published_confirmed = self.entry.verified
+
+    def published_config(self) -> dict[str, Any]:
+        """The catalogue's config of the suite (confirmed when the entry is ``verified``)."""
+        return self.entry.config
 
     @property
     def steps(self) -> tuple[int, ...]:
@@ -403,6 +538,8 @@ class CatalogueSuite(HubSuite):
         dtype: torch.dtype = torch.float32,
         loader: str | None = None,
     ) -> HookedModel | HfLens:
+        from tangentlens.models.loading import load_local_checkpoint
+
         loader = self.loader(loader)
         model = load_local_checkpoint(
             self.snapshot(step), device=device, dtype=dtype, loader=loader
@@ -469,6 +606,13 @@ class LocalSuite(CheckpointSuite):
         self.check_step(step)
         return step * self.tokens_per_step if self.tokens_per_step is not None else None
 
+    def loader(self, loader: str | None = None) -> str:
+        """``None`` / ``"auto"``: the loader the checkpoints' ``config.json`` model type needs
+        (``"hf"`` for EuroBERT / ModernBERT, ``"bridge"`` for OLMo), else the family's
+        default; else ``loader`` when it can load that model type."""
+        model_type = checkpoint_model_type(self._folders[self.steps[-1]])
+        return resolve_loader(loader, self.family, model_type)
+
     def load(
         self,
         step: int,
@@ -480,8 +624,12 @@ class LocalSuite(CheckpointSuite):
         """The checkpoint at ``step`` through ``loader`` (None / ``"auto"``: the one its
         ``config.json`` model type allows — ``"hf"`` for EuroBERT / ModernBERT, which load as an
         :class:`~tangentlens.models.hf_lens.HfLens` — else the family's default)."""
+        from tangentlens.models.loading import load_local_checkpoint
+
         folder = self.folder(step)
-        model = load_local_checkpoint(folder, device=device, dtype=dtype, loader=loader or "auto")
+        model = load_local_checkpoint(
+            folder, device=device, dtype=dtype, loader=self.loader(loader)
+        )
         # named and stepped as TransformerLens names a Pythia revision it loads
         model.cfg.model_name, model.cfg.checkpoint_value = self.model_name, step
         return model
@@ -523,7 +671,7 @@ class MiniSuite(LocalSuite):
         return self.name
 
     def analysis_corpus(self) -> Corpus:
-        """The held-out split of the training corpus: never trained on; analysis default."""
+        """The held-out split of the training corpus: never trained on; the analysis default."""
         return heldout_corpus(self.config)
 
     def validation_loss(self) -> dict[int, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from tangentlens.models.suites import CatalogueSuite, CheckpointSuite, MiniSuite, SuiteIntegrity
@@ -80,24 +81,34 @@ def render_suite(
     console.print(table)
     if verify:
         report = suite.verify(steps)
-        render_integrity(report)
+        render_integrity(report, published=suite.published_config() is not None)
         if report.problems():
             raise ValueError(f"{len(report.problems())} damaged or inconsistent checkpoint(s)")
 
 
-def render_integrity(report: SuiteIntegrity) -> None:
-    """Identical, damaged and inconsistent checkpoints, and what could not be checked."""
+def render_integrity(report: SuiteIntegrity, *, published: bool = False) -> None:
+    """Identical, damaged and inconsistent checkpoints, configs that are not the published one
+    (``published``: the suite has one to compare with), what could not be checked, and what
+    was verified — or that nothing was."""
     for dup in report.duplicates:
         console.print(
             f"[yellow]identical checkpoints:[/] steps {dup.previous} and {dup.step} have the same "
             f"weights ({dup.weights_hash[:12]})"
         )
     for line in report.problems():
-        console.print(f"[red]{line}[/]", soft_wrap=True)
+        console.print(f"[red]{escape(line)}[/]", soft_wrap=True)
+    for line in report.warnings():
+        console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)
     if report.not_checked:
         steps = ", ".join(map(str, report.not_checked))
         console.print(f"[dim]not on this machine, not checked: steps {steps}[/]")
-    if not (report.duplicates or report.problems()):
+    if not report.checked:
+        console.print("[yellow]nothing verified:[/] none of these checkpoints is on this machine")
+    elif not (report.duplicates or report.problems() or report.warnings()):
+        steps = ", ".join(map(str, report.checked))
+        as_published = ", each config.json the published one" if published else ""
         console.print(
-            "[green]checkpoints verified:[/] weights whole, configs consistent, no duplicates"
+            f"[green]checkpoints verified[/] (steps {steps}): weights whole, configs "
+            f"consistent{as_published}, no duplicates",
+            soft_wrap=True,
         )

@@ -14,7 +14,10 @@ table of an uninterrupted run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +46,7 @@ __all__ = [
     "check_pretrained_sae",
     "plan_sweep",
     "run_sweep",
+    "set_aside_logs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,11 +56,14 @@ PLANNED_LOADER = "hooked"
 
 
 class SweepFailedError(ValueError):
-    """Some units failed after their retries; the others finished. ``--resume`` runs the
-    failed ones (and what depends on them) again."""
+    """Some units failed after their retries; the others finished. With ``kept`` the run
+    directory stays and ``--resume`` runs the failed ones (and what depends on them) again;
+    without (no unit that loads a checkpoint had finished), nothing was kept and the same
+    command starts afresh."""
 
-    def __init__(self, root: Path, failures: list[UnitFailure]) -> None:
+    def __init__(self, root: Path, failures: list[UnitFailure], *, kept: bool = True) -> None:
         self.failures = failures
+        self.kept = kept
         by_error: dict[str, list[UnitFailure]] = {}
         for failure in failures:
             if not failure.error.startswith("not run:"):
@@ -68,15 +75,41 @@ class SweepFailedError(ValueError):
             lines.append(f"{units}: {error}{log}")
         not_run = len(failures) - sum(len(g) for g in by_error.values())
         tail = f"; {not_run} unit(s) that need them not run" if not_run else ""
-        super().__init__(
-            "\n".join(lines) + f"{tail} — the other units of {root} finished; fix it and pass "
-            "--resume to run the missing ones"
-        )
+        if kept:
+            advice = (
+                f" — {root} is kept with the units that finished; fix it and pass --resume to "
+                "run the missing ones"
+            )
+        else:
+            advice = (
+                f" — no checkpoint had been measured, so nothing was kept ({root} removed); fix "
+                "it and run the same command again"
+            )
+        super().__init__("\n".join(lines) + tail + advice)
 
 
 def _names(group: list[UnitFailure]) -> str:
     names = [f.unit for f in group]
     return ", ".join(names) if len(names) <= 3 else f"{names[0]}, …, {names[-1]}"
+
+
+def set_aside_logs(root: Path, failures: list[UnitFailure]) -> list[UnitFailure]:
+    """Copy the run directory's ``logs/`` into a new temporary folder (the run directory is
+    about to be removed) and return ``failures`` with their logs pointing there."""
+    logs = Path(root) / "logs"
+    if not logs.is_dir():
+        return failures
+    kept = Path(tempfile.mkdtemp(prefix="tangentlens-logs-"))
+    shutil.copytree(logs, kept, dirs_exist_ok=True)
+    moved = []
+    for failure in failures:
+        try:
+            where = kept / Path(failure.log).resolve().relative_to(logs.resolve())
+        except ValueError:  # not a file of logs/ (e.g. "the Ray worker logs")
+            moved.append(failure)
+        else:
+            moved.append(dataclasses.replace(failure, log=str(where)))
+    return moved
 
 
 def check_lm_head(recipe: Recipe) -> None:
@@ -211,8 +244,10 @@ def check_model_shape(recipe: Recipe) -> None:
 
 def plan_sweep(recipe: Recipe) -> Plan:
     """The units of ``recipe`` over its suite's selected steps (no model library imported);
-    gradient probes on a suite without a head, attention probes on a suite with grouped-query
-    attention, and settings the model's shape rules out are refused here."""
+    a loader that cannot load the suite's architecture, gradient probes on a suite without a
+    head, attention probes on a suite with grouped-query attention, and settings the model's
+    shape rules out are refused here."""
+    suite_loader(recipe.suite.name, recipe.suite.loader)  # "auto": per architecture
     check_lm_head(recipe)
     check_attention_heads(recipe)
     check_model_shape(recipe)
@@ -285,7 +320,8 @@ def run_sweep(
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
     """
     from tangentlens.core.data import DATA_FILE, data_sha256
-    from tangentlens.models import HubSuite, open_suite
+    from tangentlens.models import open_suite
+    from tangentlens.sweep.downloads import check_downloads, sweep_downloads
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
     from tangentlens.sweep.store import RunStore
@@ -302,23 +338,28 @@ def run_sweep(
         warn_slow_half_precision(recipe)  # other executors' workers may have other CPUs
     # a mini suite is trained here, on first use, into the cache every worker reads
     suite = open_suite(recipe.suite.name, offline=recipe.suite.offline or None)
-    # damaged checkpoints and configs that change across steps stop the sweep before any unit
-    # runs; identical checkpoints are recorded (manifest, report, a capture row per step)
-    if isinstance(suite, HubSuite):  # offline, every selected revision must be cached
-        suite.check_available(plan.steps)
+    # offline, everything the units will load must be cached: the missing items are named
+    check_downloads(sweep_downloads(recipe, plan, suite), recipe)
+    # damaged checkpoints, configs that change across steps or are not the published one stop
+    # the sweep before any unit runs; identical checkpoints are recorded (manifest, report, a
+    # capture row per step)
     integrity = suite.verify(plan.steps)
     if integrity.problems():
         raise ValueError("; ".join(integrity.problems()))
-    # a run has started once a checkpoint step is done: failing before that (a bad site, rank
-    # or corpus) leaves no run directory behind, whatever independent units finished
-    steps = [unit for unit in plan.units if unit.kind == "step"]
-    with RunStore.open(
-        out, resume=resume, started=lambda root: any(u.done(root) for u in steps)
-    ) as store:
+    for line in integrity.warnings():
+        logger.warning("%s", line)
+
+    # a run has started once a unit that loads a checkpoint is done (the costly work is kept
+    # for --resume): a failure before that (a bad site or corpus) leaves no run directory
+    # behind, and the failed units' logs are set aside
+    def begun(root: Path) -> bool:
+        return any(unit.done(root) for unit in plan.units if unit.model)
+
+    with RunStore.open(out, resume=resume, started=begun) as store:
         manifest = initial_manifest(recipe, plan, recipe.suite.resolved_device())
         manifest["integrity"] = integrity.to_dict()
         manifest["memory_plan"] = memory
-        if resume:
+        if store.resuming:
             previous = store.read_manifest()
             if previous.get("recipe") != recipe.identity():
                 raise ValueError(
@@ -330,7 +371,10 @@ def run_sweep(
             store.write_manifest(manifest)
         failures = execute(recipe, plan, store.root, emit, detach=detach)
         if failures:
-            raise SweepFailedError(store.root, failures)
+            kept = store.resuming or begun(store.root)
+            if not kept:  # the run directory goes: its logs must not go with it
+                failures = set_aside_logs(store.root, failures)
+            raise SweepFailedError(store.root, failures, kept=kept)
         if detach and plan.pending(store.root):
             return Path(out)
         manifest = finished_manifest(
@@ -343,6 +387,6 @@ def run_sweep(
             suite_steps=len(suite.steps),
             wall_seconds=time.perf_counter() - started,
         )
-        manifest["resumed"] = resume
+        manifest["resumed"] = store.resuming
         store.write_manifest(manifest)
     return Path(out)

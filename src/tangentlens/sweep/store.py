@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -36,8 +37,12 @@ from tangentlens.results import REPLICATE_SCHEMA, SCHEMA
 
 __all__ = ["REPLICATES", "RunStore", "read_parts", "read_replicates", "read_results"]
 
+logger = logging.getLogger(__name__)
+
 #: The folder of the replicate records (one file per step unit that kept them).
 REPLICATES = "replicates"
+#: Temporary files a coordinator writes before its manifest exists (its lock, its manifest).
+_SCRATCH = (".lock.", ".manifest.json.")
 
 
 def _atomic_write_bytes(path: Path, write: Any) -> None:
@@ -62,6 +67,21 @@ def _lock_holder(lock: Path) -> dict[str, Any] | None:
         return None
 
 
+def _refuse_holder(root: Path, lock: Path, holder: dict[str, Any]) -> None:
+    """Raise when the lock's ``holder`` may still be running: on another host, or a live
+    process (not this one) on this host; return when it is a dead process of this host."""
+    if holder["host"] != socket.gethostname():
+        raise ValueError(
+            f"{root} is locked by a sweep on host {holder['host']} (pid {holder['pid']}); wait "
+            f"for it, or delete {lock} if that sweep is dead"
+        )
+    if holder["pid"] != os.getpid() and _pid_alive(holder["pid"]):
+        raise ValueError(
+            f"{root} is locked by a running sweep (pid {holder['pid']}); wait for it or choose "
+            "another --out"
+        )
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -73,12 +93,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunStore:
-    """One run directory. Open with :meth:`open` (creates or resumes, takes the lock)."""
+    """One run directory. Open with :meth:`open` (creates or resumes, takes the lock);
+    ``resuming`` says whether it continues a run that holds a manifest."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.results = root / "results"
         self.state = root / "state"
+        self.resuming = False
 
     @classmethod
     @contextlib.contextmanager
@@ -91,11 +113,19 @@ class RunStore:
     ) -> Iterator[RunStore]:
         """Create ``root`` (it must not hold a run unless ``resume``) and hold its lock.
 
-        If the body fails before the run has ``started`` (default: before any result part
-        exists) in a run this call created, the run directory is removed again: a failed start
+        A directory a coordinator left before it wrote the manifest (killed in its first
+        seconds: nothing but its lock, the process dead, on this host) holds no run: it is
+        started afresh, with or without ``resume``. If the body fails before the run has
+        ``started`` (default: before any result part exists) in a run this call did not resume,
+        the run directory is removed again (emptied when it existed before): a failed start
         leaves nothing half-written.
         """
         store = cls(Path(root))
+        store._check_lock()
+        unstarted = store._unstarted()
+        if unstarted:
+            logger.info("%s holds no run (its sweep stopped before it began): starting it", root)
+            store._clear()
         created = not store.root.exists()
         manifest = store.root / "manifest.json"
         if store.root.exists() and any(store.root.iterdir()) and not resume:
@@ -103,8 +133,9 @@ class RunStore:
                 f"{store.root} already holds a run; pass --resume to continue it or choose "
                 "another --out"
             )
-        if resume and not manifest.exists():
+        if resume and not unstarted and not manifest.exists():
             raise ValueError(f"--resume: {store.root} holds no run (no manifest.json)")
+        store.resuming = resume and manifest.exists()
         store.root.mkdir(parents=True, exist_ok=True)
         lock = store.root / ".lock"
         store._acquire(lock)
@@ -112,7 +143,7 @@ class RunStore:
             yield store
         except BaseException:
             begun = started or (lambda root: any((root / "results").glob("*.parquet")))
-            if not resume and not begun(store.root):
+            if not store.resuming and not begun(store.root):
                 if created:
                     shutil.rmtree(store.root)
                 else:
@@ -122,13 +153,33 @@ class RunStore:
             with contextlib.suppress(FileNotFoundError):
                 lock.unlink()
 
+    def _unstarted(self) -> bool:
+        """Whether the directory holds no run: no manifest, nothing but the lock a coordinator
+        takes first (and its temporary files), the lock's holder dead (checked before: a live
+        holder is refused). Without a lock it is not taken for one: temporary files alone may
+        be a live coordinator's, about to take it."""
+        if not self.root.is_dir() or (self.root / "manifest.json").exists():
+            return False
+        names = [child.name for child in self.root.iterdir()]
+        return ".lock" in names and all(
+            name == ".lock" or name.startswith(_SCRATCH) for name in names
+        )
+
     def _clear(self) -> None:
-        """Empty a run directory that existed (empty) before this run started."""
+        """Empty a run directory that existed before this run started."""
         for child in self.root.iterdir():
             if child.is_dir():
                 shutil.rmtree(child)
             else:
                 child.unlink()
+
+    def _check_lock(self) -> None:
+        """Refuse a run directory whose lock a live coordinator holds, or one on another host
+        (whose liveness cannot be checked from here)."""
+        lock = self.root / ".lock"
+        holder = _lock_holder(lock) if lock.exists() else None
+        if holder is not None:
+            _refuse_holder(self.root, lock, holder)
 
     def _acquire(self, lock: Path) -> None:
         """Take the coordinator's lock: ``{"host", "pid"}``. A lock left by a dead process on
@@ -148,20 +199,8 @@ class RunStore:
                 except FileExistsError:
                     pass
                 holder = _lock_holder(lock)
-                if holder is not None and holder["host"] != here:
-                    raise ValueError(
-                        f"{self.root} is locked by a sweep on host {holder['host']} (pid "
-                        f"{holder['pid']}); wait for it, or delete {lock} if that sweep is dead"
-                    )
-                if (
-                    holder is not None
-                    and holder["pid"] != os.getpid()
-                    and _pid_alive(holder["pid"])
-                ):
-                    raise ValueError(
-                        f"{self.root} is locked by a running sweep (pid {holder['pid']}); wait "
-                        "for it or choose another --out"
-                    )
+                if holder is not None:
+                    _refuse_holder(self.root, lock, holder)
                 lock.unlink(missing_ok=True)  # left by a killed sweep on this host
         finally:
             os.unlink(tmp)

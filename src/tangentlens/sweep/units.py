@@ -73,8 +73,11 @@ from tangentlens.sweep.store import RunStore, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
 __all__ = [
+    "NOT_RETRIED",
     "UnitReport",
     "accelerator_budget",
+    "read_failure",
+    "retryable",
     "run_unit",
     "unit_log",
 ]
@@ -95,6 +98,43 @@ def unit_log(root: str | Path, unit: str) -> Path:
     return Path(root) / "logs" / f"{unit}.log"
 
 
+#: Errors a retry cannot change: the same recipe, inputs and files give the same error (a
+#: configuration error, a missing file or module, a type or key the code does not know).
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    NotImplementedError,
+    ImportError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+)
+#: The first line of the log of a unit whose error a retry cannot change.
+NOT_RETRIED = "# not retried: a retry cannot change this error (same recipe, same inputs)"
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether running the unit again could end otherwise: not for :data:`PERMANENT_ERRORS`
+    (configuration errors, missing files); yes for the rest (a lost worker, memory, I/O, the
+    network)."""
+    return not isinstance(error, PERMANENT_ERRORS)
+
+
+def read_failure(log: str | Path) -> tuple[str, bool] | None:
+    """``(error line, retryable)`` from a failed unit's log (the traceback's last line; not
+    retryable when the log starts with :data:`NOT_RETRIED`); None when there is no log."""
+    try:
+        lines = [line for line in Path(log).read_text().splitlines() if line.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    return lines[-1], lines[0] != NOT_RETRIED
+
+
 def run_unit(
     recipe: Recipe, root: str | Path, unit: Unit, status: Status | None = None
 ) -> UnitReport:
@@ -111,8 +151,9 @@ def run_unit(
         # the caller's thread count is restored after (in-process executors)
         with threads(recipe.capture.threads):
             parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
-    except BaseException:
-        store.write_file(f"logs/{unit.name}.log", traceback.format_exc())
+    except BaseException as error:
+        header = "" if retryable(error) else f"{NOT_RETRIED}\n"
+        store.write_file(f"logs/{unit.name}.log", header + traceback.format_exc())
         raise
     finally:
         marker.unlink(missing_ok=True)

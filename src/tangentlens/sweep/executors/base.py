@@ -2,8 +2,9 @@
 
 The scheduler hands a :class:`Backend` the units whose dependencies are done, as many as the
 backend can run at once, waits for any to finish, retries a failed unit up to ``retries``
-times, and reports the rest: a unit that still fails is a :class:`UnitFailure`, and the units
-that depend on it are not run (a later ``--resume`` runs them). While a unit runs, its marker
+times unless a retry cannot change its error (:attr:`Finished.retry`: a configuration error, a
+missing file), and reports the rest: a unit that still fails is a :class:`UnitFailure`, and the
+units that depend on it are not run (a later ``--resume`` runs them). While a unit runs, its marker
 ``units/<unit>.json`` (written by the unit on its worker) names the worker in the progress.
 """
 
@@ -100,13 +101,16 @@ class UnitFailure:
 class Finished:
     """A unit the backend saw finish: ``error`` is None on success, else one line, with the
     full log at ``log``; ``seconds`` from submission to now, ``work`` the time the unit itself
-    reported (0 when it failed)."""
+    reported (0 when it failed); ``retry``: whether running it again could end otherwise
+    (False for an error the same inputs give again, see
+    :func:`tangentlens.sweep.units.retryable`, or one the engine already retried)."""
 
     unit: Unit
     error: str | None = None
     log: str = ""
     seconds: float = 0.0
     work: float = 0.0
+    retry: bool = True
 
 
 Emit = Callable[[UnitEvent], None]
@@ -176,7 +180,7 @@ def schedule(
             if finished.error is None:
                 done.add(name)
                 emit(UnitEvent("done", name, seconds=finished.seconds, work=finished.work))
-            elif attempts.get(name, 0) < retries:
+            elif finished.retry and attempts.get(name, 0) < retries:
                 attempts[name] = attempts.get(name, 0) + 1
                 emit(UnitEvent("retry", name, detail=finished.error))
                 waiting.insert(0, finished.unit)

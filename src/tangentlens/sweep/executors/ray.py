@@ -5,7 +5,9 @@ cluster for this sweep, sized for ``executor.workers`` units at once (0: as many
 hold); a Ray session the caller already started is used as it is. Units that load a model ask
 for ``executor.gpus_per_unit`` GPUs, every unit for ``cpus_per_unit`` CPUs (at least the
 recipe's ``capture.threads``) and ``memory_gb``. Ray
-retries a unit whose task raised or whose worker died (``executor.retries`` times); the
+retries a unit whose worker died (``executor.retries`` times); a unit whose task raised is
+retried by the scheduler unless a retry cannot change its error (a configuration error, a
+missing file: :func:`~tangentlens.sweep.units.retryable`); the
 environment a worker needs before it imports anything (offline mode, caches, thread counts)
 travels in the job's runtime environment.
 """
@@ -32,7 +34,7 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.units import UnitReport, run_unit, unit_log
+from tangentlens.sweep.units import UnitReport, retryable, run_unit, unit_log
 
 __all__ = ["RayBackend", "run_on_ray"]
 
@@ -57,8 +59,8 @@ class RayBackend:
         options: dict[str, Any] = {
             "num_cpus": unit_cpus(self.recipe),
             "num_gpus": spec.gpus_per_unit if unit.model else 0,
-            "max_retries": spec.retries,
-            "retry_exceptions": True,
+            "max_retries": spec.retries,  # a worker that died; errors: the scheduler's
+            "retry_exceptions": False,
             "name": unit.name,
         }
         if spec.memory_gb:
@@ -85,9 +87,11 @@ class RayBackend:
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if error.cause is not None else error
                 log = str(unit_log(self.root, unit.name))
-                out.append(Finished(unit, error_line(cause), log, seconds))
-            except ray.exceptions.RayError as error:  # the worker died, retries spent
-                out.append(Finished(unit, error_line(error), "the Ray worker logs", seconds))
+                retry = retryable(cause)
+                out.append(Finished(unit, error_line(cause), log, seconds, retry=retry))
+            except ray.exceptions.RayError as error:  # the worker died, Ray's retries spent
+                log = "the Ray worker logs"
+                out.append(Finished(unit, error_line(error), log, seconds, retry=False))
             else:
                 out.append(Finished(unit, seconds=seconds, work=report.seconds))
         return out
@@ -110,8 +114,8 @@ def run_on_ray(
                 log_to_driver=False,
             )
     try:
-        # Ray retries (executor.retries): the scheduler reports what still failed
-        return schedule(plan, root, RayBackend(recipe, root), retries=0, emit=emit)
+        backend = RayBackend(recipe, root)
+        return schedule(plan, root, backend, retries=recipe.executor.retries, emit=emit)
     finally:
         if started_here:
             ray.shutdown()

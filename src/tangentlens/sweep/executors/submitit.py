@@ -45,7 +45,7 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.units import UnitReport, run_unit, unit_log
+from tangentlens.sweep.units import UnitReport, read_failure, run_unit, unit_log
 
 __all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]
 
@@ -208,10 +208,11 @@ class SubmititBackend:
         except submitit.core.utils.FailedJobError as error:
             # the unit wrote its traceback (last line: the error) before the job failed
             log = unit_log(self.root, unit.name)
-            if not log.exists():
+            failure = read_failure(log)
+            if failure is None:
                 return Finished(unit, error_line(error), str(job.paths.stderr), seconds)
-            lines = [line for line in log.read_text().splitlines() if line.strip()]
-            return Finished(unit, error_line(lines[-1]), str(log), seconds)
+            line, retry = failure
+            return Finished(unit, error_line(line), str(log), seconds, retry=retry)
         return Finished(unit, seconds=seconds, work=report.seconds)
 
 
