@@ -16,12 +16,13 @@ ln B − ln A, NaN unless both are > 0) else ``"difference"`` (``value`` = B −
 site kind, ``suite``, ``step``, ``tokens_seen``, ``layer``, ``n_tokens`` null.
 
 A difference has an interval (``ci_low``, ``ci_high``) where both runs kept the bootstrap
-replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction`` and
-``energy_ratio``): the 95 % percentile interval of the replicate differences (ln B*ᵢ − ln A*ᵢ,
-or B*ᵢ − A*ᵢ), widened to contain the difference itself. Replicate i of both runs resamples the
-same sequence indices (the bootstrap's seed is the recipe's), so for runs over the same sequences
-this is a paired bootstrap of the difference; the runs' own studentized intervals are
-asymmetric, so their bounds alone could not be combined. Elsewhere the interval is null.
+replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction``,
+``energy_ratio`` and ``energy_complement_ratio``): the 95 % percentile interval of the replicate
+differences (ln B*ᵢ − ln A*ᵢ, or B*ᵢ − A*ᵢ), widened to contain the difference itself.
+Replicate i of both runs resamples the same sequence indices (the bootstrap's seed is the
+recipe's), so for runs over the same sequences this is a paired bootstrap of the difference; the
+runs' own studentized intervals are asymmetric, so their bounds alone could not be combined.
+Elsewhere the interval is null.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ INTERVAL_NOTE = (
 #: How the differences' intervals were formed, where the runs kept replicates.
 INTERVAL_WITH_REPLICATES = (
     "[lo, hi] after a difference: 95 % percentile interval of the runs' paired bootstrap "
-    "replicate differences (energy_fraction, energy_ratio); other differences have none"
+    "replicate differences (energy_fraction, energy_ratio, energy_complement_ratio); other "
+    "differences have none"
 )
 #: The level of the differences' intervals (that of the runs' own intervals).
 DIFFERENCE_LEVEL = 0.95

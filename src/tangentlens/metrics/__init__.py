@@ -45,6 +45,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "data_matched_frames",
             "draw_generator",
             "exclusion_basis",
+            "expected_projector",
             "reused_draws",
         ),
         ".curvature": ("LocalSpectra", "local_spectra", "pooled_visibility"),

@@ -9,7 +9,10 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
   r: ``E[E(N)] = k/(d − r) · (1 − E(X))`` — for the exchangeable controls of a proxy with the mean
   direction projected out X = span(m̂), for its complement controls X = span(T, m̂)
   (:mod:`tangentlens.metrics.controls`);
-* :func:`compare_energy` — the proxy against its controls: ratio, enrichment ``E/(k/d)``,
+* :func:`compare_energy` — the proxy against its controls: the ratio to the family's exact mean
+  ``E(T) / null_mean`` (the population ratio's estimate: the frames' Monte-Carlo error does not
+  shrink with the tokens, so a ratio to the frames drawn would carry it into every interval;
+  ``sampled_ratio`` is ``E(T)`` over the frames' mean, a self-check), enrichment ``E/(k/d)``
   z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
 * spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
   (like the energy fraction: a mean gradient is anisotropy too) and ``A = C − (tr C / d) I``,
@@ -128,7 +131,9 @@ def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float)
 
 @dataclass(frozen=True)
 class EnergyComparison:
-    """The proxy's energy fraction against its controls (see :func:`compare_energy`)."""
+    """The proxy's energy fraction against its controls (see :func:`compare_energy`):
+    ``energy_ratio = E(T) / null_mean`` (the exact control mean), ``sampled_ratio = E(T) /
+    control_mean`` (the frames drawn)."""
 
     energy_fraction: float
     control_mean: float
@@ -137,6 +142,7 @@ class EnergyComparison:
     control_max: float
     null_mean: float
     energy_ratio: float
+    sampled_ratio: float
     energy_enrichment: float
     energy_z: float
     energy_p_value: float
@@ -151,10 +157,14 @@ def compare_energy(
     """Score the proxy ``Q_T`` (d × k) and its control frames ``(draws, d, k)`` from ``M = GᵀG``.
 
     ``excluded`` (d × r orthonormal, or None): the subspace the controls were drawn outside of
-    (checked: every frame must be orthogonal to it); it gives the closed-form ``null_mean`` =
-    ``k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / mean E(N)``;
-    ``energy_enrichment = E(T) / (k/d)``; ``energy_z = (E(T) − mean) / std`` (std with ddof = 1;
-    ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)}) / (1 + draws)``.
+    (checked: every frame must be orthogonal to it); the controls are Haar k-frames in its
+    complement (:func:`~tangentlens.metrics.control_frames`), whose exact mean energy is
+    ``null_mean = k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / null_mean``
+    (``inf`` when the null mean is 0); ``sampled_ratio = E(T) / mean E(N)`` over the frames
+    given (the ratio to use for frames of another family, e.g. data-matched ones);
+    ``energy_enrichment = E(T) / (k/d)``; ``energy_z = (E(T) − mean) / std`` (std with
+    ddof = 1; ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)})
+    / (1 + draws)``.
     """
     S = _moment(M)
     T = check_basis(proxy, "proxy", d=S.shape[0])
@@ -174,19 +184,17 @@ def compare_energy(
     e_n = _fractions(S, C.to(S.device))
     against = _against_controls(torch.cat([e_n.new_tensor([e_t]), e_n]))
     mean = against.control_mean
+    r, e_x = (0, 0.0) if X is None else (X.shape[1], _fraction(S, X))
+    null = null_energy_mean(k, d, r, e_x)
     return EnergyComparison(
         energy_fraction=e_t,
         control_mean=mean,
         control_std=against.control_std,
         control_min=float(e_n.min()),
         control_max=float(e_n.max()),
-        null_mean=null_energy_mean(
-            k,
-            d,
-            0 if X is None else X.shape[1],
-            0.0 if X is None else _fraction(S, X),
-        ),
-        energy_ratio=e_t / mean if mean > 0 else math.inf,
+        null_mean=null,
+        energy_ratio=e_t / null if null > 0 else math.inf,
+        sampled_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
         energy_z=against.z,
         energy_p_value=against.p_value,
