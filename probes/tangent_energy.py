@@ -35,6 +35,14 @@ ratios are to the frames' mean (no interval).
 Control draws are seeded from ``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the
 embedding and for "all").
 
+**The mean direction.** Where the proxies hold m̂ (``mean_direction``), every other proxy must be
+orthogonal to it: its controls avoid m̂, so a proxy holding part of m̂ would be credited with the
+drift's energy (a proxy holding m̂ read ratio 3.7, p at the floor, under the null). The sweep and
+``tangentlens.measure`` project m̂ out of every proxy and record ``mean_direction_overlap``;
+:func:`rows` and :func:`sequence_energy_config` refuse a basis that overlaps m̂
+(:func:`check_mean_direction`), as ``metrics.compare_energy`` refuses a proxy that reaches into
+the span its controls exclude.
+
 ``energy_fraction``, ``energy_ratio`` and ``energy_complement_ratio`` carry bootstrap intervals
 (studentized, resampling sequences) that describe the reported values, which use every kept
 token; each is a ratio of per-sequence sums (``Σ‖gQ‖²`` over ``Σ‖g‖²``, or over the family's
@@ -89,6 +97,7 @@ __all__ = [
     "PROBE",
     "TangentEnergyConfig",
     "TangentSpec",
+    "check_mean_direction",
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
@@ -230,6 +239,8 @@ INTERVAL_SAMPLE = "reservoir_sample"
 
 #: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
 _SUMS_RTOL = 1e-8
+#: ``‖Qᵀm̂‖`` above which a proxy counts as holding part of m̂ (the basis tolerance).
+_MEAN_OVERLAP_ATOL = 1e-6
 
 
 def seed_key(
@@ -268,6 +279,29 @@ def exchangeable_frames(
     return metrics.control_frames(d, rank, draws, key, excluded=excluded, device=proxy.device)
 
 
+def check_mean_direction(proxies: Mapping[str, Basis], site: str = "") -> None:
+    """Refuse proxies whose controls avoid m̂ while they hold part of it: where ``proxies``
+    has ``mean_direction`` (m̂, d × 1), every other basis must be orthogonal to it
+    (``‖Qᵀm̂‖ ≤ 1e-6``, the basis tolerance). A ``ValueError`` names the site, the method, its
+    ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` and how to project m̂ out."""
+    m = proxies.get(MEAN_DIRECTION)
+    if m is None:
+        return
+    for method, basis in proxies.items():
+        if method == MEAN_DIRECTION:
+            continue
+        overlap = float((basis.T.to(m.device, torch.float64) @ m.double()).norm())
+        if overlap > _MEAN_OVERLAP_ATOL:
+            where = f"{site!r}, " if site else ""
+            raise ValueError(
+                f"proxy {where}{method!r} holds part of the mean direction m̂ "
+                f"(mean_direction_overlap ‖Qᵀm̂‖² = {overlap**2:.3g}) while its controls avoid "
+                "m̂: it would be credited with the drift's energy. Project m̂ out first "
+                "(tangentlens.proxies.add_fixed_proxy, or measure(..., proxies=...), which "
+                "record the overlap), or leave mean_direction out of the proxies"
+            )
+
+
 def _sampled_gradients(
     site: capture.SiteStatistics, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
@@ -299,6 +333,7 @@ def sequence_energy_config(
     check_count(n_bins, "n_bins", minimum=0)
     projectors = {}
     for site, methods in proxies.items():
+        check_mean_direction(methods, site)
         projectors[site] = _projectors(methods)
     return capture.SequenceEnergyConfig(seq_len=seq_len, projectors=projectors, n_bins=n_bins)
 
@@ -496,7 +531,8 @@ def rows(
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
     ``mean_direction``, m̂, where m̂ was projected out of the others: see
-    :func:`exchangeable_excluded`). ``replicates``: a list that receives, for each row with a
+    :func:`exchangeable_excluded`; a basis that overlaps m̂ is refused,
+    :func:`check_mean_direction`). ``replicates``: a list that receives, for each row with a
     bootstrap interval, the row's labels (:data:`tangentlens.results.REPLICATE_FIELDS`) and its
     replicate values (``replicates``), in replicate order."""
     out: list[dict[str, Any]] = []
@@ -505,6 +541,7 @@ def rows(
             continue
         layer = data.layers.get(site_name)
         by_method = proxies[site_name]
+        check_mean_direction(by_method, site_name)
         energy = _checked_sequence_energy(site, site_name, by_method)
         sample, projectors = None, None
         if config.bootstrap and energy is None:

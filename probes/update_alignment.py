@@ -32,6 +32,7 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
+    check_mean_direction,
     exchangeable_excluded,
     exchangeable_frames,
     seed_key,
@@ -127,6 +128,8 @@ def rows(
     ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site, the change of the
     tracked types' centroids (m × d, float64)."""
     suffix = "_in_window" if in_window else ""
+    for site, methods in proxies.items():
+        check_mean_direction(methods, site)
     out: list[dict[str, Any]] = []
     if embedding_delta is not None and embedding_delta[0] in proxies:
         site, delta = embedding_delta

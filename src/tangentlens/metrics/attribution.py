@@ -13,7 +13,10 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
   ``E(T) / null_mean`` (the population ratio's estimate: the frames' Monte-Carlo error does not
   shrink with the tokens, so a ratio to the frames drawn would carry it into every interval;
   ``sampled_ratio`` is ``E(T)`` over the frames' mean, a self-check), enrichment ``E/(k/d)``
-  z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
+  z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``. A proxy must be
+  orthogonal to the subspace its controls exclude, or inside it (the complement family): a
+  proxy that reaches into it partly would be credited with energy its controls cannot reach,
+  and is refused;
 * spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
   (like the energy fraction: a mean gradient is anisotropy too) and ``A = C − (tr C / d) I``,
   ``tr(Qᵀ A₊ Q) / tr(A₊)`` (``A₊`` keeps the positive eigenvalues);
@@ -64,6 +67,9 @@ K = TypeVar("K")
 
 #: Largest |Xᵀ N| entry tolerated between a control frame and the subspace it excludes.
 _ORTHOGONAL_ATOL = 1e-8
+#: ``‖XᵀQ‖_F`` (or ``‖Q − XXᵀQ‖_F``) below which a proxy counts as orthogonal to (inside) an
+#: excluded span: the orthonormality tolerance of :func:`~tangentlens.metrics.check_basis`.
+_OVERLAP_ATOL = 1e-6
 #: ΔIsoScore* forms the projected covariances in chunks of at most this many entries (32 MB).
 _FORMED_ENTRIES = 2**22
 
@@ -151,14 +157,31 @@ class EnergyComparison:
     d: int
 
 
+def _check_outside_or_inside(T: torch.Tensor, X: torch.Tensor) -> None:
+    """Refuse a proxy ``T`` that is neither orthogonal to the excluded span ``X`` nor inside it
+    (``‖XᵀT‖_F`` and ``‖T − XXᵀT‖_F`` both above the basis tolerance)."""
+    cross = X.T @ T.to(X.device)
+    leak = float(cross.norm())
+    residual = float((T.to(X.device) - X @ cross).norm())
+    if leak > _OVERLAP_ATOL and residual > _OVERLAP_ATOL:
+        raise ValueError(
+            f"the proxy reaches into the subspace its controls exclude (‖XᵀQ‖²_F = "
+            f"{leak**2:.3g} of rank {T.shape[1]}): it would be credited with energy its "
+            "controls cannot reach. Project the excluded span out of the proxy (for the mean "
+            "direction m̂: tangentlens.proxies.add_fixed_proxy or measure(..., proxies=...), "
+            "which record mean_direction_overlap), or pass the excluded span the proxy avoids"
+        )
+
+
 def compare_energy(
     M: ArrayLike, proxy: ArrayLike, controls: Frames, excluded: ArrayLike | None
 ) -> EnergyComparison:
     """Score the proxy ``Q_T`` (d × k) and its control frames ``(draws, d, k)`` from ``M = GᵀG``.
 
     ``excluded`` (d × r orthonormal, or None): the subspace the controls were drawn outside of
-    (checked: every frame must be orthogonal to it); the controls are Haar k-frames in its
-    complement (:func:`~tangentlens.metrics.control_frames`), whose exact mean energy is
+    (checked: every frame must be orthogonal to it, and the proxy orthogonal to it or inside
+    it — else a ``ValueError``); the controls are Haar k-frames in its complement
+    (:func:`~tangentlens.metrics.control_frames`), whose exact mean energy is
     ``null_mean = k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / null_mean``
     (``inf`` when the null mean is 0); ``sampled_ratio = E(T) / mean E(N)`` over the frames
     given (the ratio to use for frames of another family, e.g. data-matched ones);
@@ -174,6 +197,7 @@ def compare_energy(
         raise ValueError(f"controls must be (draws, {d}, {k}) (matched rank), got {tuple(C.shape)}")
     X = None if excluded is None else check_basis(excluded, "excluded", d=d)
     if X is not None:
+        _check_outside_or_inside(T, X)
         leak = float((X.T.to(C.device) @ C).abs().max())
         if leak > _ORTHOGONAL_ATOL:
             raise ValueError(
