@@ -79,6 +79,18 @@ def test_a_planted_log_ratio_shift_is_recovered_with_its_closed_form_spread():
     assert (low, high) == pytest.approx((0.05, 0.05), abs=1e-12)
 
 
+def test_replicates_are_paired_by_index_before_undefined_ones_are_dropped():
+    """Replicate i of one run goes with replicate i of the other; a replicate undefined in
+    either run (NaN: its denominators summed to zero) drops the pair. Every defined pair below
+    moves by exactly ln e = 1; dropping each run's NaNs first would pair replicates across
+    indices (differences 1, 0, 0, 1)."""
+    e = math.e
+    first = np.array([1.0, np.nan, e, e**2, e**3])
+    later = np.array([e, e, e**2, np.nan, e**4])
+    assert _difference_interval("energy_ratio", 1.0, first, later) == (1.0, 1.0)
+    assert _difference_interval("energy_fraction", 0.5, first, first + 0.5) == (0.5, 0.5)
+
+
 def test_the_interval_contains_the_difference_and_needs_both_runs_replicates():
     values = np.full(R, 2.0)
     low, high = _difference_interval("energy_ratio", 0.4, values, values)  # replicates say 0

@@ -42,6 +42,7 @@ from tangentlens.comparison.runs import Run, read_run, row_place
 from tangentlens.comparison.settings import (
     Refusal,
     corpus_size_flag,
+    estimator_refusals,
     fit_window_lines,
     flag_lines,
     recipe_differences,
@@ -252,7 +253,7 @@ def compare(
         raise ValueError(f"compare needs two or more run directories, got {len(paths)}")
     read = [read_run(p, label) for p, label in zip(paths, _labels(paths, labels), strict=True)]
     steps = [run.pick_step(step) for run in read]
-    refused = refusals(read)
+    refused = [*refusals(read), *estimator_refusals(read)]
     flagged = flag_lines(read)
     size = corpus_size_flag(read, steps)
     if size is not None:
