@@ -3,8 +3,10 @@ in each tangent proxy against matched-rank random controls, overall and per freq
 
 Per site, proxy method and frequency bin (``all`` and each bin), from the accumulated gradient
 moment of that bin, ``energy_fraction`` ``E(T)`` (with a bootstrap interval) and
-``energy_enrichment`` ``E(T)/(k/d)``, then the proxy against two control
-families (:mod:`tangentlens.metrics.controls`), drawn from the same seeded Gaussians:
+``energy_enrichment`` ``E(T)/(k/d)`` beside its null ``energy_enrichment_null``
+(``(1 − E(m̂)) · d/(d − 1)``: never read it against 1; the enrichment over its null is
+``energy_ratio``), then the proxy against two control families
+(:mod:`tangentlens.metrics.controls`), drawn from the same seeded Gaussians:
 
 * **exchangeable** (the headline): Haar k-frames in ``span(m̂)⊥``, m̂ the mean direction that was
   projected out of the proxy (in ℝ^d for ``mean_direction`` itself, or when no m̂ was projected
@@ -478,6 +480,7 @@ def _energy_rows(
         ("energy_control_max", headline.control_max),
         ("energy_null_mean", headline.null_mean),
         ("energy_enrichment", headline.energy_enrichment),
+        ("energy_enrichment_null", headline.enrichment_null),
         ("energy_z", headline.energy_z),
         ("energy_p_value", headline.energy_p_value),
         ("energy_ratio", headline.energy_ratio),
@@ -648,7 +651,14 @@ PROBE = Probe(
             "`ci_high`: 95 % studentized bootstrap over sequences of `Σ‖gQ‖² / Σ k/(d − 1)·"
             "(‖g‖² − (gᵀm̂)²)`, as `energy_fraction`'s"
         ),
-        "energy_enrichment": "`E(T) / (k/d)`",
+        "energy_enrichment": (
+            "`E(T) / (k/d)`: read against `energy_enrichment_null`, never against 1 "
+            "(enrichment over its null is `energy_ratio`)"
+        ),
+        "energy_enrichment_null": (
+            "what `energy_enrichment` reads for a proxy uniform in m̂⊥: `(1 − E(m̂)) · d/(d − 1)` "
+            "(1 for `mean_direction` itself)"
+        ),
         "energy_z": "`(E(T) − mean) / std` of the exchangeable controls",
         "energy_p_value": "permutation p-value against the exchangeable controls (calibrated)",
         "energy_complement_control_mean": (

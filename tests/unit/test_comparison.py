@@ -380,3 +380,25 @@ def test_the_data_matched_control_refuses_only_its_own_rows(tmp_path):
     ]
     got = {r["metric"] for r in comparison.to_pylist()}
     assert "energy_ratio" in got and "data_matched_energy_ratio" not in got
+
+
+def test_the_enrichment_is_compared_as_a_difference_beside_its_null(tmp_path):
+    """``energy_enrichment``'s null is not 1 but ``energy_enrichment_null``: a plain Δ (0.7),
+    not a log ratio (ln 2), with its null's Δ beside it."""
+    cell = {"site": "blocks.3.hook_resid_post", "layer": 3, "method": "pca", "rank": 4}
+    runs = []
+    for name, enrichment in (("a", 0.7), ("b", 1.4)):
+        rows = [
+            row(name, 100, 1000, "tangent_energy", "energy_enrichment", enrichment, **cell),
+            row(name, 100, 1000, "tangent_energy", "energy_enrichment_null", 0.7, **cell),
+        ]
+        runs.append(_write_run(tmp_path / name, rows, _recipe(), n_layers=4))
+    got = {
+        r["metric"]: (r["value"], r["difference"])
+        for r in compare(runs).to_pylist()
+        if r["run"] == "b − a"
+    }
+    assert got == {
+        "energy_enrichment": (pytest.approx(0.7), "difference"),
+        "energy_enrichment_null": (0.0, "difference"),
+    }

@@ -95,3 +95,19 @@ def test_every_other_entry_point_refuses_the_same_basis():
         update_alignment.rows(
             label, proxies, None, {SITE: ROWS}, update_alignment.UpdateAlignmentConfig()
         )
+
+
+def test_the_enrichment_reads_its_null_not_one_and_over_it_is_the_ratio():
+    """issue 33, item 5: ``E(T)/(k/d)`` of a proxy uniform in m̂⊥ is ``(1 − E(m̂)) · d/(d − 1)``
+    (0.747 here, E(m̂) = 0.3), not 1; a proxy holding 3× its share reads 3× that null."""
+    frames = control_frames(D, 1, 20, (1,), excluded=M_HAT)
+    null = compare_energy(MOMENT, U, frames, M_HAT)
+    assert null.enrichment_null == pytest.approx(0.7 * 16 / 15, rel=1e-12)
+    assert null.energy_enrichment == pytest.approx(null.enrichment_null, rel=1e-12)
+    planted = MOMENT + 2 * (1 - SHARE) / (D - 1) * U @ U.T  # u now holds 3 × its share
+    result = compare_energy(planted, U, frames, M_HAT)
+    assert result.energy_enrichment / result.enrichment_null == pytest.approx(
+        result.energy_ratio, rel=1e-12
+    )
+    # u holds 3 · 0.7/15 of the energy, m̂⊥ holds 0.7 + 2 · 0.7/15: the ratio is 2.1 / 0.793
+    assert result.energy_ratio == pytest.approx(2.1 / (0.7 + 1.4 / 15), rel=1e-12)

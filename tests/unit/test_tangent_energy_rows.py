@@ -36,6 +36,7 @@ HEADLINE = (
     "energy_control_max",
     "energy_null_mean",
     "energy_enrichment",
+    "energy_enrichment_null",
     "energy_z",
     "energy_p_value",
     "energy_ratio",
@@ -159,6 +160,7 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
             out["energy_control_min"] = (e_n.min(), None)
             out["energy_control_max"] = (e_n.max(), None)
             out["energy_z"] = ((e_t - e_n.mean()) / e_n.std(ddof=1), None)
+            out["energy_enrichment_null"] = ((1 - e_x) * D / (D - r), None)
         matched = data_matched_frames(_pca_span(h), k, CONFIG.draws, key, excluded=x)
         e_m = _energies(g_b, matched)
         out[f"data_matched_{infix}energy_ratio"] = (e_t / e_m.mean(), None)

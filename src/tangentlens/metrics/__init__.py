@@ -36,6 +36,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "energy_fraction",
             "energy_fraction_from_moment",
             "energy_fractions_from_moment",
+            "enrichment_null",
             "null_energy_mean",
         ),
         ".bootstrap": ("RatioInterval", "bootstrap_ratio", "group_sums"),

@@ -13,10 +13,10 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
   ``E(T) / null_mean`` (the population ratio's estimate: the frames' Monte-Carlo error does not
   shrink with the tokens, so a ratio to the frames drawn would carry it into every interval;
   ``sampled_ratio`` is ``E(T)`` over the frames' mean, a self-check), enrichment ``E/(k/d)``
-  z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``. A proxy must be
-  orthogonal to the subspace its controls exclude, or inside it (the complement family): a
-  proxy that reaches into it partly would be credited with energy its controls cannot reach,
-  and is refused;
+  (null ``(1 − E(X)) · d/(d − r)`` with X excluded: never read it against 1), z-score and the
+  permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``. A proxy must be orthogonal to the
+  subspace its controls exclude, or inside it (the complement family): a proxy that reaches
+  into it partly would be credited with energy its controls cannot reach, and is refused;
 * spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
   (like the energy fraction: a mean gradient is anisotropy too) and ``A = C − (tr C / d) I``,
   ``tr(Qᵀ A₊ Q) / tr(A₊)`` (``A₊`` keeps the positive eigenvalues);
@@ -59,6 +59,7 @@ __all__ = [
     "energy_fraction",
     "energy_fraction_from_moment",
     "energy_fractions_from_moment",
+    "enrichment_null",
     "null_energy_mean",
 ]
 
@@ -135,11 +136,21 @@ def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float)
     return k / (d - excluded_rank) * (1.0 - excluded_energy)
 
 
+def enrichment_null(d: int, excluded_rank: int, excluded_energy: float) -> float:
+    """What ``E(T) / (k/d)`` reads for a proxy uniform in the complement of a subspace of rank
+    ``excluded_rank`` holding ``excluded_energy``: ``(1 − E(X)) · d/(d − r)`` (the null mean
+    over ``k/d``; e.g. 0.71 at E(m̂) = 0.3, d = 64, r = 1). The enrichment's reference, not 1."""
+    if not 0 <= excluded_rank < d:
+        raise ValueError(f"need 0 ≤ excluded rank r < d = {d}, got r = {excluded_rank}")
+    return (1.0 - excluded_energy) * d / (d - excluded_rank)
+
+
 @dataclass(frozen=True)
 class EnergyComparison:
     """The proxy's energy fraction against its controls (see :func:`compare_energy`):
     ``energy_ratio = E(T) / null_mean`` (the exact control mean), ``sampled_ratio = E(T) /
-    control_mean`` (the frames drawn)."""
+    control_mean`` (the frames drawn), ``enrichment_null`` what ``energy_enrichment`` reads
+    under the null."""
 
     energy_fraction: float
     control_mean: float
@@ -150,6 +161,7 @@ class EnergyComparison:
     energy_ratio: float
     sampled_ratio: float
     energy_enrichment: float
+    enrichment_null: float
     energy_z: float
     energy_p_value: float
     draws: int
@@ -185,7 +197,9 @@ def compare_energy(
     ``null_mean = k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / null_mean``
     (``inf`` when the null mean is 0); ``sampled_ratio = E(T) / mean E(N)`` over the frames
     given (the ratio to use for frames of another family, e.g. data-matched ones);
-    ``energy_enrichment = E(T) / (k/d)``; ``energy_z = (E(T) − mean) / std`` (std with
+    ``energy_enrichment = E(T) / (k/d)``, ``enrichment_null = (1 − E(excluded)) · d/(d − r)``
+    (its value for a proxy uniform in the complement: ``energy_ratio`` is their quotient);
+    ``energy_z = (E(T) − mean) / std`` (std with
     ddof = 1; ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)})
     / (1 + draws)``.
     """
@@ -220,6 +234,7 @@ def compare_energy(
         energy_ratio=e_t / null if null > 0 else math.inf,
         sampled_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
+        enrichment_null=enrichment_null(d, r, e_x),
         energy_z=against.z,
         energy_p_value=against.p_value,
         draws=against.draws,
