@@ -81,7 +81,13 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "isoscore_star",
             "isoscore_star_from_covariance",
         ),
-        ".subspace": ("check_basis", "principal_angles", "projector", "span_basis"),
+        ".subspace": (
+            "check_basis",
+            "principal_angles",
+            "projector",
+            "random_principal_angles",
+            "span_basis",
+        ),
         ".twonn": ("TwoNNEstimate", "twonn_dimension", "twonn_estimate"),
     },
 )
