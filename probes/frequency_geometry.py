@@ -38,7 +38,12 @@
   null's measured behaviour;
 * ``curvature_visibility`` per frequency bin (ours) — pooled outside/inside variance of the
   ``k``-nearest-neighbour patches of sampled (reservoir) anchors, grouped by the anchor token's
-  bin.
+  bin. What it can show: at matched sampling density and noise, more visibility is more
+  curvature within the patch (a cylinder of radius R reads ``r²/(32R²)`` for patches of radius
+  r, a plane 0). What it cannot: compare regions of different density — on one flat manifold
+  with noise σ it reads ``(d − m)σ² / (r²/2 + mσ²)``, 0.12 where dense and 0.0003 where sparse
+  — and frequency bins differ in density by construction, so a difference between bins is not
+  by itself a difference in curvature.
 """
 
 from __future__ import annotations
@@ -284,7 +289,11 @@ PROBE = Probe(
         "freq_distance_pearson_null_std": "their standard deviation (ddof 1)",
         "curvature_visibility": (
             "per bin, pooled variance outside / inside the local tangent of k-nearest-neighbour "
-            "patches"
+            "patches. It separates curved from flat patches only at matched sampling density "
+            "and noise (a cylinder reads `r²/(32R²)`, a plane 0); on one flat manifold with "
+            "noise it reads 0.12 where points are dense and 0.0003 where sparse (noise over the "
+            "patch's width), so bins of different density — frequent tokens sit in denser "
+            "regions — cannot be compared by it alone (`tests/unit/test_curvature_visibility.py`)"
         ),
     },
 )
