@@ -175,7 +175,8 @@ PROBE = Probe(
         ),
         "principal_angle_mean_random": (
             "its random baseline: the mean principal angle of Haar-random subspaces of ℝ^d of "
-            "the two ranks, averaged over 200 seeded pairs (≈ 63° at d = 64, k = 16)"
+            "the two ranks, averaged over 200 seeded pairs (≈ 63° at d = 64, k = 16): an angle "
+            "reads as stable only well below it"
         ),
         "principal_angle_max": "the largest principal angle (degrees)",
         "principal_angle_max_random": "its random baseline, likewise",

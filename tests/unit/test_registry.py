@@ -233,6 +233,48 @@ def test_import_paths_resolve_and_bad_ones_are_refused_in_one_line(tmp_path, mon
         resolve_all([f"{name}:PROBE", "probe_package.mine"])
 
 
+def test_an_installed_probe_may_not_shadow_a_built_in_one(tmp_path, monkeypatch):
+    """An entry point named like a built-in probe is refused in one line (value test of the
+    message), as is one declaring another name; a well-formed one is listed."""
+    import importlib.metadata
+
+    from tangentlens import registry
+
+    source = """
+        from dataclasses import dataclass
+        from tangentlens.registry import Probe
+
+        @dataclass(frozen=True)
+        class Config:
+            pass
+
+        PROBE = Probe(name="cosine_drift", config=Config, scope="step",
+                      metrics={"x": "a thing"}, rows=lambda inputs, config: [])
+        OTHER = Probe(name="elsewhere", config=Config, scope="step",
+                      metrics={"x": "a thing"}, rows=lambda inputs, config: [])
+    """
+    module = _module(tmp_path, monkeypatch, "probe_entry_shadow", source)
+
+    def installed(**points: str) -> dict:
+        group = registry.ENTRY_POINT_GROUP
+        entries = {n: importlib.metadata.EntryPoint(n, v, group) for n, v in points.items()}
+        monkeypatch.setattr(registry, "_entry_points", lambda: entries)
+        registry.installed_probes.cache_clear()
+        try:
+            return registry.installed_probes()
+        finally:
+            registry.installed_probes.cache_clear()
+
+    with pytest.raises(ValueError) as error:
+        installed(cosine_drift=f"{module}:PROBE")
+    assert str(error.value) == (
+        f"entry point 'cosine_drift' ({module}:PROBE) shadows a built-in probe"
+    )
+    with pytest.raises(ValueError, match="declares a probe named 'elsewhere'"):
+        installed(mine=f"{module}:OTHER")
+    assert list(installed(elsewhere=f"{module}:OTHER")) == ["elsewhere"]
+
+
 def test_the_readme_example_is_the_fixture_package_word_for_word():
     text = README.read_text(encoding="utf-8")
     body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
