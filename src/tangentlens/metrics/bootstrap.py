@@ -15,8 +15,9 @@ Two intervals (``method``):
 Quantiles of B replicates are read at the ``(B + 1)·p``-th order statistic (Hall 1986; numpy's
 ``"weibull"`` rule): the 2.5 % point of 200 replicates lies between the 5th and 6th smallest,
 not almost at the 6th as with linear interpolation over ``(B − 1)·p``, which sits about one
-order statistic inside each tail and covered 0.925 instead of 0.934 at 100 sequences
-(issue 33's coverage simulation: tests/slow/test_interval_coverage.py).
+order statistic inside each tail: on issue 33's coverage simulation
+(tests/slow/test_interval_coverage.py) the energy fraction's interval covered 0.929–0.946 with
+it and 0.938–0.955 with this rule (100 to 1 600 sequences, 200 replicates).
 
 An interval must describe the value it is reported with. When the resampled groups are the whole
 data, the pooled ratio of the groups *is* that value. When they are only a sample of it (e.g. the
