@@ -66,7 +66,10 @@ def _glossary() -> dict[str, dict[str, str]]:
 
 
 def test_the_builtin_catalogue_is_every_probe_module():
-    names = {p.stem for p in (ROOT / "probes").glob("*.py")} - {"__init__", "base", "configs"}
+    import tangentlens.probes
+
+    folder = Path(tangentlens.probes.__path__[0])  # probes/, or a staging copy's (make mutate)
+    names = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "configs"}
     assert set(builtin_probes()) == names
     for name, probe in builtin_probes().items():
         assert probe.name == name and probe.module == f"tangentlens.probes.{name}"
