@@ -73,7 +73,8 @@ wheelhouse: $(STAMP)
 	$(BIN)/python scripts/wheelhouse.py --out wheelhouse $(WHEELHOUSE_ARGS)
 
 # Mutation testing (mutmut; configuration in pyproject.toml [tool.mutmut]) of src/tangentlens/metrics/,
-# src/tangentlens/checks.py, src/tangentlens/sweep/units.py and probes/ against the fast tests (tests/unit and tests/integration, `-m "not slow"`). Not part
+# src/tangentlens/checks.py, src/tangentlens/sweep/units.py, probes/, src/tangentlens/comparison/,
+# report/reproduction.py, models/hf_lens.py and registry.py against the fast tests (tests/unit and tests/integration, `-m "not slow"`). Not part
 # of `make test`: the full scope takes hours on 2 cores. mutmut names a mutant by its file's path
 # (probes/x.py -> `probes.x`) but the code runs as `tangentlens.probes.x` (package-dir mapping),
 # so it runs in a staging copy, $(MUTATE_DIR), where probes/ sits at src/tangentlens/probes.

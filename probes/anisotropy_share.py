@@ -38,7 +38,12 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
-from tangentlens.probes.tangent_energy import TangentEnergyConfig, exchangeable_frames, seed_key
+from tangentlens.probes.tangent_energy import (
+    TangentEnergyConfig,
+    check_mean_direction,
+    exchangeable_frames,
+    seed_key,
+)
 from tangentlens.registry import Probe, StepInputs
 from tangentlens.results import make_row, measurement
 
@@ -85,6 +90,7 @@ def rows(
         layer = data.layers.get(site_name)
         c0 = site.g.covariance()
         methods = proxies[site_name]
+        check_mean_direction(methods, site_name)
         scored = []  # (bin, its accumulator, spectral and ΔIsoScore* results by method)
         for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
             if acc.count < 3 or acc.second_moment is None:

@@ -15,7 +15,10 @@
   ``s²_t`` is right-skewed, so the ranks read positive under that null (+0.13 to +0.19 on the
   same control), whatever the width;
 * ``freq_distance_spearman_null_mean`` / ``freq_distance_spearman_null_std`` /
-  ``freq_distance_spearman_excess`` — the Spearman's count-preserving shuffle null: ``null_draws``
+  ``freq_distance_spearman_excess`` and ``freq_distance_pearson_null_mean`` /
+  ``freq_distance_pearson_null_std`` (the headline Pearson's null, from the same replicates: a
+  reproduction verdict needs the Pearson beyond it by more than 2 null sd) — the count-preserving
+  shuffle null: ``null_draws``
   replicates in which every correlated type keeps its count ``n_t`` and draws that many
   residuals, with replacement, from one pool (the reservoir rows of the correlated types minus
   their type's full-stream centroid, rescaled by ``√(n_t/(n_t − 1))``); their Spearman's mean,
@@ -28,14 +31,19 @@
   the reservoir holds fewer than ``max(2d, 256)`` rows of correlated types. Seeds: replicate
   ``b`` from ``(seed, step, layer + 1, b)``; cost ``null_draws × Σ n_t × d`` multiply-adds.
 
-  ``n_tokens`` of these rows is the number of types correlated. All five are omitted where
+  ``n_tokens`` of these rows is the number of types correlated. All seven are omitted where
   every occurrence of a type is the same vector (e.g. at the embedding). See
   :mod:`tangentlens.metrics.frequency` for why ``n_t − 1`` (the ``÷ n_t`` spread makes rare types
   look tight and manufactures a positive correlation), for the Pearson's argument and for the
   null's measured behaviour;
 * ``curvature_visibility`` per frequency bin (ours) — pooled outside/inside variance of the
   ``k``-nearest-neighbour patches of sampled (reservoir) anchors, grouped by the anchor token's
-  bin.
+  bin. What it can show: at matched sampling density and noise, more visibility is more
+  curvature within the patch (a cylinder of radius R reads ``r²/(32R²)`` for patches of radius
+  r, a plane 0). What it cannot: compare regions of different density — on one flat manifold
+  with noise σ it reads ``(d − m)σ² / (r²/2 + mσ²)``, 0.12 where dense and 0.0003 where sparse
+  — and frequency bins differ in density by construction, so a difference between bins is not
+  by itself a difference in curvature.
 """
 
 from __future__ import annotations
@@ -228,6 +236,8 @@ def _correlation_rows(
         make_row(data, NAME, "freq_distance_spearman_null_mean", null.mean, **common),
         make_row(data, NAME, "freq_distance_spearman_null_std", null.std, **common),
         make_row(data, NAME, "freq_distance_spearman_excess", null.excess, **common),
+        make_row(data, NAME, "freq_distance_pearson_null_mean", null.pearson_mean, **common),
+        make_row(data, NAME, "freq_distance_pearson_null_std", null.pearson_std, **common),
     ]
 
 
@@ -271,9 +281,19 @@ PROBE = Probe(
             "nor on type; it leans negative when spreads differ by type (−0.08 to −0.15 on "
             "synthetic data), so the Pearson stays the headline"
         ),
+        "freq_distance_pearson_null_mean": (
+            "mean Pearson over the same `null_draws` shuffles: the headline's null (≈ 0 when "
+            "spread does not depend on frequency); a verdict needs the Pearson beyond it by more "
+            "than 2 `freq_distance_pearson_null_std`"
+        ),
+        "freq_distance_pearson_null_std": "their standard deviation (ddof 1)",
         "curvature_visibility": (
             "per bin, pooled variance outside / inside the local tangent of k-nearest-neighbour "
-            "patches"
+            "patches. It separates curved from flat patches only at matched sampling density "
+            "and noise (a cylinder reads `r²/(32R²)`, a plane 0); on one flat manifold with "
+            "noise it reads 0.12 where points are dense and 0.0003 where sparse (noise over the "
+            "patch's width), so bins of different density — frequent tokens sit in denser "
+            "regions — cannot be compared by it alone (`tests/unit/test_curvature_visibility.py`)"
         ),
     },
 )

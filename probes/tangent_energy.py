@@ -3,32 +3,59 @@ in each tangent proxy against matched-rank random controls, overall and per freq
 
 Per site, proxy method and frequency bin (``all`` and each bin), from the accumulated gradient
 moment of that bin, ``energy_fraction`` ``E(T)`` (with a bootstrap interval) and
-``energy_enrichment`` ``E(T)/(k/d)``, then the proxy against two control families
+``energy_enrichment`` ``E(T)/(k/d)`` beside its null ``energy_enrichment_null``
+(``(1 − E(m̂)) · d/(d − 1)``: never read it against 1; the enrichment over its null is
+``energy_ratio``), then the proxy against two control families
 (:mod:`tangentlens.metrics.controls`), drawn from the same seeded Gaussians:
 
 * **exchangeable** (the headline): Haar k-frames in ``span(m̂)⊥``, m̂ the mean direction that was
   projected out of the proxy (in ℝ^d for ``mean_direction`` itself, or when no m̂ was projected
   out). Exchangeable with a proxy whose span is uniform in ``span(m̂)⊥``, so ``energy_p_value``
   is calibrated under "the proxy is a random set of directions": ``energy_control_mean/std/min/
-  max``, ``energy_null_mean`` (their exact mean ``k/(d − 1) · (1 − E(m̂))``), ``energy_ratio``,
-  ``energy_z``, ``energy_p_value``;
+  max``, ``energy_null_mean`` (their exact mean ``k/(d − 1) · (1 − E(m̂))``), ``energy_ratio``
+  ``= E(T) / energy_null_mean``, ``energy_z``, ``energy_p_value``;
 * **complement** (the paper's "normal directions"): Haar k-frames in ``span(T, m̂)⊥``,
   ``energy_complement_control_mean``, ``energy_complement_null_mean`` (``k/(d − 1 − k_T) ·
-  (1 − E(T) − E(m̂))``), ``energy_complement_ratio``, ``energy_complement_p_value``. Not
-  calibrated: the controls share a fixed energy budget with the proxy.
+  (1 − E(T) − E(m̂))``), ``energy_complement_ratio`` ``= E(T) / energy_complement_null_mean``,
+  ``energy_complement_p_value``. Not calibrated: the controls share a fixed energy budget with
+  the proxy.
+
+**Ratios read the family's exact mean.** Both families are Haar frames outside a known span X,
+whose mean projector is ``k/(d − r) · (I − P_X)`` exactly, so each ratio divides by that
+closed-form mean, not by the mean of the frames drawn: the ratio then estimates the population
+ratio ``E(T) / [k/(d − r) · (1 − E(X))]`` with no Monte-Carlo error from the frames, which does
+not shrink with the sequences (an interval around a ratio to 100 drawn frames covered the
+population ratio 0.93 → 0.84 from 400 to 1 600 sequences at d = 16, k = 2: tests/slow/
+test_interval_coverage.py's simulation; 0.83 → 0.61 at d = 64 on the audit's). The frames still give
+``energy_z`` and the p-values; their sampled mean (``energy_control_mean``) is reported beside the
+exact one as a self-check. Propagating the frames' error instead would widen every interval to
+keep an estimator the closed form makes unnecessary.
 
 With ``data_matched_m`` set, frames inside the top-m PCA span of the activations: outside m̂
 (``data_matched_energy_ratio``, ``data_matched_energy_p_value``, calibrated against a proxy
-uniform in that span) and outside the proxy and m̂ (``data_matched_complement_energy_*``).
+uniform in that span) and outside the proxy and m̂ (``data_matched_complement_energy_*``); their
+ratios are to the frames' mean (no interval).
 Control draws are seeded from ``(seed, step, layer + 1, bin + 1, draw)`` (0 stands for the
-embedding and for "all"). ``energy_fraction`` and ``energy_ratio`` carry bootstrap intervals
+embedding and for "all").
+
+**The mean direction.** Where the proxies hold m̂ (``mean_direction``), every other proxy must be
+orthogonal to it: its controls avoid m̂, so a proxy holding part of m̂ would be credited with the
+drift's energy (a proxy holding m̂ read ratio 3.7, p at the floor, under the null). The sweep and
+``tangentlens.measure`` project m̂ out of every proxy and record ``mean_direction_overlap``;
+:func:`rows` and :func:`sequence_energy_config` refuse a basis that overlaps m̂
+(:func:`check_mean_direction`), as ``metrics.compare_energy`` refuses a proxy that reaches into
+the span its controls exclude.
+
+``energy_fraction``, ``energy_ratio`` and ``energy_complement_ratio`` carry bootstrap intervals
 (studentized, resampling sequences) that describe the reported values, which use every kept
-token. Their source (:func:`interval_source`):
+token; each is a ratio of per-sequence sums (``Σ‖gQ‖²`` over ``Σ‖g‖²``, or over the family's
+exact mean energy ``k/(d − r) · Σ(‖g‖² − ‖Xᵀg‖²)``), so it covers the population ratio given
+the proxy (the fit's own variability is not in it). Their source (:func:`interval_source`):
 
 * ``"all_sequences"`` — when the proxies were known before the step was captured (fit policy
   ``frozen_early``) and the capture gathered per-sequence energy sums with the projectors of
   :func:`sequence_energy_config`: the bootstrap resamples *every* analysed sequence, and its
-  point value is the reported value (checked);
+  point values are the reported values (checked);
 * ``"reservoir_sample"`` — otherwise (``per_checkpoint``, the proxy fitted after the capture):
   the bootstrap resamples the reservoir's sampled sequences, and the interval of that sample's
   ratio is rescaled onto the reported value (``× reported / sample ratio``; the fraction's
@@ -73,6 +100,7 @@ __all__ = [
     "PROBE",
     "TangentEnergyConfig",
     "TangentSpec",
+    "check_mean_direction",
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
@@ -214,6 +242,8 @@ INTERVAL_SAMPLE = "reservoir_sample"
 
 #: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
 _SUMS_RTOL = 1e-8
+#: ``‖Qᵀm̂‖`` above which a proxy counts as holding part of m̂ (the basis tolerance).
+_MEAN_OVERLAP_ATOL = 1e-6
 
 
 def seed_key(
@@ -252,6 +282,29 @@ def exchangeable_frames(
     return metrics.control_frames(d, rank, draws, key, excluded=excluded, device=proxy.device)
 
 
+def check_mean_direction(proxies: Mapping[str, Basis], site: str = "") -> None:
+    """Refuse proxies whose controls avoid m̂ while they hold part of it: where ``proxies``
+    has ``mean_direction`` (m̂, d × 1), every other basis must be orthogonal to it
+    (``‖Qᵀm̂‖ ≤ 1e-6``, the basis tolerance). A ``ValueError`` names the site, the method, its
+    ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` and how to project m̂ out."""
+    m = proxies.get(MEAN_DIRECTION)
+    if m is None:
+        return
+    for method, basis in proxies.items():
+        if method == MEAN_DIRECTION:
+            continue
+        overlap = float((basis.T.to(m.device, torch.float64) @ m.double()).norm())
+        if overlap > _MEAN_OVERLAP_ATOL:
+            where = f"{site!r}, " if site else ""
+            raise ValueError(
+                f"proxy {where}{method!r} holds part of the mean direction m̂ "
+                f"(mean_direction_overlap ‖Qᵀm̂‖² = {overlap**2:.3g}) while its controls avoid "
+                "m̂: it would be credited with the drift's energy. Project m̂ out first "
+                "(tangentlens.proxies.add_fixed_proxy, or measure(..., proxies=...), which "
+                "record the overlap), or leave mean_direction out of the proxies"
+            )
+
+
 def _sampled_gradients(
     site: capture.SiteStatistics, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
@@ -264,34 +317,28 @@ def _sampled_gradients(
     return g, (site.reservoir.ids // seq_len).to(g.device), columns.get("bin")
 
 
+def _projectors(proxies: Mapping[str, Basis]) -> capture.EnergyProjectors:
+    """Per method ``P_Q`` and the exact mean projectors of its two control families."""
+    return capture.EnergyProjectors.from_proxies(
+        proxies, {m: exchangeable_excluded(proxies, m) for m in proxies}
+    )
+
+
 def sequence_energy_config(
-    config: TangentEnergyConfig,
-    step: int,
-    proxies: dict[str, dict[str, Basis]],
-    layers: dict[str, int | None],
-    n_bins: int,
-    seq_len: int,
+    proxies: dict[str, dict[str, Basis]], n_bins: int, seq_len: int
 ) -> capture.SequenceEnergyConfig:
-    """What the capture of ``step`` needs to gather per-sequence energy sums for the intervals
-    of :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q``
-    of each proxy and the mean projector of the control frames that :func:`rows` draws for
-    each frequency bin slot (the same seeds). Pass it as
+    """What a capture needs to gather per-sequence energy sums for the intervals of
+    :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q`` of
+    each proxy and the exact mean projectors of its exchangeable and complement controls
+    (which depend on the proxies and m̂ only: nothing is drawn). Pass it as
     ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the capture's.
     """
-    with metrics.reused_draws():  # each key's frames drawn once for every method
-        check_count(n_bins, "n_bins", minimum=0)
-        projectors = {}
-        for site, methods in proxies.items():
-            layer = layers[site]
-            keys = [seed_key(config, step, layer, b) for b in [None, *range(n_bins)]]
-            frames = {
-                method: [exchangeable_frames(methods, method, config.draws, key) for key in keys]
-                for method in methods
-            }
-            projectors[site] = capture.EnergyProjectors.from_frames(
-                methods, frames, provenance=(config.draws, tuple(keys))
-            )
-        return capture.SequenceEnergyConfig(seq_len=seq_len, projectors=projectors)
+    check_count(n_bins, "n_bins", minimum=0)
+    projectors = {}
+    for site, methods in proxies.items():
+        check_mean_direction(methods, site)
+        projectors[site] = _projectors(methods)
+    return capture.SequenceEnergyConfig(seq_len=seq_len, projectors=projectors, n_bins=n_bins)
 
 
 def interval_source(data: Capture) -> str | None:
@@ -310,46 +357,47 @@ def interval_source(data: Capture) -> str | None:
     return INTERVAL_ALL_SEQUENCES if kinds.pop() else INTERVAL_SAMPLE
 
 
+def _same_span(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.equal(a, b.to(a.device, torch.float64))
+
+
 def _checked_sequence_energy(
-    site: capture.SiteStatistics,
-    site_name: str,
-    proxies: dict[str, Basis],
-    config: TangentEnergyConfig,
-    step: int,
-    layer: int | None,
+    site: capture.SiteStatistics, site_name: str, proxies: dict[str, Basis]
 ) -> capture.SequenceEnergy | None:
     """The site's per-sequence sums, after checking that they were gathered for these proxies
-    and these control seeds (None when the capture kept none)."""
+    and this mean direction (None when the capture kept none)."""
     energy = site.sequence_energy
     if energy is None:
         return None
     projectors = energy.projectors
-    keys = tuple(seed_key(config, step, layer, b) for b in [None, *range(len(site.g_bins))])
-    same = set(projectors.methods) >= set(proxies) and projectors.provenance == (
-        config.draws,
-        keys,
-    )
+    same = set(projectors.methods) >= set(proxies)
     if same:
         for method, proxy in proxies.items():
-            basis = projectors.bases[projectors.methods.index(method)]
-            same = same and basis.shape == proxy.shape
-            same = same and torch.equal(basis, proxy.to(basis.device, torch.float64))
+            j = projectors.methods.index(method)
+            same = same and _same_span(projectors.bases[j], proxy)
+            same = same and _same_span(
+                projectors.excluded[j], exchangeable_excluded(proxies, method)
+            )
     if not same:
         raise ValueError(
             f"the per-sequence energy sums of {site_name!r} were gathered for other proxies or "
-            "control seeds: build them with tangent_energy.sequence_energy_config from the "
-            "proxies, config and step given here"
+            "another mean direction: build them with tangent_energy.sequence_energy_config "
+            "from the proxies given here"
         )
     return energy
 
 
-def _sampled_interval(
+def _sampled_sums(
     sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None,
     proxy: Basis,
-    frames: torch.Tensor,
+    families: dict[str, Basis | None],
     bin_index: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """Per sampled sequence ``(Σ‖g Q‖², Σ‖g‖², meanⱼ Σ‖g Nⱼ‖²)`` over the reservoir's rows."""
+) -> capture.EnergySums | None:
+    """Per sampled sequence :class:`~tangentlens.capture.EnergySums` over the reservoir's rows:
+    ``Σ‖gQ‖²``, ``Σ‖g‖²`` and each family's exact mean energy ``k/(d − r) · Σ(‖g‖² − ‖Xᵀg‖²)``
+    (``families``: metric infix → the span X its controls avoid), in ``O(n·d·k)``."""
     if sample is None:
         return None
     g, sequences, bins = sample
@@ -358,30 +406,35 @@ def _sampled_interval(
         g, sequences = g[rows], sequences[rows]
     if torch.unique(sequences).numel() < 2:
         return None
-    inside, _ = metrics.group_sums((g @ proxy.double()).pow(2).sum(dim=1), sequences)
-    total, _ = metrics.group_sums(g.pow(2).sum(dim=1), sequences)
-    mean_projector = torch.einsum("jdk,jek->de", frames, frames) / frames.shape[0]
-    control, _ = metrics.group_sums(
-        ((g @ mean_projector) * g).sum(dim=1), sequences
-    )  # meanⱼ ‖g Nⱼ‖²
-    return inside, total, control
+    d, k = proxy.shape
+    norms = g.pow(2).sum(dim=1)
+    inside = (g @ proxy.to(g.device, torch.float64)).pow(2).sum(dim=1)
+    controls = []
+    for excluded in families.values():
+        outside = norms
+        r = 0
+        if excluded is not None:
+            r = excluded.shape[1]
+            outside = norms - (g @ excluded.to(g.device, torch.float64)).pow(2).sum(dim=1)
+        controls.append(k / (d - r) * outside)
+    control, complement = (metrics.group_sums(c, sequences)[0] for c in controls)
+    total, _ = metrics.group_sums(norms, sequences)
+    return capture.EnergySums(metrics.group_sums(inside, sequences)[0], total, control, complement)
 
 
 def _intervals(
-    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
-    fraction: float,
-    ratio: float,
+    sums: capture.EnergySums | None,
+    values: dict[str, float],
     config: TangentEnergyConfig,
     keep: bool = False,
 ) -> dict[str, metrics.RatioInterval]:
-    """Intervals of the energy fraction (``Σ inside / Σ total``) and ratio (``Σ inside /
-    Σ control``) from per-sequence sums, put on the reported values (rescaled for a sample;
-    for all sequences the rescaling factor is 1 up to rounding); ``keep``: with their
-    replicates."""
+    """Intervals of the energy fraction (``Σ inside / Σ total``) and of the ratios to both
+    families' exact means (``Σ inside / Σ control``, ``Σ inside / Σ complement``) from
+    per-sequence sums, put on the reported ``values`` (rescaled for a sample; for all sequences
+    the rescaling factor is 1 up to rounding); ``keep``: with their replicates."""
     if not config.bootstrap or sums is None:
         return {}
-    inside, total, control = sums
-    if inside.numel() < 2 or not float(total.sum()) > 0 or not float(control.sum()) > 0:
+    if sums.inside.numel() < 2 or not float(sums.total.sum()) > 0:
         return {}  # the rows carry no gradient (e.g. MLM sequences without a target)
     kwargs = {
         "replicates": config.bootstrap,
@@ -389,28 +442,37 @@ def _intervals(
         "method": config.interval,
         "keep_replicates": keep,
     }
+    denominators = {
+        "energy_fraction": (sums.total, (0.0, 1.0)),
+        "energy_ratio": (sums.control, (0.0, math.inf)),
+        "energy_complement_ratio": (sums.complement, (0.0, math.inf)),
+    }
     out = {}
-    if math.isfinite(fraction):
-        out["energy_fraction"] = metrics.bootstrap_ratio(
-            inside, total, centre=fraction, bounds=(0.0, 1.0), **kwargs
-        )
-    if math.isfinite(ratio):
-        out["energy_ratio"] = metrics.bootstrap_ratio(
-            inside, control, centre=ratio, bounds=(0.0, math.inf), **kwargs
-        )
+    for metric, (denominator, bounds) in denominators.items():
+        value = values[metric]
+        if math.isfinite(value) and float(denominator.sum()) > 0:
+            out[metric] = metrics.bootstrap_ratio(
+                sums.inside, denominator, centre=value, bounds=bounds, **kwargs
+            )
     return out
 
 
-def _check_sums(
-    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], fraction: float, site: str
-) -> None:
-    inside, total, _ = sums
-    pooled = float(inside.sum() / total.sum())
-    if not abs(pooled - fraction) <= _SUMS_RTOL * max(abs(fraction), 1e-300):
-        raise ValueError(
-            f"the per-sequence energy sums of {site!r} give {pooled!r}, the moments "
-            f"{fraction!r}: they describe different tokens or proxies"
-        )
+def _check_sums(sums: capture.EnergySums, values: dict[str, float], site: str) -> None:
+    """The per-sequence sums' pooled fraction and ratios must be the reported values."""
+    for metric, denominator in (
+        ("energy_fraction", sums.total),
+        ("energy_ratio", sums.control),
+        ("energy_complement_ratio", sums.complement),
+    ):
+        value = values[metric]
+        if not math.isfinite(value) or not float(denominator.sum()) > 0:
+            continue
+        pooled = float(sums.inside.sum() / denominator.sum())
+        if not abs(pooled - value) <= _SUMS_RTOL * max(abs(value), 1e-300):
+            raise ValueError(
+                f"the per-sequence energy sums of {site!r} give {metric} {pooled!r}, the "
+                f"moments {value!r}: they describe different tokens or proxies"
+            )
 
 
 def _energy_rows(
@@ -429,6 +491,7 @@ def _energy_rows(
         ("energy_control_max", headline.control_max),
         ("energy_null_mean", headline.null_mean),
         ("energy_enrichment", headline.energy_enrichment),
+        ("energy_enrichment_null", headline.enrichment_null),
         ("energy_z", headline.energy_z),
         ("energy_p_value", headline.energy_p_value),
         ("energy_ratio", headline.energy_ratio),
@@ -453,7 +516,8 @@ def _data_matched_rows(
     common: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The proxy against frames inside the PCA span, outside each family's excluded subspace
-    (``families``: metric infix → excluded basis)."""
+    (``families``: metric infix → excluded basis); the ratio to the frames' mean (the closed
+    form of :func:`~tangentlens.metrics.compare_energy` describes frames in all of X⊥)."""
     out = []
     for infix, excluded in families.items():
         frames = metrics.data_matched_frames(
@@ -461,7 +525,9 @@ def _data_matched_rows(
         )
         result = metrics.compare_energy(moment, proxy, frames, excluded)
         out.append(
-            make_row(data, NAME, f"data_matched_{infix}energy_ratio", result.energy_ratio, **common)
+            make_row(
+                data, NAME, f"data_matched_{infix}energy_ratio", result.sampled_ratio, **common
+            )
         )
         out.append(
             make_row(
@@ -479,7 +545,8 @@ def rows(
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
     ``mean_direction``, m̂, where m̂ was projected out of the others: see
-    :func:`exchangeable_excluded`). ``replicates``: a list that receives, for each row with a
+    :func:`exchangeable_excluded`; a basis that overlaps m̂ is refused,
+    :func:`check_mean_direction`). ``replicates``: a list that receives, for each row with a
     bootstrap interval, the row's labels (:data:`tangentlens.results.REPLICATE_FIELDS`) and its
     replicate values (``replicates``), in replicate order."""
     out: list[dict[str, Any]] = []
@@ -488,7 +555,8 @@ def rows(
             continue
         layer = data.layers.get(site_name)
         by_method = proxies[site_name]
-        energy = _checked_sequence_energy(site, site_name, by_method, config, data.step, layer)
+        check_mean_direction(by_method, site_name)
+        energy = _checked_sequence_energy(site, site_name, by_method)
         sample = None
         if config.bootstrap and energy is None:
             sample = _sampled_gradients(site, data.seq_len)
@@ -521,18 +589,19 @@ def rows(
                     metrics.control_frames(d, rank, config.draws, key, excluded=excluded),
                     excluded,
                 )
+                values = {
+                    "energy_fraction": headline.energy_fraction,
+                    "energy_ratio": headline.energy_ratio,
+                    "energy_complement_ratio": complement.energy_ratio,
+                }
                 if energy is not None:
                     sums = energy.sums(method, bin_index)
-                    _check_sums(sums, headline.energy_fraction, site_name)
+                    _check_sums(sums, values, site_name)
+                elif sample is not None:
+                    sums = _sampled_sums(sample, proxy, families, bin_index)
                 else:
-                    sums = _sampled_interval(sample, proxy, frames, bin_index)
-                intervals = _intervals(
-                    sums,
-                    headline.energy_fraction,
-                    headline.energy_ratio,
-                    config,
-                    keep=replicates is not None,
-                )
+                    sums = None
+                intervals = _intervals(sums, values, config, keep=replicates is not None)
                 ci = {m: (i.ci_low, i.ci_high) for m, i in intervals.items()}
                 out += _energy_rows(data, headline, complement, ci, common)
                 if replicates is not None:
@@ -583,29 +652,42 @@ PROBE = Probe(
         "energy_control_min": "their minimum",
         "energy_control_max": "their maximum",
         "energy_null_mean": (
-            "their exact mean, `k/(d − 1) · (1 − E(m̂))` (`k/d` for `mean_direction` itself; a "
-            "self-check)"
+            "their exact mean, `k/(d − 1) · (1 − E(m̂))` (`k/d` for `mean_direction` itself): "
+            "the denominator of `energy_ratio`; `energy_control_mean` is its self-check"
         ),
         "energy_ratio": (
-            "`E(T) / mean E(N)` against the exchangeable controls, with a bootstrap interval"
+            "`E(T) / energy_null_mean`: over the exchangeable controls' exact mean (the "
+            "population ratio's estimate, free of the frames' Monte-Carlo error); `ci_low`/"
+            "`ci_high`: 95 % studentized bootstrap over sequences of `Σ‖gQ‖² / Σ k/(d − 1)·"
+            "(‖g‖² − (gᵀm̂)²)`, as `energy_fraction`'s"
         ),
-        "energy_enrichment": "`E(T) / (k/d)`",
+        "energy_enrichment": (
+            "`E(T) / (k/d)`: read against `energy_enrichment_null`, never against 1 "
+            "(enrichment over its null is `energy_ratio`)"
+        ),
+        "energy_enrichment_null": (
+            "what `energy_enrichment` reads for a proxy uniform in m̂⊥: `(1 − E(m̂)) · d/(d − 1)` "
+            "(1 for `mean_direction` itself)"
+        ),
         "energy_z": "`(E(T) − mean) / std` of the exchangeable controls",
         "energy_p_value": "permutation p-value against the exchangeable controls (calibrated)",
         "energy_complement_control_mean": (
             "mean energy fraction of the complement controls (k-frames in span(T, m̂)⊥)"
         ),
         "energy_complement_null_mean": (
-            "their exact mean, `k/(d − 1 − k_T) · (1 − E(T) − E(m̂))` (a self-check)"
+            "their exact mean, `k/(d − 1 − k_T) · (1 − E(T) − E(m̂))`: the denominator of "
+            "`energy_complement_ratio`"
         ),
         "energy_complement_ratio": (
-            "`E(T) / mean E(N)` against the complement controls (the paper's tangent/normal ratio)"
+            "`E(T) / energy_complement_null_mean` (the paper's tangent/normal ratio, to the "
+            "complement controls' exact mean), with a bootstrap interval as `energy_ratio`'s"
         ),
         "energy_complement_p_value": (
             "permutation p-value against the complement controls (not calibrated)"
         ),
         "data_matched_energy_ratio": (
-            "`E(T)` over the mean of k-frames inside the top-m PCA span and m̂⊥ (`data_matched_m`)"
+            "`E(T)` over the mean of the k-frames drawn inside the top-m PCA span and m̂⊥ "
+            "(`data_matched_m`)"
         ),
         "data_matched_energy_p_value": "permutation p-value against those frames",
         "data_matched_complement_energy_ratio": (

@@ -3,7 +3,8 @@ this one s′ fall in the tangent proxy? Two kinds of update rows, each scored l
 against the tangent-energy probe's exchangeable controls (Haar k-frames in ``span(m̂)⊥``, m̂ the
 mean direction projected out of the scoring proxies; seeded as the energy's "all" bin at s′), so
 the p-value is calibrated under "the proxy is a random set of directions" (``*_energy_fraction``,
-``*_energy_ratio``, ``*_energy_p_value``, one row set per site and proxy method):
+``*_energy_ratio`` — to the controls' exact mean ``k/(d − 1) · (1 − E(m̂))``, as the energy's —
+``*_energy_p_value``, one row set per site and proxy method):
 
 * ``embedding_update`` — ``ΔW_E`` restricted to the token types of the analysis data, in the
   embedding site's proxy (needs ``capture.embed = true``);
@@ -31,6 +32,7 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
+    check_mean_direction,
     exchangeable_excluded,
     exchangeable_frames,
     seed_key,
@@ -126,6 +128,8 @@ def rows(
     ``(embed site, ΔW_E rows)`` or None; ``centroid_deltas``: per site, the change of the
     tracked types' centroids (m × d, float64)."""
     suffix = "_in_window" if in_window else ""
+    for site, methods in proxies.items():
+        check_mean_direction(methods, site)
     out: list[dict[str, Any]] = []
     if embedding_delta is not None and embedding_delta[0] in proxies:
         site, delta = embedding_delta
@@ -218,12 +222,12 @@ PROBE = Probe(
             "energy fraction of `ΔW_E` (s → s′) in the embedding proxy, fitted on data of s or "
             "earlier"
         ),
-        "embedding_update_energy_ratio": "over the controls' mean",
+        "embedding_update_energy_ratio": "over the controls' exact mean `k/(d − 1) · (1 − E(m̂))`",
         "embedding_update_energy_p_value": "permutation p-value",
         "centroid_update_energy_fraction": (
             "energy fraction of the change of each frequent type's mean activation, per site"
         ),
-        "centroid_update_energy_ratio": "over the controls' mean",
+        "centroid_update_energy_ratio": "over the controls' exact mean `k/(d − 1) · (1 − E(m̂))`",
         "centroid_update_energy_p_value": "permutation p-value",
         "embedding_update_in_window_energy_fraction": (
             "as `embedding_update_*`, for a transition s → s′ that starts before the frozen fit "

@@ -49,13 +49,14 @@ def _rows() -> np.ndarray:
 
 
 def _projectors(seed: int) -> EnergyProjectors:
-    """Projectors of two random orthonormal proxies (d × 3) with random control frames."""
+    """Projectors of two random orthonormal proxies (d × 3), one with controls outside a
+    random direction, one with controls in all of ℝ^d."""
     gen = torch.Generator().manual_seed(seed)
     f64 = {"dtype": torch.float64, "generator": gen}
     proxies = {m: torch.linalg.qr(torch.randn(D, 3, **f64)).Q for m in ("pca", "seminmf")}
-    frames = {m: [torch.randn(4, D, 3, **f64) for _ in range(N_BINS + 1)] for m in proxies}
-    keys = tuple((seed, 0, 1, b) for b in range(N_BINS + 1))
-    return EnergyProjectors.from_frames(proxies, frames, provenance=(4, keys))
+    m = torch.linalg.qr(torch.randn(D, 1, **f64)).Q
+    proxies["pca"] = torch.linalg.qr(proxies["pca"] - m @ (m.T @ proxies["pca"])).Q
+    return EnergyProjectors.from_proxies(proxies, {"pca": m, "seminmf": None})
 
 
 @dataclasses.dataclass
@@ -89,7 +90,9 @@ def setup(tiny_decoder) -> Setup:
     rows = _rows()
     frequencies = FrequencyTable.from_rows(rows, VOCAB, DECODER_SPECIAL, causal=True)
     energy = SequenceEnergyConfig(
-        seq_len=SEQ_LEN, projectors={s: _projectors(i) for i, s in enumerate(ENERGY_SITES)}
+        seq_len=SEQ_LEN,
+        projectors={s: _projectors(i) for i, s in enumerate(ENERGY_SITES)},
+        n_bins=N_BINS,
     )
     statistics = StatisticsConfig(
         n_bins=N_BINS,
@@ -131,15 +134,19 @@ def _assert_statistics_config(a: StatisticsConfig, b: StatisticsConfig) -> None:
     ea, eb = a.sequence_energy, b.sequence_energy
     assert (ea is None) == (eb is None)
     if ea is not None:
-        assert ea.seq_len == eb.seq_len and list(ea.projectors) == list(eb.projectors)
+        assert (ea.seq_len, ea.n_bins) == (eb.seq_len, eb.n_bins)
+        assert list(ea.projectors) == list(eb.projectors)
         for site, pa in ea.projectors.items():
             pb = eb.projectors[site]
-            assert (pa.methods, pa.provenance) == (pb.methods, pb.provenance)
-            assert len(pa.bases) == len(pb.bases)
+            assert pa.methods == pb.methods
+            assert len(pa.bases) == len(pb.bases) == len(pa.excluded) == len(pb.excluded)
             for x, y in zip(pa.bases, pb.bases, strict=True):
                 _assert_tensor(x, y)
-            _assert_tensor(pa.inside, pb.inside)
-            _assert_tensor(pa.control, pb.control)
+            for x, y in zip(pa.excluded, pb.excluded, strict=True):
+                assert (x is None) == (y is None)
+                if x is not None:
+                    _assert_tensor(x, y)
+            _assert_tensor(pa.stacked, pb.stacked)
 
 
 def _assert_same(a: CaptureStatistics, b: CaptureStatistics) -> None:
@@ -174,7 +181,7 @@ def _assert_same(a: CaptureStatistics, b: CaptureStatistics) -> None:
         assert (ea is None) == (eb is None) == (name not in ENERGY_SITES)
         if ea is not None:
             assert (ea.seq_len, ea.methods) == (eb.seq_len, eb.methods)
-            for field in ("sequences", "total", "inside", "control"):
+            for field in ("sequences", "total", "inside", "control", "complement"):
                 _assert_tensor(getattr(ea, field), getattr(eb, field))
             for method in ea.methods:
                 for bin_index in [None, *range(N_BINS)]:
@@ -304,7 +311,7 @@ def test_files_that_are_not_captures_are_refused(setup, tmp_path):
     newer = tmp_path / "newer.pt"
     torch.save({**payload, "version": capture_saving.FORMAT_VERSION + 1}, newer)
     with pytest.raises(
-        ValueError, match=r"newer\.pt holds .* format version 2; .* reads version 1"
+        ValueError, match=r"newer\.pt holds .* format version 3; .* reads version 2"
     ):
         load_statistics(newer)
     payload["statistics"]["state"]["sites"]["values"][0]["class"] = "Unpickler"
@@ -361,7 +368,7 @@ def test_loading_reads_weights_only(setup, tmp_path):
     path = tmp_path / "capture.pt"
     save_statistics(setup.capture(slice(0, 3)), path, {"counts": np.arange(3)})
     payload = torch.load(path, weights_only=True)
-    assert (payload["format"], payload["version"]) == (capture_saving.FORMAT, 1)
+    assert (payload["format"], payload["version"]) == (capture_saving.FORMAT, 2)
     # a file that names a Python callable is refused without running it
     hostile = tmp_path / "hostile.pt"
     marker = tmp_path / "unpickled"

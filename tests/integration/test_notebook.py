@@ -121,6 +121,36 @@ def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):
     )
 
 
+def test_a_proxy_holding_the_mean_direction_is_scored_without_it_and_its_overlap_recorded(
+    capture,
+):
+    """measure's side of the one rule for m̂ (issue 33, item 2): a basis holding m̂ entirely has
+    m̂ projected out (its rows have rank 1, the energy of the rest) and
+    ``mean_direction_overlap`` = 1 recorded; ``tangent_energy.rows`` refuses the same basis
+    (tests/unit/test_mean_direction_rule.py)."""
+    site = capture.statistics.sites[SITE]
+    m = (site.h.sum / site.h.sum.norm()).double()
+    u = torch.randn(D, generator=torch.Generator().manual_seed(5)).double()
+    u = (u - m * (m @ u)) / (u - m * (m @ u)).norm()
+    table = tl.measure(
+        capture,
+        probes={"tangent_energy": TANGENT},
+        proxies={"holds_m": {SITE: torch.stack([m, u], dim=1)}},
+    )
+    overlap = table.value(
+        probe="proxy_fit", site=SITE, method="holds_m", metric="mean_direction_overlap"
+    )
+    assert overlap == pytest.approx(1.0, rel=1e-12)
+    g = site.g.second_moment
+    row = table.where(probe="tangent_energy", site=SITE, method="holds_m").to_pylist()[0]
+    assert row["rank"] == 1
+    assert _energy(table, "holds_m") == pytest.approx(float(u @ g @ u / torch.trace(g)), rel=1e-9)
+    e_m = float(m @ g @ m / torch.trace(g))
+    assert _energy(table, "holds_m", "energy_null_mean") == pytest.approx(
+        1 / (D - 1) * (1 - e_m), rel=1e-9
+    )
+
+
 def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(capture):
     """Planted: the top eigenvectors of the site's own gradient moment read their exact energy
     share ``tr(QᵀGQ)/tr(G)`` (m̂ projected out first, as for every proxy), above every control,

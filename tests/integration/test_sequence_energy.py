@@ -50,9 +50,7 @@ def setup(micro_pythia):
     config = ProxyConfig(methods=("pca", "seminmf"), rank=4)
     proxies = {name: fit_proxies(site, config).bases for name, site in early.sites.items()}
     energy_config = tangent_energy.TangentEnergyConfig(draws=16, bootstrap=200, seed=2)
-    spec = tangent_energy.sequence_energy_config(
-        energy_config, step, proxies, layers, N_BINS, SEQ_LEN
-    )
+    spec = tangent_energy.sequence_energy_config(proxies, N_BINS, SEQ_LEN)
     statistics = StatisticsConfig(n_bins=N_BINS, reservoir_size=256, sequence_energy=spec)
     bins = frequencies.bins(N_BINS)
     stats = capture_statistics(
@@ -69,11 +67,11 @@ def setup(micro_pythia):
 
 
 def test_sums_gathered_during_capture_equal_explicit_rows(setup):
-    model, rows, capture, bins, proxies, config, data = setup
+    model, rows, capture, bins, proxies, _, data = setup
     site = "blocks.1.hook_resid_post"
-    layer = data.layers[site]
     energy = data.statistics.sites[site].sequence_energy
-    # brute force: every kept row of every batch, its sequence and bin, explicit frames
+    # brute force: every kept row of every batch, its sequence and bin; the controls' exact
+    # mean energies written out: k/(d − r) · (‖g‖² − ‖Xᵀg‖²), X = m̂ or [Q, m̂]
     g_rows, seq_rows, bin_rows = [], [], []
     for start in range(0, len(rows), BATCH):
         tokens = torch.as_tensor(rows[start : start + BATCH])
@@ -86,22 +84,26 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
     g, sequence, token_bin = torch.cat(g_rows), torch.cat(seq_rows), torch.cat(bin_rows)
     assert energy.sequences.tolist() == torch.unique(sequence).tolist()
     one_hot = (sequence[:, None] == energy.sequences[None, :]).double()  # (rows, S)
-    for j, (method, proxy) in enumerate(proxies[site].items()):
-        for slot, bin_index in enumerate([None, *range(N_BINS)]):
+    for method, proxy in proxies[site].items():
+        for bin_index in [None, *range(N_BINS)]:
             mask = torch.ones_like(sequence, dtype=torch.bool)
             if bin_index is not None:
                 mask = token_bin == bin_index
-            key = tangent_energy.seed_key(config, data.step, layer, bin_index)
-            frames = tangent_energy.exchangeable_frames(proxies[site], method, config.draws, key)
             x = g * mask[:, None]
+            d, k = proxy.shape
+            m = tangent_energy.exchangeable_excluded(proxies[site], method)
+            along_m = x.new_zeros(len(x)) if m is None else ((x @ m.double()) ** 2).sum(dim=1)
+            r = 0 if m is None else 1
+            along_q = ((x @ proxy.double()) ** 2).sum(dim=1)
             total = one_hot.T @ (x**2).sum(dim=1)
-            inside = one_hot.T @ ((x @ proxy.double()) ** 2).sum(dim=1)
-            control = one_hot.T @ torch.stack([((x @ f) ** 2).sum(dim=1) for f in frames]).mean(
-                dim=0
-            )
-            torch.testing.assert_close(energy.total[:, slot], total, rtol=1e-9, atol=1e-12)
-            torch.testing.assert_close(energy.inside[:, j, slot], inside, rtol=1e-9, atol=1e-12)
-            torch.testing.assert_close(energy.control[:, j, slot], control, rtol=1e-9, atol=1e-12)
+            inside = one_hot.T @ along_q
+            control = k / (d - r) * (total - one_hot.T @ along_m)
+            complement = k / (d - r - k) * (total - one_hot.T @ (along_m + along_q))
+            got = energy.sums(method, bin_index)
+            torch.testing.assert_close(got.total, total, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(got.inside, inside, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(got.control, control, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(got.complement, complement, rtol=1e-9, atol=1e-12)
 
 
 def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
@@ -109,9 +111,13 @@ def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
     assert tangent_energy.interval_source(data) == tangent_energy.INTERVAL_ALL_SEQUENCES
     rows = tangent_energy.rows(data, proxies, config)
     with_ci = [r for r in rows if r["ci_low"] is not None]
-    assert {r["metric"] for r in with_ci} == {"energy_fraction", "energy_ratio"}
+    assert {r["metric"] for r in with_ci} == {
+        "energy_fraction",
+        "energy_ratio",
+        "energy_complement_ratio",
+    }
     n_proxies = sum(len(methods) for methods in proxies.values())  # sites × methods
-    assert len(with_ci) == 2 * n_proxies * (N_BINS + 1)
+    assert len(with_ci) == 3 * n_proxies * (N_BINS + 1)
     for r in with_ci:
         assert r["ci_low"] <= r["value"] <= r["ci_high"], r
         assert r["ci_low"] < r["ci_high"], r
@@ -121,7 +127,7 @@ def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
             continue
         energy = data.statistics.sites[r["site"]].sequence_energy
         b = None if r["freq_bin"] == "all" else int(r["freq_bin"])
-        inside, total, _ = energy.sums(r["method"], b)
+        inside, total, *_ = energy.sums(r["method"], b)
         assert float(inside.sum() / total.sum()) == pytest.approx(r["value"], rel=1e-10)
         assert energy.n_sequences == 48
 

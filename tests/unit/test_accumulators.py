@@ -231,20 +231,17 @@ def _orthonormal(d, k, seed):
     return q
 
 
-def _projectors(d=6, n_bins=2, draws=5):
-    """Two proxies and, per slot, ``draws`` arbitrary rank-2 frames (random, not complements:
-    the accumulator must not care)."""
+def _projectors(d=6):
+    """Two proxies, one whose controls avoid a unit direction m̂ (orthogonal to it) and one whose
+    controls fill ℝ^d."""
     from tangentlens.capture import EnergyProjectors
 
-    proxies = {"a": _orthonormal(d, 2, 1), "b": _orthonormal(d, 3, 2)}
-    frames = {
-        m: [
-            torch.stack([_orthonormal(d, q.shape[1], 100 * s + j + 10 * i) for j in range(draws)])
-            for s in range(n_bins + 1)
-        ]
-        for i, (m, q) in enumerate(proxies.items())
-    }
-    return proxies, frames, EnergyProjectors.from_frames(proxies, frames, provenance="test")
+    m = _orthonormal(d, 1, 7)
+    a = _orthonormal(d, 2, 1)
+    a = torch.linalg.qr(a - m @ (m.T @ a))[0]
+    proxies = {"a": a, "b": _orthonormal(d, 3, 2)}
+    excluded = {"a": m, "b": None}
+    return proxies, excluded, EnergyProjectors.from_proxies(proxies, excluded)
 
 
 def _energy_stream(seed=0, n_seq=7, seq_len=9, d=6, n_bins=2):
@@ -258,56 +255,65 @@ def _energy_stream(seed=0, n_seq=7, seq_len=9, d=6, n_bins=2):
     return g, ids, bins
 
 
-def _brute_force(g, ids, bins, proxies, frames, seq_len):
-    """Per sequence, per slot: Σ‖g‖², Σ‖gQ‖² and meanⱼ Σ‖g Nⱼ‖², one explicit row at a time."""
+def _brute_force(g, ids, bins, proxies, excluded, seq_len, n_slots=3):
+    """Per sequence, per slot: Σ‖g‖², Σ‖gQ‖² and the controls' exact mean energies, written out
+    row by row: ``k/(d − r) · (‖g‖² − ‖Xᵀg‖²)`` with X = m̂ (exchangeable) and X = [Q, m̂]
+    (complement; Q ⊥ m̂)."""
     sequences = sorted({int(i) // seq_len for i in ids})
-    n_slots = len(next(iter(frames.values())))
     total = np.zeros((len(sequences), n_slots))
     inside = np.zeros((len(sequences), len(proxies), n_slots))
-    control = np.zeros_like(inside)
+    control, complement = np.zeros_like(inside), np.zeros_like(inside)
+    d = g.shape[1]
     for row, i, b in zip(g.numpy(), ids.tolist(), bins.tolist(), strict=True):
         s = sequences.index(i // seq_len)
         for slot in {0, b + 1 if 0 <= b < n_slots - 1 else 0}:
             total[s, slot] += row @ row
             for j, (m, q) in enumerate(proxies.items()):
-                inside[s, j, slot] += np.sum((row @ q.numpy()) ** 2)
-                energies = [np.sum((row @ f.numpy()) ** 2) for f in frames[m][slot]]
-                control[s, j, slot] += np.mean(energies)
-    return sequences, total, inside, control
+                k = q.shape[1]
+                along_q = np.sum((row @ q.numpy()) ** 2)
+                x = excluded[m]
+                along_x = 0.0 if x is None else np.sum((row @ x.numpy()) ** 2)
+                r = 0 if x is None else x.shape[1]
+                inside[s, j, slot] += along_q
+                control[s, j, slot] += k / (d - r) * (row @ row - along_x)
+                complement[s, j, slot] += k / (d - r - k) * (row @ row - along_x - along_q)
+    return sequences, total, inside, control, complement
 
 
 def test_sequence_energy_matches_explicit_rows_and_ignores_batching():
     from tangentlens.capture import SequenceEnergy
 
     seq_len = 9
-    proxies, frames, projectors = _projectors()
+    proxies, excluded, projectors = _projectors()
     g, ids, bins = _energy_stream(seq_len=seq_len)
-    whole = SequenceEnergy(projectors, seq_len)
+    whole = SequenceEnergy(projectors, seq_len, 3)
     whole.update(g, ids, bins)
-    sequences, total, inside, control = _brute_force(g, ids, bins, proxies, frames, seq_len)
+    sequences, *expected = _brute_force(g, ids, bins, proxies, excluded, seq_len)
     assert whole.sequences.tolist() == sequences and whole.n_sequences == len(sequences)
-    np.testing.assert_allclose(whole.total.numpy(), total, rtol=1e-12)
-    np.testing.assert_allclose(whole.inside.numpy(), inside, rtol=1e-12)
-    np.testing.assert_allclose(whole.control.numpy(), control, rtol=1e-12)
+    names = ("total", "inside", "control", "complement")
+    for name, want in zip(names, expected, strict=True):
+        np.testing.assert_allclose(getattr(whole, name).numpy(), want, rtol=1e-12, err_msg=name)
     # split at odd places (a sequence cut in two) and merged from two accumulators
-    parts = [SequenceEnergy(projectors, seq_len) for _ in range(2)]
+    parts = [SequenceEnergy(projectors, seq_len, 3) for _ in range(2)]
     for k, (gc, ic, bc) in enumerate(zip(g.split(10), ids.split(10), bins.split(10), strict=True)):
         parts[k % 2].update(gc, ic, bc)
     parts[0].merge(parts[1])
     assert torch.equal(parts[0].sequences, whole.sequences)
-    for name in ("total", "inside", "control"):
+    for name in names:
         torch.testing.assert_close(
             getattr(parts[0], name), getattr(whole, name), rtol=1e-12, atol=0
         )
-    inside_b, total_b, control_b = whole.sums("b", 1)
-    np.testing.assert_allclose(inside_b.numpy(), inside[:, 1, 2], rtol=1e-12)
-    np.testing.assert_allclose(total_b.numpy(), total[:, 2], rtol=1e-12)
-    np.testing.assert_allclose(control_b.numpy(), control[:, 1, 2], rtol=1e-12)
+    sums = whole.sums("b", 1)
+    total, inside, control, complement = expected
+    for got, want in zip(
+        sums, (inside[:, 1, 2], total[:, 2], control[:, 1, 2], complement[:, 1, 2]), strict=True
+    ):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     with pytest.raises(ValueError, match="no projectors for method"):
         whole.sums("c")
     with pytest.raises(ValueError, match="bin_index must be None or in"):
         whole.sums("a", 2)
-    other = SequenceEnergy(_projectors()[2], seq_len)
+    other = SequenceEnergy(_projectors()[2], seq_len, 3)
     with pytest.raises(ValueError, match="same projectors"):
         whole.merge(other)
 
@@ -316,8 +322,8 @@ def test_site_statistics_gather_sequence_energy_only_for_named_sites():
     from tangentlens.capture import SequenceEnergyConfig
 
     seq_len = 9
-    proxies, frames, projectors = _projectors()
-    spec = SequenceEnergyConfig(seq_len=seq_len, projectors={"site": projectors})
+    proxies, excluded, projectors = _projectors()
+    spec = SequenceEnergyConfig(seq_len=seq_len, projectors={"site": projectors}, n_bins=2)
     config = StatisticsConfig(n_bins=2, reservoir_size=0, sequence_energy=spec)
     g, ids, bins = _energy_stream(seq_len=seq_len)
     h = torch.randn_like(g)
@@ -327,22 +333,26 @@ def test_site_statistics_gather_sequence_energy_only_for_named_sites():
     halves[0].update(h[:20], g[:20], ids[:20], ids[:20], bins[:20])
     halves[1].update(h[20:], g[20:], ids[20:], ids[20:], bins[20:])
     halves[0].merge(halves[1])
-    _, total, inside, _ = _brute_force(g, ids, bins, proxies, frames, seq_len)
+    _, total, inside, *_ = _brute_force(g, ids, bins, proxies, excluded, seq_len)
     for s in (stats, halves[0]):
         np.testing.assert_allclose(s.sequence_energy.total.numpy(), total, rtol=1e-12)
         np.testing.assert_allclose(s.sequence_energy.inside.numpy(), inside, rtol=1e-12)
     # summed over sequences: the energies of the pooled (per-bin) second moments
     for slot, acc in enumerate([stats.g, *stats.g_bins]):
-        q = proxies["a"]
+        q, m = proxies["a"], excluded["a"]
         pooled = float(torch.trace(q.T @ acc.second_moment @ q))
         assert float(stats.sequence_energy.inside[:, 0, slot].sum()) == pytest.approx(
             pooled, rel=1e-12
+        )
+        null = 2 / 5 * float(torch.trace(acc.second_moment) - m[:, 0] @ acc.second_moment @ m)
+        assert float(stats.sequence_energy.control[:, 0, slot].sum()) == pytest.approx(
+            null, rel=1e-12
         )
     assert SiteStatistics(6, config, site="other").sequence_energy is None
     assert SiteStatistics(6, config).sequence_energy is None
     with pytest.raises(ValueError, match="merge only when both keep sequence energies"):
         stats.merge(SiteStatistics(6, config, site="other"))
-    with pytest.raises(ValueError, match="3 slots; the statistics keep 1 bins"):
+    with pytest.raises(ValueError, match="sequence_energy sums 2 bins; the statistics keep 1"):
         StatisticsConfig(n_bins=1, sequence_energy=spec)
     with pytest.raises(ValueError, match="needs gradients=True"):
         StatisticsConfig(gradients=False, n_bins=2, sequence_energy=spec)

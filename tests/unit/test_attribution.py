@@ -67,7 +67,9 @@ def test_planted_share_is_recovered_and_p_value_is_minimal():
     assert result.energy_p_value == pytest.approx(1 / 100)
     assert result.draws == 99 and result.rank == K and result.d == D
     assert result.energy_enrichment == pytest.approx(0.6 / (K / D))
-    assert result.energy_ratio == pytest.approx(0.6 / result.control_mean)
+    # the ratio reads the family's exact mean; the frames' own ratio is the self-check
+    assert result.energy_ratio == pytest.approx(0.6 / (K / (D - K) * 0.4), rel=1e-10)
+    assert result.sampled_ratio == pytest.approx(0.6 / result.control_mean, rel=1e-12)
     assert result.energy_z > 10
     # each control holds ≈ its share of the remaining 40 %, on average exactly the closed form
     assert result.null_mean == pytest.approx(K / (D - K) * 0.4)

@@ -36,6 +36,17 @@ def _record_draws(monkeypatch) -> list[np.ndarray]:
     return seen
 
 
+def order_statistic(values, p: float) -> float:
+    """The ``(B + 1)·p``-th smallest of B values (1-based, linear between neighbours, clipped to
+    the extremes): Hall's rule for bootstrap quantiles, written out."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    h = min(max((len(x) + 1) * p, 1.0), float(len(x)))
+    below = int(np.floor(h))
+    if below >= len(x):
+        return float(x[-1])
+    return float(x[below - 1] + (h - below) * (x[below] - x[below - 1]))
+
+
 def _reference(counts: np.ndarray, level: float) -> dict[str, tuple[float, float]]:
     """Both intervals, one replicate at a time, from the groups each replicate drew."""
     point = NUM.sum() / DEN.sum()
@@ -50,10 +61,10 @@ def _reference(counts: np.ndarray, level: float) -> dict[str, tuple[float, float
         if se_r > 0:
             t.append((r - point) / se_r)
     alpha = (1 - level) / 2
-    t_low, t_high = np.quantile(t, [alpha, 1 - alpha])
+    t_low, t_high = order_statistic(t, alpha), order_statistic(t, 1 - alpha)
     return {
         "studentized": (point - t_high * se, point - t_low * se),
-        "percentile": tuple(np.quantile(ratios, [alpha, 1 - alpha])),
+        "percentile": (order_statistic(ratios, alpha), order_statistic(ratios, 1 - alpha)),
     }
 
 

@@ -272,3 +272,133 @@ def test_docstring_examples():
     for module in (comparison_runs, sites, console):
         failed, tried = doctest.testmod(module)
         assert tried and not failed, module.__name__
+
+
+# ------------------------------------------------- estimators and the other must-match settings
+
+
+def _estimators(**changes: str | None) -> dict[str, str]:
+    """A manifest's ``estimators`` (this version's), with ``changes`` (None: not recorded)."""
+    from tangentlens.sweep.manifest import ESTIMATORS
+
+    out = {**ESTIMATORS, "energy_interval": "studentized bootstrap over all_sequences"}
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key)
+        else:
+            out[key] = value
+    return out
+
+
+def test_runs_whose_estimators_differ_are_compared_only_on_the_rows_they_leave_alone(tmp_path):
+    """Null: the same estimators compare every shared row. Planted: a run written before the
+    ratios read the controls' exact mean (no ``energy_ratio`` entry) against one after: every
+    ``*_ratio`` row of tangent_energy is refused in one line naming the entry and both runs,
+    the rest compared."""
+    rows = _decoder_rows(100, 2.0)
+    new = _write_run(tmp_path / "new", rows, _recipe(), n_layers=4, estimators=_estimators())
+    same = _write_run(tmp_path / "same", rows, _recipe(), n_layers=4, estimators=_estimators())
+    assert compare([new, same]).refused == ()
+    assert {r["metric"] for r in compare([new, same]).to_pylist()} == {
+        "n_tokens",
+        "cosine_anisotropy",
+        "energy_ratio",
+    }
+    old = _write_run(
+        tmp_path / "old", rows, _recipe(), n_layers=4, estimators=_estimators(energy_ratio=None)
+    )
+    comparison = compare([old, new])
+    assert [r.line for r in comparison.refused] == [
+        'estimator energy_ratio differs (old: not recorded; new: "E(T) over the control '
+        "family's exact mean k/(d …\"): tangent_energy, update_alignment rows (*_ratio) not "
+        "compared"
+    ]
+    assert {r["metric"] for r in comparison.to_pylist()} == {"n_tokens", "cosine_anisotropy"}
+    assert comparison.unshared[0]["tangent_energy"] == 9  # 5 "all" + 4 bin "0"
+    # an entry of no known scope refuses every row: nothing is left
+    odd = _write_run(
+        tmp_path / "odd", rows, _recipe(), n_layers=4, estimators=_estimators(novel="v2")
+    )
+    with pytest.raises(ValueError, match=r"share no comparable row .*estimator novel differs"):
+        compare([new, odd])
+
+
+def test_every_estimator_the_manifest_records_has_a_scope():
+    from tangentlens.comparison.settings import ESTIMATOR_SCOPES
+    from tangentlens.sweep.manifest import ESTIMATORS
+
+    assert set(ESTIMATOR_SCOPES) == {*ESTIMATORS, "energy_interval"}
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (
+            {"probes.tangent_energy.fit_policy": "per_checkpoint"},
+            "fit policy differs (probes.tangent_energy.fit_policy: dec frozen_early, other "
+            "per_checkpoint): tangent_energy, anisotropy_share, subspace_stability, "
+            "update_alignment, proxy_fit rows not compared",
+        ),
+        (
+            {"probes.tangent_energy.held_out": True},
+            "held_out differs (probes.tangent_energy.held_out: dec false, other true): "
+            "tangent_energy, anisotropy_share, subspace_stability, update_alignment, proxy_fit "
+            "rows not compared",
+        ),
+        (
+            {"probes.tangent_energy.mean_direction": False},
+            "control family differs (probes.tangent_energy.mean_direction: dec true, other "
+            "false): tangent_energy, anisotropy_share, subspace_stability, update_alignment, "
+            "proxy_fit rows not compared",
+        ),
+    ],
+)
+def test_each_tangent_setting_refuses_the_tangent_account(tmp_path, two_runs, change, line):
+    """Value tests for the must-match settings beyond rank, draws and bins (a setting dropped
+    from MUST_MATCH compares the energy ratio across a changed estimator)."""
+    dec, _ = two_runs
+    other = _write_run(tmp_path / "other", _decoder_rows(100, 2.0), _recipe(**change), n_layers=4)
+    comparison = compare([dec, other])
+    assert [r.line for r in comparison.refused] == [line]
+    assert {r["probe"] for r in comparison.to_pylist()} == {"capture", "cosine_drift"}
+
+
+def test_the_data_matched_control_refuses_only_its_own_rows(tmp_path):
+    rows = [
+        *_decoder_rows(100, 2.0),
+        row("dec", 100, 1000, "tangent_energy", "data_matched_energy_ratio", 1.2,
+            site="blocks.3.hook_resid_post", layer=3, method="pca", rank=4),
+    ]  # fmt: skip
+    a = _write_run(tmp_path / "a", rows, _recipe(), n_layers=4)
+    b = _write_run(
+        tmp_path / "b", rows, _recipe(**{"probes.tangent_energy.data_matched_m": 8}), n_layers=4
+    )
+    comparison = compare([a, b])
+    assert [r.line for r in comparison.refused] == [
+        "control family differs (probes.tangent_energy.data_matched_m: a none, b 8): "
+        "tangent_energy rows (data_matched_*) not compared"
+    ]
+    got = {r["metric"] for r in comparison.to_pylist()}
+    assert "energy_ratio" in got and "data_matched_energy_ratio" not in got
+
+
+def test_the_enrichment_is_compared_as_a_difference_beside_its_null(tmp_path):
+    """``energy_enrichment``'s null is not 1 but ``energy_enrichment_null``: a plain Δ (0.7),
+    not a log ratio (ln 2), with its null's Δ beside it."""
+    cell = {"site": "blocks.3.hook_resid_post", "layer": 3, "method": "pca", "rank": 4}
+    runs = []
+    for name, enrichment in (("a", 0.7), ("b", 1.4)):
+        rows = [
+            row(name, 100, 1000, "tangent_energy", "energy_enrichment", enrichment, **cell),
+            row(name, 100, 1000, "tangent_energy", "energy_enrichment_null", 0.7, **cell),
+        ]
+        runs.append(_write_run(tmp_path / name, rows, _recipe(), n_layers=4))
+    got = {
+        r["metric"]: (r["value"], r["difference"])
+        for r in compare(runs).to_pylist()
+        if r["run"] == "b − a"
+    }
+    assert got == {
+        "energy_enrichment": (pytest.approx(0.7), "difference"),
+        "energy_enrichment_null": (0.0, "difference"),
+    }

@@ -319,7 +319,13 @@ def test_probe_equal_spread_lies_inside_the_permutation_band_and_matches_brute_f
         "freq_distance_pearson",
         "freq_distance_spearman",
         *_NULL,
+        "freq_distance_pearson_null_mean",
+        "freq_distance_pearson_null_std",
     }
+    # equal spread: the Pearson lies inside its shuffle null's ±2 sd (null), the null centred
+    pearson_null = table[(_SITE, "freq_distance_pearson_null_mean")]["value"]
+    pearson_sd = table[(_SITE, "freq_distance_pearson_null_std")]["value"]
+    assert abs(pearson_null) < 0.03 and abs(pearson["value"] - pearson_null) < 2 * pearson_sd
     assert {site for site, _ in table} == {_SITE}  # the constant site has no spread to correlate
 
 
@@ -339,6 +345,10 @@ def test_probe_planted_spread_gives_the_planted_negative_correlation():
     assert table[(_SITE, "freq_distance_spearman")]["value"] == pytest.approx(
         truth_spearman, abs=0.03
     )
+    # planted: the Pearson lies far beyond its shuffle null (the verdict's 2 null sd)
+    pearson_null = table[(_SITE, "freq_distance_pearson_null_mean")]["value"]
+    pearson_sd = table[(_SITE, "freq_distance_pearson_null_std")]["value"]
+    assert pearson["value"] < pearson_null - 10 * pearson_sd
     # the null of these homoscedastic d = 256 clouds keeps a rank shift of ≈ +0.01 only: the
     # excess reads the planted Spearman, a little below it
     null_mean = table[(_SITE, "freq_distance_spearman_null_mean")]["value"]
@@ -348,12 +358,32 @@ def test_probe_planted_spread_gives_the_planted_negative_correlation():
     )
 
 
+def test_probe_correlates_the_frequency_tables_log_frequency_not_the_captures_count():
+    """The analysis corpus's frequency table, not the count in the capture stream: with a table
+    whose frequencies are not proportional to the captured counts (a reversed ranking), the
+    Pearson is the table's, a value the counts' differs from."""
+    vocab = 3000
+    tokens, H, _ = _zipf_stream(14, vocab=vocab, d=32, beta=0.3, tau=0.3)  # planted spread
+    data = _step_data(tokens, H, vocab)
+    count = np.bincount(tokens, minlength=vocab)
+    other = np.repeat(np.arange(vocab), np.maximum(count[::-1], 1))  # the ranking reversed
+    data = replace(data, frequencies=FrequencyTable.from_tokens(other, vocab))
+    table = _probe_values(data, min_count=5, null_draws=0)
+    keep = count >= 5
+    count_sums, scatter = _sums_of_squares(tokens, H, vocab)
+    spread = scatter[keep] / (count_sums[keep] - 1)
+    table_lf = data.frequencies.log_frequency()[keep]
+    want = pearsonr(table_lf, spread)[0]
+    assert table[(_SITE, "freq_distance_pearson")]["value"] == pytest.approx(want, abs=1e-9)
+    assert abs(want - pearsonr(np.log(count[keep]), spread)[0]) > 0.05
+
+
 def _replayed_null(data, tokens, H, config):
     """The probe's shuffle null by brute force, from the explicit rows: numpy centroids, the
     reservoir's rows (as the float32 it stores) minus their centroid, ×√(n/(n − 1)); per
     replicate the same seeded index draws, type after type in id order, ``np.var(ddof=1)`` of
-    each type's drawn rows and scipy's Spearman. Returns the replicates' Spearman and the pool
-    size."""
+    each type's drawn rows and scipy's Spearman and Pearson. Returns the replicates' Spearman,
+    the pool size and the replicates' Pearson."""
     from tangentlens.seeding import seeded_generator
 
     vocab = data.frequencies.vocab_size
@@ -371,7 +401,7 @@ def _replayed_null(data, tokens, H, config):
     lf = np.log(count[kept] / tokens.size)
     n = count[kept]
     ends = np.cumsum(n)
-    replicates = []
+    replicates, pearson = [], []
     for b in range(config.null_draws):
         generator = seeded_generator(config.seed, data.step, data.layers[_SITE] + 1, b)
         index = torch.randint(len(pool), (int(n.sum()),), generator=generator).numpy()
@@ -380,7 +410,8 @@ def _replayed_null(data, tokens, H, config):
             for m, hi in zip(n, ends, strict=True)
         ]
         replicates.append(spearmanr(lf, spread)[0])
-    return np.array(replicates), len(pool)
+        pearson.append(pearsonr(lf, spread)[0])
+    return np.array(replicates), len(pool), np.array(pearson)
 
 
 def test_probe_shuffle_null_replays_by_brute_force():
@@ -392,8 +423,14 @@ def test_probe_shuffle_null_replays_by_brute_force():
     config = frequency_geometry.FrequencyGeometryConfig(min_count=5, null_draws=12, seed=3)
     out = frequency_geometry.rows(data, config)
     table = {r["metric"]: r for r in out}
-    replicates, pool = _replayed_null(data, tokens, H, config)
+    replicates, pool, pearson = _replayed_null(data, tokens, H, config)
     assert 3000 < pool < 4096  # the sample's rows of types seen ≥ 5 times
+    # the headline Pearson's null, from the same replicates (issue 33)
+    null_pearson = table["freq_distance_pearson_null_mean"]["value"]
+    assert null_pearson == pytest.approx(pearson.mean(), abs=1e-9)
+    assert table["freq_distance_pearson_null_std"]["value"] == pytest.approx(
+        np.std(pearson, ddof=1), abs=1e-9
+    )
     assert table[_NULL[0]]["value"] == pytest.approx(replicates.mean(), abs=1e-9)
     assert table[_NULL[1]]["value"] == pytest.approx(np.std(replicates, ddof=1), abs=1e-9)
     observed = table["freq_distance_spearman"]["value"]
@@ -467,7 +504,7 @@ def test_probe_null_is_the_same_when_only_the_frequent_types_are_tracked():
     full = frequency_geometry.rows(_step_data(tokens, H, vocab, reservoir_size=2048), config)
     ids = frequency_geometry.tracked_types(config, np.bincount(tokens, minlength=vocab))
     subset = _step_data(tokens, H, vocab, reservoir_size=2048, type_ids=tuple(ids.tolist()))
-    assert len(full) == 5 and frequency_geometry.rows(subset, config) == full
+    assert len(full) == 7 and frequency_geometry.rows(subset, config) == full
 
 
 def test_probe_omits_the_null_rows_without_enough_sampled_residuals():

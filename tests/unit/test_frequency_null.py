@@ -234,10 +234,15 @@ def test_null_summary_and_config_validation():
     assert null.std == pytest.approx(float(np.std(null.values.numpy(), ddof=1)))
     assert null.excess == pytest.approx(null.observed - null.mean)
     replay = shuffled_spreads(count[keep], pool, 5, (1,))
-    from scipy.stats import spearmanr
+    from scipy.stats import pearsonr, spearmanr
 
     for b in range(5):
         assert float(null.values[b]) == pytest.approx(spearmanr(lf[keep], replay[b])[0], 1e-12)
+        assert float(null.pearson_values[b]) == pytest.approx(
+            pearsonr(lf[keep], replay[b])[0], 1e-12
+        )
+    assert null.pearson_mean == pytest.approx(float(null.pearson_values.mean()))
+    assert null.pearson_std == pytest.approx(float(np.std(null.pearson_values.numpy(), ddof=1)))
     assert min_pool_rows(16) == 256 and min_pool_rows(768) == 1536
     assert FrequencyGeometryConfig().null_draws == 20
     assert FrequencyGeometryConfig(null_draws=0).null_draws == 0

@@ -168,7 +168,10 @@ def test_update_rows_equal_an_independent_recomputation_with_their_seed_key():
     e_t = float((delta @ proxy).pow(2).sum() / delta.pow(2).sum())
     e_n = (delta @ frames).pow(2).sum(dim=(1, 2)) / delta.pow(2).sum()
     row = got[("pca", "centroid_update_energy_ratio")]
-    assert row["value"] == pytest.approx(e_t / float(e_n.mean()), rel=1e-10)
+    # the ratio is to the controls' exact mean k/(d − 1) · (1 − E(m̂)) (issue 33), not the
+    # frames' mean (which gives the p-value)
+    e_m = float((delta @ m).pow(2).sum() / delta.pow(2).sum())
+    assert row["value"] == pytest.approx(e_t / (k / (d - 1) * (1 - e_m)), rel=1e-10)
     assert got[("pca", "centroid_update_energy_p_value")]["value"] == pytest.approx(
         (1 + int((e_n >= e_t).sum())) / 31
     )

@@ -66,7 +66,10 @@ def _glossary() -> dict[str, dict[str, str]]:
 
 
 def test_the_builtin_catalogue_is_every_probe_module():
-    names = {p.stem for p in (ROOT / "probes").glob("*.py")} - {"__init__", "base", "configs"}
+    import tangentlens.probes
+
+    folder = Path(tangentlens.probes.__path__[0])  # probes/, or a staging copy's (make mutate)
+    names = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "configs"}
     assert set(builtin_probes()) == names
     for name, probe in builtin_probes().items():
         assert probe.name == name and probe.module == f"tangentlens.probes.{name}"
@@ -231,6 +234,48 @@ def test_import_paths_resolve_and_bad_ones_are_refused_in_one_line(tmp_path, mon
         resolve(f"{shadow}:PROBE")
     with pytest.raises(ValueError, match="are both named 'ok_probe'"):
         resolve_all([f"{name}:PROBE", "probe_package.mine"])
+
+
+def test_an_installed_probe_may_not_shadow_a_built_in_one(tmp_path, monkeypatch):
+    """An entry point named like a built-in probe is refused in one line (value test of the
+    message), as is one declaring another name; a well-formed one is listed."""
+    import importlib.metadata
+
+    from tangentlens import registry
+
+    source = """
+        from dataclasses import dataclass
+        from tangentlens.registry import Probe
+
+        @dataclass(frozen=True)
+        class Config:
+            pass
+
+        PROBE = Probe(name="cosine_drift", config=Config, scope="step",
+                      metrics={"x": "a thing"}, rows=lambda inputs, config: [])
+        OTHER = Probe(name="elsewhere", config=Config, scope="step",
+                      metrics={"x": "a thing"}, rows=lambda inputs, config: [])
+    """
+    module = _module(tmp_path, monkeypatch, "probe_entry_shadow", source)
+
+    def installed(**points: str) -> dict:
+        group = registry.ENTRY_POINT_GROUP
+        entries = {n: importlib.metadata.EntryPoint(n, v, group) for n, v in points.items()}
+        monkeypatch.setattr(registry, "_entry_points", lambda: entries)
+        registry.installed_probes.cache_clear()
+        try:
+            return registry.installed_probes()
+        finally:
+            registry.installed_probes.cache_clear()
+
+    with pytest.raises(ValueError) as error:
+        installed(cosine_drift=f"{module}:PROBE")
+    assert str(error.value) == (
+        f"entry point 'cosine_drift' ({module}:PROBE) shadows a built-in probe"
+    )
+    with pytest.raises(ValueError, match="declares a probe named 'elsewhere'"):
+        installed(mine=f"{module}:OTHER")
+    assert list(installed(elsewhere=f"{module}:OTHER")) == ["elsewhere"]
 
 
 def test_the_readme_example_is_the_fixture_package_word_for_word():

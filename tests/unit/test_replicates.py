@@ -17,6 +17,7 @@ from tangentlens.metrics import bootstrap_ratio
 from tangentlens.probes.tangent_energy import TangentEnergyConfig, TangentSpec
 from tangentlens.results import REPLICATE_FIELDS, replicate_record, row
 from tangentlens.sweep.store import RunStore, read_replicates
+from tests.unit.test_bootstrap_studentized import order_statistic
 
 R = 400
 
@@ -32,7 +33,7 @@ def test_kept_replicates_are_the_ones_the_percentile_interval_came_from():
     result = bootstrap_ratio(num, den, replicates=R, keep_replicates=True)
     kept = result.replicate_values
     assert kept.shape == (R,) and np.isfinite(kept).all()
-    low, high = np.quantile(kept, (0.025, 0.975))
+    low, high = order_statistic(kept, 0.025), order_statistic(kept, 0.975)
     assert (result.ci_low, result.ci_high) == pytest.approx((low, high), rel=1e-12)
     # the same seed gives the same replicates, with or without keeping them
     again = bootstrap_ratio(num, den, replicates=R)
@@ -76,6 +77,18 @@ def test_a_planted_log_ratio_shift_is_recovered_with_its_closed_form_spread():
     # a plain difference for a non-ratio metric, shifted by 0.05
     low, high = _difference_interval("energy_fraction", 0.05, first, first + 0.05)
     assert (low, high) == pytest.approx((0.05, 0.05), abs=1e-12)
+
+
+def test_replicates_are_paired_by_index_before_undefined_ones_are_dropped():
+    """Replicate i of one run goes with replicate i of the other; a replicate undefined in
+    either run (NaN: its denominators summed to zero) drops the pair. Every defined pair below
+    moves by exactly ln e = 1; dropping each run's NaNs first would pair replicates across
+    indices (differences 1, 0, 0, 1)."""
+    e = math.e
+    first = np.array([1.0, np.nan, e, e**2, e**3])
+    later = np.array([e, e, e**2, np.nan, e**4])
+    assert _difference_interval("energy_ratio", 1.0, first, later) == (1.0, 1.0)
+    assert _difference_interval("energy_fraction", 0.5, first, first + 0.5) == (0.5, 0.5)
 
 
 def test_the_interval_contains_the_difference_and_needs_both_runs_replicates():

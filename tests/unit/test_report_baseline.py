@@ -105,45 +105,53 @@ def _table(text: str, title: str) -> list[str]:
 def test_findings_give_the_step_0_value_beside_the_later_steps():
     bell, rise, energy, frequency = (f.evidence for f in reproduction_summary(_rows()))
     assert bell == (
-        "centred anisotropy at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1; "
-        "at step 0 (init): L0 0.050, L1 0.060, L2 0.070"
+        "at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1; "
+        "baseline step 0 (init): L0 0.050, L1 0.060, L2 0.070"
     )
-    assert (
-        rise == "TwoNN (mean over layers) by step — 0 (init): 10.0, 10: 20.0, 100: 16.0, 1000: 12.0"
+    assert rise == (
+        "by step — 0 (init): 10.0, 10: 20.0, 100: 16.0, 1000: 12.0; baseline step 0 (init); "
+        "peak at step 10"
     )
     assert energy == (
-        "mean energy ratio over steps [10]: 2.23; at step 1000: 1.10; at step 0 (init): 2.31 "
+        "mean over the early steps [10, 100] (≤ 30% of the 2,048,000 tokens seen by step 1000): "
+        "1.94; at step 1000: 1.10; baseline step 0 (init): 2.31 "
         "(mean direction m̂, rank 1: 5.00 at step 0 (init), 0.50 at step 1000)"
     )
     assert frequency == (
-        "Pearson at step 1000, mean over 2 sites: -0.40 (seeds: ≈ −0.5; at step 0 (init): 0.06)"
+        "no shuffle null at step 1000 (freq_distance_pearson_null_mean/_std: "
+        "frequency_geometry.null_draws = 0, no reservoir, or too few sampled rows)"
     )
 
 
-def test_findings_without_step_0_carry_no_init_value_and_the_run_says_so():
+def test_findings_without_step_0_read_the_earliest_step_as_their_baseline():
     rows = _rows(steps=(10, 100, 1000))
-    bell, rise, energy, frequency = (f.evidence for f in reproduction_summary(rows))
-    assert bell == "centred anisotropy at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1"
-    assert rise == "TwoNN (mean over layers) by step — 10: 20.0, 100: 16.0, 1000: 12.0"
+    bell, rise, energy, _ = (f.evidence for f in reproduction_summary(rows))
+    earliest = "baseline step 10 (the earliest scored: no step 0)"
+    assert bell == (
+        f"at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1; {earliest}: L0 0.100, "
+        "L1 0.200, L2 0.300"
+    )
+    assert rise == f"by step — 10: 20.0, 100: 16.0, 1000: 12.0; {earliest}; peak at step 100"
     assert energy == (
-        "mean energy ratio over steps [10]: 2.23; at step 1000: 1.10 "
+        "mean over the early steps [100] (≤ 30% of the 2,048,000 tokens seen by step 1000): "
+        f"1.65; at step 1000: 1.10; {earliest}: 2.23 "
         "(mean direction m̂, rank 1: 4.00 at step 10, 0.50 at step 1000)"
     )
-    assert frequency.endswith("(seeds: ≈ −0.5; at step 10: 0.00)")
     assert baseline.baseline_notice(rows) == NO_BASELINE
     assert baseline.baseline_notice(_rows()) is None
     assert baseline.baseline_notice([]) is None
 
 
-def test_a_run_of_step_0_alone_does_not_repeat_it_as_a_baseline():
+def test_a_run_of_step_0_alone_is_not_testable():
     (bell, *_) = reproduction_summary(_rows(steps=(0,)))
-    assert bell.evidence == "centred anisotropy at step 0: L0 0.050, L1 0.060, L2 0.070; peak at L2"
+    assert bell.holds is None and bell.evidence.startswith("1 scored step with this metric (0)")
 
 
 def test_report_tables_label_the_step_0_row_init_above_the_later_steps(tmp_path):
     text = _report(tmp_path, _rows())
     assert "no step-0 baseline" not in text
-    assert _table(text, "tangent/control energy ratio and p-value — pca, layer 2") == [
+    title = "energy ratio and p-value against the exchangeable controls — pca, "
+    assert _table(text, title + "blocks.2.hook_resid_post") == [
         "step all",
         "0 (init) 2.300 p0.010",
         "10 2.100 p0.500",
@@ -155,7 +163,7 @@ def test_report_tables_label_the_step_0_row_init_above_the_later_steps(tmp_path)
         "0 (init) 0.050 0.060 0.070",
         "10 0.100 0.200 0.300",
     ]
-    assert "at step 0 (init): 2.31" in text.replace("\n", " ")
+    assert "baseline step 0 (init): 2.31" in text.replace("\n", " ")
 
 
 def test_report_without_step_0_says_so_in_one_line(tmp_path):
@@ -168,3 +176,31 @@ def test_report_without_step_0_says_so_in_one_line(tmp_path):
 
 def test_baseline_doctests():
     assert doctest.testmod(baseline).failed == 0
+
+
+def test_two_sites_at_the_deepest_layer_get_a_table_each_titled_by_site(tmp_path):
+    """resid_post and mlp_out captured at every block: the energy tables name their site and
+    show its own ratio and p (one table used to show one site's under a title naming none)."""
+    rows = []
+    for step, (resid, mlp) in {0: (2.0, 0.9), 10: (3.0, 1.1)}.items():
+        for site, ratio, p in (
+            ("blocks.2.hook_resid_post", resid, 0.01),
+            ("blocks.2.hook_mlp_out", mlp, 0.4),
+        ):
+            cell = {"site": site, "layer": 2, "method": "pca", "rank": 16}
+            rows += [
+                row("s", step, step, "tangent_energy", "energy_ratio", ratio, **cell),
+                row("s", step, step, "tangent_energy", "energy_p_value", p, **cell),
+            ]
+    text = _report(tmp_path, rows)
+    title = "energy ratio and p-value against the exchangeable controls — pca, "
+    assert _table(text, title + "blocks.2.hook_resid_post") == [
+        "step all",
+        "0 (init) 2.000 p0.010",
+        "10 3.000 p0.010",
+    ]
+    assert _table(text, title + "blocks.2.hook_mlp_out") == [
+        "step all",
+        "0 (init) 0.900 p0.400",
+        "10 1.100 p0.400",
+    ]

@@ -76,10 +76,33 @@ def test_frames_of_one_basis_are_made_once(monkeypatch):
     assert not torch.allclose(other, first)
 
 
-def test_the_memory_plan_counts_the_draws_a_step_keeps_through_its_capture():
-    """What ``sequence_energy_config`` leaves in the step's ``reused_draws`` block (held through
-    the capture, then reused by the probes) is the plan's ``control draws`` term, and the plan's
-    cap is the block's."""
+def _planted_capture(sites: dict[str, int | None], d: int, n_bins: int):
+    """A capture of random gradients at ``sites`` with every frequency bin filled."""
+    from tangentlens.capture import (
+        CaptureConfig,
+        CaptureStatistics,
+        SiteStatistics,
+        StatisticsConfig,
+    )
+    from tangentlens.capture.captured import Capture
+
+    statistics = StatisticsConfig(n_bins=n_bins, reservoir_size=0)
+    stats = {}
+    for i, site in enumerate(sites):
+        gen = torch.Generator().manual_seed(i)
+        h, g = (torch.randn(64, d, generator=gen, dtype=torch.float64) for _ in range(2))
+        stats[site] = SiteStatistics(d, statistics, site=site)
+        ids = torch.arange(64)
+        stats[site].update(h, g, torch.zeros(64, dtype=torch.int64), ids, ids % n_bins)
+    config = CaptureConfig(sites=tuple(sites))
+    return Capture("planted", 7, 0, CaptureStatistics(config, statistics, stats), sites, 16)
+
+
+def test_the_memory_plan_counts_the_draws_a_step_keeps_for_its_probes():
+    """What ``tangent_energy.rows`` leaves in the step's ``reused_draws`` block (kept while the
+    probes run, reused by anisotropy_share) is the plan's ``control draws`` term, and the plan's
+    cap is the block's. Nothing is drawn before the capture: ``sequence_energy_config`` keeps
+    nothing."""
     from tangentlens import metrics
     from tangentlens.models.shapes import ModelShape
     from tangentlens.probes import tangent_energy
@@ -88,23 +111,33 @@ def test_the_memory_plan_counts_the_draws_a_step_keeps_through_its_capture():
     assert memory.REUSED_DRAWS_BYTES == metrics.REUSED_DRAWS_BYTES
     d, draws, n_bins = 12, 5, 2
     sites = {"hook_embed": None, "blocks.0.hook_resid_post": 0}
-    for rank, mean_direction in [(3, True), (1, True), (3, False)]:
+    data = _planted_capture(sites, d, n_bins)
+    for rank, mean_direction, methods in [(3, True, 2), (1, True, 2), (3, False, 2), (2, True, 3)]:
         proxies = {}
         for i, site in enumerate(sites):
-            proxies[site] = {"pca": _orthonormal(d, rank, i), "seminmf": _orthonormal(d, rank, 9)}
+            m = _orthonormal(d, 1, 20 + i)
+            proxies[site] = {}
+            for j in range(methods):
+                q = _orthonormal(d, rank, 9 + j)
+                if mean_direction:
+                    q = torch.linalg.qr(q - m @ (m.T @ q))[0]
+                proxies[site][f"method{j}"] = q
             if mean_direction:
-                proxies[site]["mean_direction"] = _orthonormal(d, 1, 20 + i)
-        config = tangent_energy.TangentEnergyConfig(draws=draws, seed=3)
+                proxies[site]["mean_direction"] = m
+        config = tangent_energy.TangentEnergyConfig(draws=draws, seed=3, bootstrap=0)
         with reused_draws():
-            tangent_energy.sequence_energy_config(config, 7, proxies, sites, n_bins, 16)
+            tangent_energy.sequence_energy_config(proxies, n_bins, 16)
+            assert controls_module._REUSED.get()[1][0] == metrics.REUSED_DRAWS_BYTES
+            tangent_energy.rows(data, proxies, config)
             kept = metrics.REUSED_DRAWS_BYTES - controls_module._REUSED.get()[1][0]
         shape = ModelShape("gpt_neox", 1, d, 2, 2, 48, 50, 16, 0)
+        columns = memory.control_draw_columns(rank, mean_direction, methods)
         inputs = memory.PlanInputs(
             shape=shape, dtype="float32", device="cpu", batch=2, seq_len=16,
             sites=(("embed", None), ("resid_post", 0)), gradients=True, bins=n_bins,
             bin_moments=True, n_types=0, reservoir=0, energy_methods=2, n_sequences=4,
-            draws=draws, draw_columns=memory.control_draw_columns(rank, mean_direction),
+            draws=draws, draw_columns=columns,
         )  # fmt: skip
-        assert memory.held_draws_bytes(inputs) == kept, (rank, mean_direction)
+        assert memory.held_draws_bytes(inputs) == kept, (rank, mean_direction, methods)
     capped = dataclasses.replace(inputs, draws=10**6)
     assert memory.held_draws_bytes(capped) == memory.REUSED_DRAWS_BYTES

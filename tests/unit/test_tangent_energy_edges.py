@@ -118,7 +118,13 @@ def test_a_capture_mixing_interval_sources_is_refused():
 
 def test_sequence_energy_config_checks_the_bin_count():
     with pytest.raises(ValueError, match=r"^n_bins must be an integer ≥ 0"):
-        tangent_energy.sequence_energy_config(CONFIG, 3, {SITE: {"pca": PROXY}}, {SITE: 0}, -1, 4)
-    spec = tangent_energy.sequence_energy_config(CONFIG, 3, {SITE: {"pca": PROXY}}, {SITE: 0}, 0, 4)
-    assert spec.seq_len == 4 and spec.projectors[SITE].n_slots == 1
-    assert spec.projectors[SITE].provenance == (9, ((1, 3, 1, 0),))
+        tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, -1, 4)
+    spec = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 2, 4)
+    assert (spec.seq_len, spec.n_bins) == (4, 2)
+    # no m̂ among the proxies: the exchangeable controls' exact mean projector is k/d · I
+    projectors = spec.projectors[SITE]
+    d, k = PROXY.shape
+    assert projectors.excluded == (None,)
+    torch.testing.assert_close(
+        projectors.stacked[0, 1], k / d * torch.eye(d, dtype=torch.float64), rtol=0, atol=1e-15
+    )

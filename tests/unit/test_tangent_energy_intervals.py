@@ -28,9 +28,7 @@ TAU = 0.5  # per-sequence mean offset: tokens of one sequence are correlated
 TRUTH = (VAR[:K].sum() + K * TAU**2) / (VAR.sum() + D * TAU**2)
 PROXY = torch.eye(D, dtype=torch.float64)[:, :K]
 CONFIG = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=400, seed=3)
-SPEC = tangent_energy.sequence_energy_config(
-    CONFIG, STEP, {SITE: {"pca": PROXY}}, {SITE: 0}, 0, SEQ_LEN
-)
+SPEC = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 0, SEQ_LEN)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -100,9 +98,19 @@ def test_interval_point_is_the_reported_value_and_the_source_is_named():
     table = {r["metric"]: r for r in rows}
     energy = data.statistics.sites[SITE].sequence_energy
     assert energy.n_sequences == 80
-    inside, total, control = energy.sums("pca")
+    inside, total, control, complement = energy.sums("pca")
     direct = float(((g @ PROXY) ** 2).sum() / (g**2).sum())
-    for metric, den in (("energy_fraction", total), ("energy_ratio", control)):
+    # no m̂ among these proxies: the exchangeable controls' exact mean is k/d of the energy,
+    # the complement's k/(d − k) of what lies outside the proxy
+    np.testing.assert_allclose(control.numpy(), K / D * total.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        complement.numpy(), K / (D - K) * (total - inside).numpy(), rtol=1e-11
+    )
+    for metric, den in (
+        ("energy_fraction", total),
+        ("energy_ratio", control),
+        ("energy_complement_ratio", complement),
+    ):
         boot = bootstrap_ratio(inside, den, replicates=400, seed=CONFIG.seed, method="studentized")
         assert boot.sample_value == pytest.approx(table[metric]["value"], rel=1e-12)
         assert (boot.ci_low, boot.ci_high) == pytest.approx(
@@ -117,15 +125,24 @@ def test_interval_point_is_the_reported_value_and_the_source_is_named():
     assert row["ci_low"] <= row["value"] <= row["ci_high"] <= 1
 
 
-def test_sums_for_other_proxies_or_seeds_are_refused():
+def test_sums_for_other_proxies_or_mean_direction_are_refused():
     g, ids = _simulate(np.random.default_rng(6), 10)
     data = _step_data(g, ids)
     other = torch.eye(D, dtype=torch.float64)[:, 1 : K + 1]
-    with pytest.raises(ValueError, match="gathered for other proxies or control seeds"):
+    with pytest.raises(ValueError, match="gathered for other proxies or another mean direction"):
         tangent_energy.rows(data, {SITE: {"pca": other}}, CONFIG)
-    reseeded = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=400, seed=4)
-    with pytest.raises(ValueError, match="gathered for other proxies or control seeds"):
-        tangent_energy.rows(data, {SITE: {"pca": PROXY}}, reseeded)
+    # the sums were gathered without m̂: scoring against controls in m̂⊥ needs other sums
+    m = torch.eye(D, dtype=torch.float64)[:, -1:]
+    with pytest.raises(ValueError, match="gathered for other proxies or another mean direction"):
+        tangent_energy.rows(data, {SITE: {"pca": PROXY, "mean_direction": m}}, CONFIG)
+    # the sums do not depend on the control frames: another seed or draw count reads them
+    reseeded = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=400, seed=4)
+    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, reseeded)
+    assert {r["metric"] for r in rows if r["ci_low"] is not None} == {
+        "energy_fraction",
+        "energy_ratio",
+        "energy_complement_ratio",
+    }
     with pytest.raises(ValueError, match="interval must be one of"):
         tangent_energy.TangentEnergyConfig(interval="normal")
 

@@ -36,6 +36,7 @@ HEADLINE = (
     "energy_control_max",
     "energy_null_mean",
     "energy_enrichment",
+    "energy_enrichment_null",
     "energy_z",
     "energy_p_value",
     "energy_ratio",
@@ -142,21 +143,24 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     if method == "mean_direction":
         out["energy_enrichment"] = (e_t / (1 / D), None)
     k = proxy.shape[1]
+    exact = {}  # the families' exact mean projectors k/(d − r)·(I − XXᵀ)
     for infix, x in (("", excluded), ("complement_", complement)):
         frames = control_frames(D, k, CONFIG.draws, key, excluded=x)
         e_n = _energies(g_b, frames)
         e_x = 0.0 if x is None else float(((g_b @ x.numpy()) ** 2).sum() / (g_b**2).sum())
         r = 0 if x is None else x.shape[1]
+        null = k / (D - r) * (1 - e_x)
+        exact[infix] = k / (D - r) * (np.eye(D) - (0 if x is None else x.numpy() @ x.numpy().T))
         out[f"energy_{infix}control_mean"] = (e_n.mean(), None)
-        out[f"energy_{infix}null_mean"] = (k / (D - r) * (1 - e_x), None)
-        out[f"energy_{infix}ratio"] = (e_t / e_n.mean(), None)
+        out[f"energy_{infix}null_mean"] = (null, None)
+        out[f"energy_{infix}ratio"] = (e_t / null, None)
         out[f"energy_{infix}p_value"] = ((1 + (e_n >= e_t).sum()) / (1 + CONFIG.draws), None)
         if not infix:
             out["energy_control_std"] = (e_n.std(ddof=1), None)
             out["energy_control_min"] = (e_n.min(), None)
             out["energy_control_max"] = (e_n.max(), None)
             out["energy_z"] = ((e_t - e_n.mean()) / e_n.std(ddof=1), None)
-            headline = frames
+            out["energy_enrichment_null"] = ((1 - e_x) * D / (D - r), None)
         matched = data_matched_frames(_pca_span(h), k, CONFIG.draws, key, excluded=x)
         e_m = _energies(g_b, matched)
         out[f"data_matched_{infix}energy_ratio"] = (e_t / e_m.mean(), None)
@@ -164,9 +168,8 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
             (1 + (e_m >= e_t).sum()) / (1 + CONFIG.draws),
             None,
         )
-    # the interval: per-sequence sums of the reservoir's rows (here every row, kept in float32),
-    # bootstrapped
-    mean_projector = np.einsum("jdk,jek->de", headline.numpy(), headline.numpy()) / CONFIG.draws
+    # the intervals: per-sequence sums of the reservoir's rows (here every row, kept in
+    # float32) — with the families' exact mean projectors, not the frames' — bootstrapped
     sequence = ids[keep] // SEQ_LEN
     g_b = g_b.astype(np.float32).astype(np.float64)
     sums = [
@@ -174,18 +177,21 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
         for w in (
             ((g_b @ proxy.numpy()) ** 2).sum(1),
             (g_b**2).sum(1),
-            ((g_b @ mean_projector) * g_b).sum(1),
+            ((g_b @ exact[""]) * g_b).sum(1),
+            ((g_b @ exact["complement_"]) * g_b).sum(1),
         )
     ]
     seen = np.bincount(sequence, minlength=N_SEQ) > 0
-    inside, total, control = (torch.from_numpy(s[seen]) for s in sums)
+    inside, total, control, outside = (torch.from_numpy(s[seen]) for s in sums)
     kwargs = {"replicates": CONFIG.bootstrap, "seed": CONFIG.seed, "method": CONFIG.interval}
-    fraction = bootstrap_ratio(inside, total, centre=e_t, bounds=(0.0, 1.0), **kwargs)
-    ratio = bootstrap_ratio(
-        inside, control, centre=out["energy_ratio"][0], bounds=(0.0, math.inf), **kwargs
-    )
-    out["energy_fraction"] = (e_t, (fraction.ci_low, fraction.ci_high))
-    out["energy_ratio"] = (out["energy_ratio"][0], (ratio.ci_low, ratio.ci_high))
+    for metric, den, bounds in (
+        ("energy_fraction", total, (0.0, 1.0)),
+        ("energy_ratio", control, (0.0, math.inf)),
+        ("energy_complement_ratio", outside, (0.0, math.inf)),
+    ):
+        value = out[metric][0]
+        interval = bootstrap_ratio(inside, den, centre=value, bounds=bounds, **kwargs)
+        out[metric] = (value, (interval.ci_low, interval.ci_high))
     return out  # fmt: skip
 
 

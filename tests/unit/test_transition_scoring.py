@@ -169,7 +169,10 @@ def test_a_transition_is_in_window_when_the_frozen_fit_saw_data_after_its_start(
     centroid = np.array([CENTROID_C[5], CENTROID_C[9]])
     assert value == pytest.approx(_fraction(centroid, slice(4, 6)), rel=1e-12)
     # the refits of s and s′ (R's columns 0, 1 and 2, 3) are orthogonal: 90° between them
-    angles = [r for r in rows if r["probe"] == "subspace_stability"]
+    stability = [r for r in rows if r["probe"] == "subspace_stability"]
+    angles = [r for r in stability if not r["metric"].endswith("_random")]
     assert {(r["site"], r["method"]) for r in angles} == {(EMBED, "pca@prev"), (SITE, "pca@prev")}
     assert all(r["value"] == pytest.approx(90.0) and r["step"] == s_prime for r in angles)
     assert {r["metric"] for r in angles} == {"principal_angle_mean", "principal_angle_max"}
+    # each beside its random-subspace baseline (same site, method, rank)
+    assert len(stability) == 2 * len(angles)

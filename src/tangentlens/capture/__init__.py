@@ -28,7 +28,12 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ".needs": ("Needs",),
         ".reservoir": ("RowReservoir", "row_priorities"),
         ".saving": ("load_statistics", "save_statistics"),
-        ".sequence_energy": ("EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig"),
+        ".sequence_energy": (
+            "EnergyProjectors",
+            "EnergySums",
+            "SequenceEnergy",
+            "SequenceEnergyConfig",
+        ),
         ".stream": ("CaptureStatistics", "capture_statistics", "combine_site_passes"),
     },
 )

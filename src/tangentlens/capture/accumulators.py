@@ -288,12 +288,11 @@ class StatisticsConfig:
         if self.sequence_energy is not None:
             if not self.gradients:
                 raise ValueError("sequence_energy sums gradients: it needs gradients=True")
-            for site, projectors in self.sequence_energy.projectors.items():
-                if projectors.n_slots != self.n_bins + 1:
-                    raise ValueError(
-                        f"sequence_energy projectors of {site!r} have {projectors.n_slots} slots;"
-                        f" the statistics keep {self.n_bins} bins, so {self.n_bins + 1} are needed"
-                    )
+            if self.sequence_energy.n_bins != self.n_bins:
+                raise ValueError(
+                    f"sequence_energy sums {self.sequence_energy.n_bins} bins; the statistics "
+                    f"keep {self.n_bins}: build it with n_bins = {self.n_bins}"
+                )
         if self.type_sums and (not isinstance(self.vocab_size, int) or self.vocab_size < 1):
             raise ValueError(
                 f"type_sums needs vocab_size as an integer ≥ 1, got {self.vocab_size!r}"
@@ -389,7 +388,7 @@ class SiteStatistics:
                     f"sequence_energy projectors of {site!r} are {projectors.d}-dimensional, "
                     f"the site is {d}-dimensional"
                 )
-            self.sequence_energy = SequenceEnergy(projectors, spec.seq_len, device)
+            self.sequence_energy = SequenceEnergy(projectors, spec.seq_len, spec.n_bins + 1, device)
 
     @property
     def count(self) -> int:

@@ -47,7 +47,7 @@ def statistics_bytes(
     accumulator of ``H`` per frequency bin, one of ``G`` per bin (with its ``d × d`` moment when
     ``bin_moments``), and ``TypeSums`` over ``n_types`` tracked types of a ``vocab_size``
     vocabulary (``vocab_size`` 0: no per-type sums). Not counted: the row reservoir (fixed, on
-    the CPU) and per-sequence energy sums (their projectors, ``(M + M·slots) × d²`` float64).
+    the CPU) and per-sequence energy sums (their projectors, ``3M × d²`` float64).
     """
     check_count(d, "d", minimum=1)
     check_count(n_bins, "n_bins", minimum=0)

@@ -9,101 +9,117 @@ per frequency-bin *slot* (slot 0 = every kept token, slot ``b + 1`` = the tokens
 
 * ``total``: ``Σ‖g‖²``;
 * ``inside``: ``Σ gᵀ P_Q g = Σ‖g Q‖²`` for each proxy method (``P_Q`` = ``Q Qᵀ``);
-* ``control``: ``Σ gᵀ P̄ g`` with ``P̄ = meanⱼ Nⱼ Nⱼᵀ`` over the control frames of that method
-  and slot, so ``Σ_seq control = meanⱼ ‖G Nⱼ‖²`` (the denominator of the energy ratio).
+* ``control``: ``Σ gᵀ P̄ g`` with ``P̄ = E[N Nᵀ] = k/(d − r) · (I − P_X)`` the *exact* mean
+  projector of the method's exchangeable controls (Haar k-frames outside the excluded span X,
+  m̂), so ``Σ_seq control`` is the family's exact mean energy ``k/(d − r) · (‖G‖² − ‖G X‖²)``,
+  the denominator of the energy ratio — not the mean over the frames drawn, whose Monte-Carlo
+  error would not shrink with the sequences;
+* ``complement``: the same with the complement family's ``P̄`` (X = span(Q, m̂)).
 
 Summed over sequences these equal the energies computed from the pooled second moments (up to
-float64 summation order). Cost: one d × d Gram matrix per (sequence, bin) group of a batch —
-about one extra ``Gᵀ G`` per batch, in a few batched products (:func:`group_grams`) — and the
-products of the groups' Gram matrices with the projectors each group needs (``P_Q`` and slot 0's
-``P̄`` for all, its own slot's ``P̄`` for each: ``(groups, d²) @ (d², 3M)``), whatever the number
-of tokens.
+float64 summation order). The projectors depend on the proxies and m̂ only: no control frame is
+drawn before the capture. Cost: one d × d Gram matrix per (sequence, bin) group of a batch —
+about one extra ``Gᵀ G`` per batch, in a few batched products (:func:`group_grams`) — and one
+product of the groups' Gram matrices with the ``3M`` projectors (``(groups, d²) @ (d², 3M)``),
+whatever the number of tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Float, Int
 
 from tangentlens.capture.transfer import upload
 from tangentlens.checks import check_count
+from tangentlens.metrics.controls import exclusion_basis, expected_projector
 
-__all__ = ["EnergyProjectors", "SequenceEnergy", "SequenceEnergyConfig", "group_grams"]
+__all__ = [
+    "EnergyProjectors",
+    "EnergySums",
+    "SequenceEnergy",
+    "SequenceEnergyConfig",
+    "group_grams",
+]
+
+#: The projectors of each method, in the order of :attr:`EnergyProjectors.stacked`.
+_KINDS = ("inside", "control", "complement")
 
 
 @dataclass(frozen=True, eq=False)
 class EnergyProjectors:
     """The projectors of one site.
 
-    ``methods``: proxy names; ``bases``: the proxies (d × k each, float64) the projectors were
-    built from; ``inside``: ``P_Q`` per method, ``(M, d, d)``; ``control``: the mean control
-    projector ``P̄`` per method and slot, ``(M, n_bins + 1, d, d)``; ``provenance``: what else the
-    controls depend on (e.g. draws and seed keys), for the consumer to check.
+    ``methods``: proxy names; ``bases``: the proxies (d × k each, float64); ``excluded``: per
+    method the span its exchangeable controls avoid (m̂, d × 1; None: all of ℝ^d);
+    ``stacked``: ``(M, 3, d, d)`` — per method ``P_Q``, the exchangeable controls' exact mean
+    projector ``k/(d − r) · (I − P_X)`` and the complement controls' (X = span(Q, m̂)).
     """
 
     methods: tuple[str, ...]
     bases: tuple[torch.Tensor, ...]
-    inside: Float[torch.Tensor, "M d d"]
-    control: Float[torch.Tensor, "M S d d"]
-    provenance: Hashable = ()
+    excluded: tuple[torch.Tensor | None, ...]
+    stacked: Float[torch.Tensor, "M 3 d d"]
 
     def __post_init__(self) -> None:
         m = len(self.methods)
         if m < 1 or len(set(self.methods)) != m or len(self.bases) != m:
             raise ValueError("methods must be distinct names, one basis each")
-        d = self.inside.shape[-1]
-        if self.inside.shape != (m, d, d) or self.control.ndim != 4:
+        if len(self.excluded) != m:
+            raise ValueError("excluded must name one span (or None) per method")
+        d = self.stacked.shape[-1]
+        if self.stacked.shape != (m, len(_KINDS), d, d):
             raise ValueError(
-                f"inside must be (M, d, d) and control (M, slots, d, d), got "
-                f"{tuple(self.inside.shape)} and {tuple(self.control.shape)}"
-            )
-        if self.control.shape[0] != m or self.control.shape[2:] != (d, d):
-            raise ValueError(
-                f"control must be ({m}, slots, {d}, {d}), got {tuple(self.control.shape)}"
+                f"stacked must be ({m}, {len(_KINDS)}, d, d), got {tuple(self.stacked.shape)}"
             )
 
     @classmethod
-    def from_frames(
+    def from_proxies(
         cls,
         proxies: Mapping[str, torch.Tensor],
-        frames: Mapping[str, Sequence[torch.Tensor]],
-        provenance: Hashable = (),
+        excluded: Mapping[str, torch.Tensor | None],
     ) -> EnergyProjectors:
-        """Projectors from the proxies (``method → d × k`` orthonormal basis) and, per method,
-        the control frames of every slot (``(draws, d, k)`` each; slot 0 = all tokens), on
-        their device."""
+        """Projectors from the proxies (``method → d × k`` orthonormal basis) and the span each
+        method's exchangeable controls avoid (``method → d × r`` or None), on the proxies'
+        device."""
         methods = tuple(proxies)
-        if set(frames) != set(methods):
-            raise ValueError(f"frames must be given for exactly the methods {methods}")
-        slots = {len(frames[m]) for m in methods}
-        if len(slots) != 1 or 0 in slots:
-            raise ValueError("every method needs frames for the same, non-zero number of slots")
+        if set(excluded) != set(methods):
+            raise ValueError(f"excluded must be given for exactly the methods {methods}")
         bases = tuple(torch.as_tensor(proxies[m]).detach().double() for m in methods)
-        inside = torch.stack([q @ q.T for q in bases])
-        control = torch.stack(
-            [
+        spans = tuple(
+            None if excluded[m] is None else excluded[m].detach().double().to(q.device)
+            for m, q in zip(methods, bases, strict=True)
+        )
+        stacked = []
+        for q, x in zip(bases, spans, strict=True):
+            d, k = q.shape
+            stacked.append(
                 torch.stack(
                     [
-                        torch.einsum("jdk,jek->de", f.double(), f.double()) / f.shape[0]
-                        for f in frames[m]
+                        q @ q.T,
+                        expected_projector(d, k, x, device=q.device),
+                        expected_projector(d, k, exclusion_basis(q, x)),
                     ]
                 )
-                for m in methods
-            ]
-        )
-        return cls(methods, bases, inside, control, provenance)
+            )
+        return cls(methods, bases, spans, torch.stack(stacked))
 
     @property
     def d(self) -> int:
-        return int(self.inside.shape[-1])
+        return int(self.stacked.shape[-1])
 
-    @property
-    def n_slots(self) -> int:
-        """``n_bins + 1``: slot 0 is every kept token, slot ``b + 1`` frequency bin ``b``."""
-        return int(self.control.shape[1])
+
+class EnergySums(NamedTuple):
+    """Per-sequence sums ``(S,)`` each of one method and slot: ``Σ‖gQ‖²``, ``Σ‖g‖²`` and the
+    exact mean energies of the exchangeable and the complement controls."""
+
+    inside: torch.Tensor
+    total: torch.Tensor
+    control: torch.Tensor
+    complement: torch.Tensor
 
 
 def group_grams(
@@ -132,35 +148,41 @@ def group_grams(
 
 @dataclass(frozen=True, eq=False)
 class SequenceEnergyConfig:
-    """Per-sequence energy sums to gather during capture: the projectors per hook site and the
-    token-row width ``seq_len`` (a row id ``// seq_len`` is the sequence index). Compared by
-    identity: statistics merge only when gathered with the same projectors."""
+    """Per-sequence energy sums to gather during capture: the projectors per hook site, the
+    token-row width ``seq_len`` (a row id ``// seq_len`` is the sequence index) and the
+    frequency bins ``n_bins`` (the sums keep ``n_bins + 1`` slots). Compared by identity:
+    statistics merge only when gathered with the same projectors."""
 
     seq_len: int
     projectors: Mapping[str, EnergyProjectors]
+    n_bins: int = 0
 
     def __post_init__(self) -> None:
         check_count(self.seq_len, "seq_len", minimum=1)
+        check_count(self.n_bins, "n_bins", minimum=0)
 
 
 class SequenceEnergy:
-    """Per-sequence sums ``total`` (S, slots), ``inside`` and ``control`` (S, M, slots) of one
-    site, in float64, for the sequences ``sequences`` (S,) (ascending stream indices) that had
-    at least one kept token. A sequence with no token of bin ``b`` has zeros in slot ``b + 1``.
+    """Per-sequence sums ``total`` (S, slots), ``inside``, ``control`` and ``complement``
+    (S, M, slots) of one site, in float64, for the sequences ``sequences`` (S,) (ascending
+    stream indices) that had at least one kept token. A sequence with no token of bin ``b`` has
+    zeros in slot ``b + 1``.
     """
 
     def __init__(
-        self, projectors: EnergyProjectors, seq_len: int, device: torch.device | str = "cpu"
+        self,
+        projectors: EnergyProjectors,
+        seq_len: int,
+        n_slots: int = 1,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.projectors = projectors
         self.seq_len = check_count(seq_len, "seq_len", minimum=1)
-        m, s, d = len(projectors.methods), projectors.n_slots, projectors.d
-        # flattened to d² columns: P_Q of every method and P̄ of slot 0 (every group needs
-        # them), then P̄ of each slot ≥ 1 (only the groups of that slot need it)
-        common = torch.cat([projectors.inside, projectors.control[:, 0]])
-        self._common = common.reshape(2 * m, d * d).to(device, torch.float64)
-        slotted = projectors.control.transpose(0, 1).reshape(s, m, d * d)
-        self._slotted = slotted.to(device, torch.float64)
+        self.n_slots = check_count(n_slots, "n_slots", minimum=1)
+        m, d = len(projectors.methods), projectors.d
+        # flattened to d² columns: kind-major (every method's P_Q, then P̄, then P̄ complement)
+        flat = projectors.stacked.transpose(0, 1).reshape(len(_KINDS) * m, d * d)
+        self._flat = flat.to(device, torch.float64)
         self._chunks: list[tuple[torch.Tensor, ...]] = []
 
     @property
@@ -183,7 +205,7 @@ class SequenceEnergy:
             )
         if not g.shape[0]:
             return
-        m, s = len(p.methods), p.n_slots
+        m, s = len(p.methods), self.n_slots
         sequences = row_ids.cpu().long() // self.seq_len  # ids and bins: host bookkeeping
         slot = torch.zeros_like(sequences)
         if bins is not None and s > 1:
@@ -191,42 +213,37 @@ class SequenceEnergy:
             slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
         key, order = torch.sort(sequences * s + slot, stable=True)
         groups, sizes = torch.unique_consecutive(key, return_counts=True)
-        device = self._common.device
+        device = self._flat.device
         x = g.detach().to(device, torch.float64)[upload(order, device)]
         grams = group_grams(x, sizes).flatten(1)  # (groups, d²)
-        common = grams @ self._common.T  # (groups, 2m): P_Q, then P̄ of slot 0
-        inside, control_all = common[:, :m], common[:, m:]
+        energies = (grams @ self._flat.T).view(-1, len(_KINDS), m)  # (groups, kind, method)
         total = torch.diagonal(grams.view(-1, p.d, p.d), dim1=1, dim2=2).sum(dim=1)
         group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
         ids, where = torch.unique(group_seq, return_inverse=True)
-        on_device = upload(where, device)
-        n = len(ids)
-        # slot 0 gets every group (with the all-token control), a group's slot its own
-        out_total = torch.zeros(n, s, dtype=torch.float64, device=device)
-        out_inside = torch.zeros(n, m, s, dtype=torch.float64, device=device)
-        out_control = torch.zeros(n, m, s, dtype=torch.float64, device=device)
-        out_total[:, 0].index_add_(0, on_device, total)
-        out_inside[:, :, 0].index_add_(0, on_device, inside)
-        out_control[:, :, 0].index_add_(0, on_device, control_all)
-        for slot_b in torch.unique(group_slot[group_slot > 0]).tolist():
-            at = upload(torch.nonzero(group_slot == slot_b).squeeze(1), device)
-            own = grams[at] @ self._slotted[slot_b].T  # (groups of the slot, m)
-            out_total[:, slot_b].index_add_(0, on_device[at], total[at])
-            out_inside[:, :, slot_b].index_add_(0, on_device[at], inside[at])
-            out_control[:, :, slot_b].index_add_(0, on_device[at], own)
-        self._chunks.append((ids, out_total, out_inside, out_control))
+        n, kinds = len(ids), len(_KINDS)
+        # per (sequence, slot) row: Σ‖g‖², then the energies (kind-major); slot 0 gets every
+        # group, a group of bin b its slot b + 1 as well (the rows' indices made on the host)
+        values = torch.cat([total[:, None], energies.flatten(1)], dim=1)
+        out = torch.zeros(n * s, 1 + kinds * m, dtype=torch.float64, device=device)
+        out.index_add_(0, upload(where * s, device), values)
+        binned = torch.nonzero(group_slot > 0).squeeze(1)
+        if len(binned):
+            rows = upload(where[binned] * s + group_slot[binned], device)
+            out.index_add_(0, rows, values[upload(binned, device)])
+        out = out.view(n, s, 1 + kinds * m)
+        out_total = out[:, :, 0].contiguous()
+        out_kinds = out[:, :, 1:].reshape(n, s, kinds, m).permute(2, 0, 3, 1).contiguous()
+        self._chunks.append((ids, out_total, *out_kinds))
 
     def _consolidated(self) -> tuple[torch.Tensor, ...]:
         """One chunk per sequence (sequences split across updates or merges are summed)."""
-        p = self.projectors
-        m, s = len(p.methods), p.n_slots
+        m, s = len(self.projectors.methods), self.n_slots
         if not self._chunks:
             f64 = {"dtype": torch.float64}
             return (
                 torch.zeros(0, dtype=torch.int64),
                 torch.zeros(0, s, **f64),
-                torch.zeros(0, m, s, **f64),
-                torch.zeros(0, m, s, **f64),
+                *(torch.zeros(0, m, s, **f64) for _ in _KINDS),
             )
         if len(self._chunks) > 1:
             device = self._chunks[0][1].device
@@ -234,7 +251,7 @@ class SequenceEnergy:
             unique, where = torch.unique(ids, return_inverse=True)
             where = where.to(device)
             merged = [unique]
-            for k in (1, 2, 3):
+            for k in range(1, 2 + len(_KINDS)):
                 parts = torch.cat([c[k].to(device) for c in self._chunks])
                 out = parts.new_zeros((len(unique), *parts.shape[1:]))
                 merged.append(out.index_add_(0, where, parts))
@@ -261,30 +278,38 @@ class SequenceEnergy:
     def control(self) -> Float[torch.Tensor, "S M slots"]:
         return self._consolidated()[3]
 
-    def sums(
-        self, method: str, bin_index: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sequence ``(inside, total, control)`` (S,) each, of ``method`` over every kept
-        token (``bin_index`` None) or over the tokens of one frequency bin."""
+    @property
+    def complement(self) -> Float[torch.Tensor, "S M slots"]:
+        return self._consolidated()[4]
+
+    def sums(self, method: str, bin_index: int | None = None) -> EnergySums:
+        """Per-sequence :class:`EnergySums` (S,) each, of ``method`` over every kept token
+        (``bin_index`` None) or over the tokens of one frequency bin."""
         if method not in self.methods:
             raise ValueError(f"no projectors for method {method!r}; have {self.methods}")
         slot = 0 if bin_index is None else bin_index + 1
-        if not 0 <= slot < self.projectors.n_slots:
+        if not 0 <= slot < self.n_slots:
             raise ValueError(
-                f"bin_index must be None or in [0, {self.projectors.n_slots - 1}), got {bin_index}"
+                f"bin_index must be None or in [0, {self.n_slots - 1}), got {bin_index}"
             )
         j = self.methods.index(method)
-        _, total, inside, control = self._consolidated()
-        return inside[:, j, slot], total[:, slot], control[:, j, slot]
+        _, total, inside, control, complement = self._consolidated()
+        return EnergySums(
+            inside[:, j, slot], total[:, slot], control[:, j, slot], complement[:, j, slot]
+        )
 
     def to(self, device: torch.device | str) -> SequenceEnergy:
         """Move the sums (and projectors) to ``device`` (in place); returns self."""
         self._chunks = [(c[0], *(t.to(device) for t in c[1:])) for c in self._chunks]
-        self._common, self._slotted = self._common.to(device), self._slotted.to(device)
+        self._flat = self._flat.to(device)
         return self
 
     def merge(self, other: SequenceEnergy) -> None:
         """Add the sums of a disjoint part of the stream gathered with the same projectors."""
-        if other.projectors is not self.projectors or other.seq_len != self.seq_len:
+        if (
+            other.projectors is not self.projectors
+            or other.seq_len != self.seq_len
+            or other.n_slots != self.n_slots
+        ):
             raise ValueError("sequence energies merge only when gathered with the same projectors")
         self._chunks.extend(other._chunks)

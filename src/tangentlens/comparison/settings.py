@@ -26,6 +26,12 @@ and the proxy fit's rows (proxy_fit). A setting is checked only where every run'
 Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_len``,
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
 ``capture`` probe's ``n_tokens`` at the compared steps).
+
+Estimators (:data:`ESTIMATOR_SCOPES`): the manifest's ``estimators`` entry says how each family
+of metrics was computed; an entry that differs between the runs — or that one run does not
+record (written before that estimator was named) — refuses the rows it describes, in one line
+naming the entry and each run's text; an entry of no known scope refuses every row. Runs from
+before and after a change of estimator are not compared on what the change moved.
 """
 
 from __future__ import annotations
@@ -39,11 +45,13 @@ from tangentlens.comparison.runs import Run
 from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes
 
 __all__ = [
+    "ESTIMATOR_SCOPES",
     "FLAGGED",
     "MUST_MATCH",
     "Refusal",
     "Setting",
     "corpus_size_flag",
+    "estimator_refusals",
     "fit_window_lines",
     "flag_lines",
     "recipe_differences",
@@ -71,20 +79,26 @@ def tangent_account() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Setting:
     """A recipe setting (``path``: its dotted key) and the rows it concerns: those of
-    ``probes`` (None = every probe) whose metric starts with ``metric_prefix``, only the per-bin
-    rows if ``per_bin``."""
+    ``probes`` (None = every probe) whose metric starts with ``metric_prefix`` and ends with
+    ``metric_suffix`` (or is one of ``metrics``, when given), only the per-bin rows if
+    ``per_bin``."""
 
     name: str
     path: str
     probes: tuple[str, ...] | str | None = None
     metric_prefix: str = ""
     per_bin: bool = False
+    metric_suffix: str = ""
+    metrics: tuple[str, ...] | None = None
 
     def concerns(self, row: Row) -> bool:
         probes = self.probe_names()
+        metric = row["metric"]
         return (
             (probes is None or row["probe"] in probes)
-            and row["metric"].startswith(self.metric_prefix)
+            and metric.startswith(self.metric_prefix)
+            and metric.endswith(self.metric_suffix)
+            and (self.metrics is None or metric in self.metrics)
             and (not self.per_bin or row["freq_bin"] != "all")
         )
 
@@ -106,7 +120,10 @@ class Setting:
         if self.per_bin:
             return "per-bin rows (freq_bin ≠ all)"
         probes = ", ".join(self.probe_names() or ("every probe",))
-        return f"{probes} rows" + (f" ({self.metric_prefix}*)" if self.metric_prefix else "")
+        if self.metrics is not None:
+            return f"{probes} rows ({', '.join(self.metrics)})"
+        pattern = f"{self.metric_prefix}*{self.metric_suffix}"
+        return f"{probes} rows" + (f" ({pattern})" if pattern != "*" else "")
 
 
 #: Settings that must match for the rows they concern to be compared (else those rows are refused).
@@ -126,6 +143,35 @@ MUST_MATCH: tuple[Setting, ...] = (
     Setting("held_out", "probes.tangent_energy.held_out", TANGENT_ACCOUNT),
     Setting("bins", "data.n_bins", per_bin=True),
 )
+
+
+def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> Setting:
+    return Setting(f"estimator {key}", f"estimators.{key}", probes, **which)
+
+
+#: The rows each manifest ``estimators`` entry describes (a difference refuses them).
+ESTIMATOR_SCOPES: dict[str, Setting] = {
+    s.path.removeprefix("estimators."): s
+    for s in (
+        _estimator("fit_window", TANGENT_ACCOUNT),
+        _estimator("update_alignment", ("update_alignment",)),
+        _estimator("controls", TANGENT_ACCOUNT),
+        _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
+        _estimator(
+            "energy_interval",
+            ("tangent_energy",),
+            metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
+        ),
+        _estimator("subspace_stability", ("subspace_stability",)),
+        _estimator("drift_cosine", ("cosine_drift",), metric_prefix="drift_cosine_"),
+        _estimator("frequency_spread", ("frequency_geometry",)),
+        _estimator("proxies", TANGENT_ACCOUNT),
+        _estimator("pretrained_sae", TANGENT_ACCOUNT),
+        _estimator("anisotropy_share", ("anisotropy_share",)),
+        _estimator("centred_anisotropy", ("shape_of_learning",), metric_prefix="centred_"),
+        _estimator("positions", None),
+    )
+}
 
 #: Settings that may differ: each difference is flagged in one line.
 FLAGGED: tuple[Setting, ...] = (
@@ -171,6 +217,31 @@ def refusals(runs: Sequence[Run]) -> list[Refusal]:
                 f"{setting.what()} not compared"
             )
             out.append(Refusal(setting, line))
+    return out
+
+
+def _estimator_text(run: Run, key: str) -> str:
+    """A run's ``estimators`` entry, shortened for one line (``"not recorded"`` if absent)."""
+    text = run.manifest.get("estimators", {}).get(key)
+    if text is None:
+        return "not recorded"
+    return f'"{text if len(text) <= 48 else text[:47] + "…"}"'
+
+
+def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
+    """The manifests' ``estimators`` entries that differ across the runs (an entry one run does
+    not record differs), each refusing the rows it describes (:data:`ESTIMATOR_SCOPES`; every
+    row for an entry of no known scope)."""
+    recorded = [run.manifest.get("estimators", {}) for run in runs]
+    out = []
+    for key in sorted(set().union(*recorded)):
+        values = [entries.get(key) for entries in recorded]
+        if len({repr(v) for v in values}) == 1:
+            continue
+        setting = ESTIMATOR_SCOPES.get(key, _estimator(key, None))
+        texts = "; ".join(f"{run.label}: {_estimator_text(run, key)}" for run in runs)
+        line = f"{setting.name} differs ({texts}): {setting.what()} not compared"
+        out.append(Refusal(setting, line))
     return out
 
 

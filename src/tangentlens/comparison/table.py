@@ -16,12 +16,13 @@ ln B − ln A, NaN unless both are > 0) else ``"difference"`` (``value`` = B −
 site kind, ``suite``, ``step``, ``tokens_seen``, ``layer``, ``n_tokens`` null.
 
 A difference has an interval (``ci_low``, ``ci_high``) where both runs kept the bootstrap
-replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction`` and
-``energy_ratio``): the 95 % percentile interval of the replicate differences (ln B*ᵢ − ln A*ᵢ,
-or B*ᵢ − A*ᵢ), widened to contain the difference itself. Replicate i of both runs resamples the
-same sequence indices (the bootstrap's seed is the recipe's), so for runs over the same sequences
-this is a paired bootstrap of the difference; the runs' own studentized intervals are
-asymmetric, so their bounds alone could not be combined. Elsewhere the interval is null.
+replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction``,
+``energy_ratio`` and ``energy_complement_ratio``): the 95 % percentile interval of the replicate
+differences (ln B*ᵢ − ln A*ᵢ, or B*ᵢ − A*ᵢ), widened to contain the difference itself.
+Replicate i of both runs resamples the same sequence indices (the bootstrap's seed is the
+recipe's), so for runs over the same sequences this is a paired bootstrap of the difference; the
+runs' own studentized intervals are asymmetric, so their bounds alone could not be combined.
+Elsewhere the interval is null.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tangentlens.comparison.runs import Run, read_run, row_place
 from tangentlens.comparison.settings import (
     Refusal,
     corpus_size_flag,
+    estimator_refusals,
     fit_window_lines,
     flag_lines,
     recipe_differences,
@@ -81,15 +83,18 @@ INTERVAL_NOTE = (
 #: How the differences' intervals were formed, where the runs kept replicates.
 INTERVAL_WITH_REPLICATES = (
     "[lo, hi] after a difference: 95 % percentile interval of the runs' paired bootstrap "
-    "replicate differences (energy_fraction, energy_ratio); other differences have none"
+    "replicate differences (energy_fraction, energy_ratio, energy_complement_ratio); other "
+    "differences have none"
 )
 #: The level of the differences' intervals (that of the runs' own intervals).
 DIFFERENCE_LEVEL = 0.95
 
 
 def is_ratio(metric: str) -> bool:
-    """Ratio metrics are compared on the log scale: ``*_ratio`` and ``energy_enrichment``."""
-    return metric.endswith("_ratio") or metric == "energy_enrichment"
+    """Ratio metrics are compared on the log scale: ``*_ratio`` (a ratio to its null, whose
+    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − E(m̂))·d/(d − 1)``,
+    reported beside it (``energy_enrichment_null``), so it is compared as a plain difference."""
+    return metric.endswith("_ratio")
 
 
 def difference_label(later: str, first: str) -> str:
@@ -250,7 +255,7 @@ def compare(
         raise ValueError(f"compare needs two or more run directories, got {len(paths)}")
     read = [read_run(p, label) for p, label in zip(paths, _labels(paths, labels), strict=True)]
     steps = [run.pick_step(step) for run in read]
-    refused = refusals(read)
+    refused = [*refusals(read), *estimator_refusals(read)]
     flagged = flag_lines(read)
     size = corpus_size_flag(read, steps)
     if size is not None:

@@ -9,8 +9,14 @@ With gradients ``G`` (n × d) and an orthonormal basis ``Q`` (d × k):
   r: ``E[E(N)] = k/(d − r) · (1 − E(X))`` — for the exchangeable controls of a proxy with the mean
   direction projected out X = span(m̂), for its complement controls X = span(T, m̂)
   (:mod:`tangentlens.metrics.controls`);
-* :func:`compare_energy` — the proxy against its controls: ratio, enrichment ``E/(k/d)``,
-  z-score and the permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``;
+* :func:`compare_energy` — the proxy against its controls: the ratio to the family's exact mean
+  ``E(T) / null_mean`` (the population ratio's estimate: the frames' Monte-Carlo error does not
+  shrink with the tokens, so a ratio to the frames drawn would carry it into every interval;
+  ``sampled_ratio`` is ``E(T)`` over the frames' mean, a self-check), enrichment ``E/(k/d)``
+  (null ``(1 − E(X)) · d/(d − r)`` with X excluded: never read it against 1), z-score and the
+  permutation p-value ``(1 + #{E(N) ≥ E(T)}) / (1 + draws)``. A proxy must be orthogonal to the
+  subspace its controls exclude, or inside it (the complement family): a proxy that reaches
+  into it partly would be credited with energy its controls cannot reach, and is refused;
 * spectral anisotropy share **(ours)** — with the *uncentred* second moment ``C = GᵀG/n``
   (like the energy fraction: a mean gradient is anisotropy too) and ``A = C − (tr C / d) I``,
   ``tr(Qᵀ A₊ Q) / tr(A₊)`` (``A₊`` keeps the positive eigenvalues);
@@ -53,6 +59,7 @@ __all__ = [
     "energy_fraction",
     "energy_fraction_from_moment",
     "energy_fractions_from_moment",
+    "enrichment_null",
     "null_energy_mean",
 ]
 
@@ -61,6 +68,9 @@ K = TypeVar("K")
 
 #: Largest |Xᵀ N| entry tolerated between a control frame and the subspace it excludes.
 _ORTHOGONAL_ATOL = 1e-8
+#: ``‖XᵀQ‖_F`` (or ``‖Q − XXᵀQ‖_F``) below which a proxy counts as orthogonal to (inside) an
+#: excluded span: the orthonormality tolerance of :func:`~tangentlens.metrics.check_basis`.
+_OVERLAP_ATOL = 1e-6
 #: ΔIsoScore* forms the projected covariances in chunks of at most this many entries (32 MB).
 _FORMED_ENTRIES = 2**22
 
@@ -126,9 +136,21 @@ def null_energy_mean(k: int, d: int, excluded_rank: int, excluded_energy: float)
     return k / (d - excluded_rank) * (1.0 - excluded_energy)
 
 
+def enrichment_null(d: int, excluded_rank: int, excluded_energy: float) -> float:
+    """What ``E(T) / (k/d)`` reads for a proxy uniform in the complement of a subspace of rank
+    ``excluded_rank`` holding ``excluded_energy``: ``(1 − E(X)) · d/(d − r)`` (the null mean
+    over ``k/d``; e.g. 0.71 at E(m̂) = 0.3, d = 64, r = 1). The enrichment's reference, not 1."""
+    if not 0 <= excluded_rank < d:
+        raise ValueError(f"need 0 ≤ excluded rank r < d = {d}, got r = {excluded_rank}")
+    return (1.0 - excluded_energy) * d / (d - excluded_rank)
+
+
 @dataclass(frozen=True)
 class EnergyComparison:
-    """The proxy's energy fraction against its controls (see :func:`compare_energy`)."""
+    """The proxy's energy fraction against its controls (see :func:`compare_energy`):
+    ``energy_ratio = E(T) / null_mean`` (the exact control mean), ``sampled_ratio = E(T) /
+    control_mean`` (the frames drawn), ``enrichment_null`` what ``energy_enrichment`` reads
+    under the null."""
 
     energy_fraction: float
     control_mean: float
@@ -137,12 +159,30 @@ class EnergyComparison:
     control_max: float
     null_mean: float
     energy_ratio: float
+    sampled_ratio: float
     energy_enrichment: float
+    enrichment_null: float
     energy_z: float
     energy_p_value: float
     draws: int
     rank: int
     d: int
+
+
+def _check_outside_or_inside(T: torch.Tensor, X: torch.Tensor) -> None:
+    """Refuse a proxy ``T`` that is neither orthogonal to the excluded span ``X`` nor inside it
+    (``‖XᵀT‖_F`` and ``‖T − XXᵀT‖_F`` both above the basis tolerance)."""
+    cross = X.T @ T.to(X.device)
+    leak = float(cross.norm())
+    residual = float((T.to(X.device) - X @ cross).norm())
+    if leak > _OVERLAP_ATOL and residual > _OVERLAP_ATOL:
+        raise ValueError(
+            f"the proxy reaches into the subspace its controls exclude (‖XᵀQ‖²_F = "
+            f"{leak**2:.3g} of rank {T.shape[1]}): it would be credited with energy its "
+            "controls cannot reach. Project the excluded span out of the proxy (for the mean "
+            "direction m̂: tangentlens.proxies.add_fixed_proxy or measure(..., proxies=...), "
+            "which record mean_direction_overlap), or pass the excluded span the proxy avoids"
+        )
 
 
 def compare_energy(
@@ -151,10 +191,17 @@ def compare_energy(
     """Score the proxy ``Q_T`` (d × k) and its control frames ``(draws, d, k)`` from ``M = GᵀG``.
 
     ``excluded`` (d × r orthonormal, or None): the subspace the controls were drawn outside of
-    (checked: every frame must be orthogonal to it); it gives the closed-form ``null_mean`` =
-    ``k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / mean E(N)``;
-    ``energy_enrichment = E(T) / (k/d)``; ``energy_z = (E(T) − mean) / std`` (std with ddof = 1;
-    ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)}) / (1 + draws)``.
+    (checked: every frame must be orthogonal to it, and the proxy orthogonal to it or inside
+    it — else a ``ValueError``); the controls are Haar k-frames in its complement
+    (:func:`~tangentlens.metrics.control_frames`), whose exact mean energy is
+    ``null_mean = k/(d − r) · (1 − E(excluded))``. ``energy_ratio = E(T) / null_mean``
+    (``inf`` when the null mean is 0); ``sampled_ratio = E(T) / mean E(N)`` over the frames
+    given (the ratio to use for frames of another family, e.g. data-matched ones);
+    ``energy_enrichment = E(T) / (k/d)``, ``enrichment_null = (1 − E(excluded)) · d/(d − r)``
+    (its value for a proxy uniform in the complement: ``energy_ratio`` is their quotient);
+    ``energy_z = (E(T) − mean) / std`` (std with
+    ddof = 1; ``inf`` when the controls do not vary); ``energy_p_value = (1 + #{E(N) ≥ E(T)})
+    / (1 + draws)``.
     """
     S = _moment(M)
     T = check_basis(proxy, "proxy", d=S.shape[0])
@@ -164,6 +211,7 @@ def compare_energy(
         raise ValueError(f"controls must be (draws, {d}, {k}) (matched rank), got {tuple(C.shape)}")
     X = None if excluded is None else check_basis(excluded, "excluded", d=d)
     if X is not None:
+        _check_outside_or_inside(T, X)
         leak = float((X.T.to(C.device) @ C).abs().max())
         if leak > _ORTHOGONAL_ATOL:
             raise ValueError(
@@ -174,20 +222,19 @@ def compare_energy(
     e_n = _fractions(S, C.to(S.device))
     against = _against_controls(torch.cat([e_n.new_tensor([e_t]), e_n]))
     mean = against.control_mean
+    r, e_x = (0, 0.0) if X is None else (X.shape[1], _fraction(S, X))
+    null = null_energy_mean(k, d, r, e_x)
     return EnergyComparison(
         energy_fraction=e_t,
         control_mean=mean,
         control_std=against.control_std,
         control_min=float(e_n.min()),
         control_max=float(e_n.max()),
-        null_mean=null_energy_mean(
-            k,
-            d,
-            0 if X is None else X.shape[1],
-            0.0 if X is None else _fraction(S, X),
-        ),
-        energy_ratio=e_t / mean if mean > 0 else math.inf,
+        null_mean=null,
+        energy_ratio=e_t / null if null > 0 else math.inf,
+        sampled_ratio=e_t / mean if mean > 0 else math.inf,
         energy_enrichment=e_t / (k / d),
+        enrichment_null=enrichment_null(d, r, e_x),
         energy_z=against.z,
         energy_p_value=against.p_value,
         draws=against.draws,

@@ -12,6 +12,13 @@ Two intervals (``method``):
   median bias ``z₀`` and the jackknife acceleration ``a`` of the ratio. Second-order accurate;
   it covers better than the percentile interval for skewed ratios of few sequences.
 
+Quantiles of B replicates are read at the ``(B + 1)·p``-th order statistic (Hall 1986; numpy's
+``"weibull"`` rule): the 2.5 % point of 200 replicates lies between the 5th and 6th smallest,
+not almost at the 6th as with linear interpolation over ``(B − 1)·p``, which sits about one
+order statistic inside each tail: on issue 33's coverage simulation
+(tests/slow/test_interval_coverage.py) the energy fraction's interval covered 0.929–0.946 with
+it and 0.938–0.955 with this rule (100 to 1 600 sequences, 200 replicates).
+
 An interval must describe the value it is reported with. When the resampled groups are the whole
 data, the pooled ratio of the groups *is* that value. When they are only a sample of it (e.g. the
 reservoir's sampled rows) and the reported value comes from every token, pass that value as
@@ -76,6 +83,12 @@ def group_sums(
         )
     ids, where = torch.unique(g, return_inverse=True)
     return torch.zeros(ids.numel(), dtype=torch.float64).index_add_(0, where, v), ids
+
+
+def _quantiles(values: np.ndarray, levels: tuple[float, float]) -> np.ndarray:
+    """The ``levels`` quantiles of ``values`` at the ``(B + 1)·p``-th order statistic (linear
+    between neighbours, clipped to the extremes): Hall's rule for bootstrap quantiles."""
+    return np.quantile(values, levels, method="weibull")
 
 
 def _resample_counts(rng: np.random.Generator, groups: int, replicates: int) -> np.ndarray:
@@ -174,10 +187,10 @@ def bootstrap_ratio(
         se = math.sqrt(max(float(((num - point * den) ** 2).sum()), 0.0)) / den.sum()
         ok = se_star > 0
         t = (ratios[ok] - point) / se_star[ok]
-        tlo, thi = np.quantile(t, levels) if t.size else (0.0, 0.0)
+        tlo, thi = _quantiles(t, levels) if t.size else (0.0, 0.0)
         low, high = point - thi * se, point - tlo * se
     else:
-        low, high = np.quantile(ratios, levels) if ratios.size else (point, point)
+        low, high = _quantiles(ratios, levels) if ratios.size else (point, point)
     low, high = float(low), float(high)
     value = point
     kept = None

@@ -52,6 +52,7 @@ __all__ = [
     "data_matched_frames",
     "draw_generator",
     "exclusion_basis",
+    "expected_projector",
     "reused_draws",
 ]
 
@@ -162,6 +163,39 @@ def exclusion_basis(basis: torch.Tensor, *more: torch.Tensor | None) -> Basis:
         return given[0]
     u, s, _ = torch.linalg.svd(torch.cat(given, dim=1), full_matrices=False)
     return u[:, s > _OVERLAP_TOL * float(s[0])]
+
+
+def expected_projector(
+    d: int,
+    k: int,
+    excluded: torch.Tensor | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``E[N Nᵀ] = k/(d − r) · (I − X Xᵀ)`` (d × d, float64): the exact mean projector of Haar
+    k-frames ``N`` in ``span(X)⊥`` (``excluded`` X: d × r orthonormal, or None for all of ℝ^d),
+    on ``excluded``'s device (else ``device``, default the CPU). By symmetry the mean of a Haar
+    k-frame's projector is the projector onto the allowed subspace scaled by ``k / its
+    dimension``, so ``tr(E[NNᵀ] M) / tr(M) = k/(d − r) · (1 − E(X))``: the control family's
+    exact mean energy, and per sequence ``gᵀ E[NNᵀ] g = k/(d − r) · (‖g‖² − ‖Xᵀg‖²)``.
+
+    >>> expected_projector(4, 1, torch.eye(4, dtype=torch.float64)[:, :1]).diagonal().tolist()
+    [0.0, 0.3333333333333333, 0.3333333333333333, 0.3333333333333333]
+    """
+    d = check_count(d, "d", minimum=1)
+    k = check_count(k, "k", minimum=1)
+    at = excluded.device if excluded is not None else torch.device(device or "cpu")
+    allowed = torch.eye(d, dtype=torch.float64, device=at)
+    if excluded is not None:
+        X = check_basis(excluded, "excluded", d=d)
+        allowed = allowed - X @ X.T
+    room = d - (0 if excluded is None else excluded.shape[1])
+    if k > room:
+        raise ValueError(
+            f"k must be ≤ {room} (the dimension of the subspace the controls are drawn in: d "
+            f"minus the excluded rank), got {k}"
+        )
+    return allowed * (k / room)
 
 
 @single_thread()  # a batch of small QR factorisations: one thread is as fast, and never spins

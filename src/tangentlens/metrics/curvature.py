@@ -10,6 +10,12 @@ variance t²/3, the normal one ≈ u²/2R has variance t⁴/(45 R²)). Pooled ov
 group of anchors (e.g. a frequency bin) as ``Σ outside / Σ inside`` — a ratio of pooled sums, as
 everywhere in tangentlens.
 
+It depends on the sampling density by itself: with noise σ off a flat m-dimensional manifold
+the outside variance is ``(d − m) σ²`` whatever the patch, the inside grows with the patch's
+radius, so dense regions (small patches) read high and sparse ones low — 0.12 against 0.0003 on
+one noisy plane (``tests/unit/test_curvature_visibility.py``). Compare groups only at matched
+density.
+
 Neighbours come from exact brute-force distances (float32 Gram blocks), anchors from a seeded
 local generator (on the host, so every device draws the same anchors). Local spectra are
 float64, on the device of the points.

@@ -297,13 +297,31 @@ def shuffled_spreads(
 @dataclass(frozen=True)
 class SpearmanNull:
     """The observed Spearman of log-frequency with the spread, and its count-preserving shuffle
-    null: ``values`` (draws,) the null replicates' Spearman; ``n`` types correlated; ``pool``
-    residual rows drawn from."""
+    null: ``values`` (draws,) the null replicates' Spearman; ``pearson_values`` (draws,) the
+    same replicates' Pearson (the headline's null, from the same draws); ``n`` types
+    correlated; ``pool`` residual rows drawn from."""
 
     observed: float
     values: torch.Tensor
     n: int
     pool: int
+    pearson_values: torch.Tensor | None = None
+
+    @property
+    def pearson_mean(self) -> float:
+        """Mean Pearson of the replicates (NaN without them)."""
+        values = self.pearson_values
+        return float(values.mean()) if values is not None and values.numel() else math.nan
+
+    @property
+    def pearson_std(self) -> float:
+        """Standard deviation of the replicates' Pearson (ddof 1; NaN with fewer than two)."""
+        values = self.pearson_values
+        return (
+            float(values.std(correction=1))
+            if values is not None and values.numel() > 1
+            else math.nan
+        )
 
     @property
     def mean(self) -> float:
@@ -333,7 +351,8 @@ def frequency_spearman_null(
 ) -> SpearmanNull:
     """The Spearman of :func:`frequency_distance_correlation` (same types: ``count ≥
     min_count``, finite spread and log-frequency) against its count-preserving shuffle null
-    (:func:`shuffled_spreads` over those types' counts, residuals from ``pool``)."""
+    (:func:`shuffled_spreads` over those types' counts, residuals from ``pool``), with each
+    replicate's Pearson too (``pearson_values``: the headline Pearson's null, same draws)."""
     min_count = check_count(min_count, "min_count", minimum=2)
     values = to_float64(as_tensor(spread, "spread"))
     c = _counts(count).to(values.device)
@@ -341,5 +360,8 @@ def frequency_spearman_null(
     observed = frequency_distance_correlation(lf, values, c, min_count)
     keep = (c >= min_count) & torch.isfinite(values) & torch.isfinite(lf)
     null = shuffled_spreads(c[keep], pool, draws, seed_key)
-    rho = torch.tensor([correlations(lf[keep], row).spearman for row in null], dtype=torch.float64)
-    return SpearmanNull(observed.spearman, rho, observed.n, int(as_tensor(pool, "pool").shape[0]))
+    both = [correlations(lf[keep], row) for row in null]
+    rho = torch.tensor([b.spearman for b in both], dtype=torch.float64)
+    r = torch.tensor([b.pearson for b in both], dtype=torch.float64)
+    size = int(as_tensor(pool, "pool").shape[0])
+    return SpearmanNull(observed.spearman, rho, observed.n, size, pearson_values=r)

@@ -247,7 +247,7 @@ def _energy_ratio(comparison: Comparison, path: Path) -> bool:
         ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
         ax.set_title(f"{method} proxy")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("energy ratio (proxy / controls' mean)")
+    axes[0][0].set_ylabel("energy ratio (proxy / controls' exact mean)")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"Tangent energy ratio over training ({kind}, relative depth {float(depth):.2f})")
     fig.tight_layout()

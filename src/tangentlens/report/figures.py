@@ -1,7 +1,7 @@
 """PNG figures of a run, written to ``RUN_DIR/figures``:
 
 * ``tangent_energy.png`` — top row: energy fraction of each proxy against the controls' band
-  (min–max, and mean) over steps; bottom row: the energy ratio (proxy over its controls' mean)
+  (min–max, and mean) over steps; bottom row: the energy ratio (proxy over its controls' exact mean)
   against the null's 1, with a dotted line per proxy at its step-0 ratio (random weights already
   read ≠ 1: the baseline training is read against); one column per frequency bin, at the deepest
   captured layer;
@@ -151,7 +151,7 @@ def _tangent_energy(rows: list[Row], path: Path) -> bool:
             ax.set_yscale("log")
             _steps_axis(ax)
     top[0].set_ylabel(_ENERGY_LABEL)
-    bottom[0].set_ylabel("energy ratio (proxy / controls' mean)")
+    bottom[0].set_ylabel("energy ratio (proxy / controls' exact mean)")
     top[0].legend(fontsize=7)
     bottom[0].legend(fontsize=7)
     fig.suptitle(f"Tangent energy vs matched-rank controls ({_layer_name(deepest)})")

@@ -114,6 +114,35 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     return lines
 
 
+def _ratio_and_p(cell_rows: list[Row]) -> str:
+    """One cell of an energy table: ``energy_ratio`` and its p-value (one site, method, bin
+    and step)."""
+    by_metric = {r["metric"]: r["value"] for r in cell_rows}
+    if "energy_ratio" not in by_metric:
+        return "–"
+    ratio, p = by_metric["energy_ratio"], by_metric.get("energy_p_value")
+    return f"{fmt_value(ratio)} p{fmt_value(p)}"
+
+
+def _energy_tables(energy: list[Row]) -> list[Table | None]:
+    """Steps × frequency bins of ``energy_ratio`` and its p-value at the deepest layer, one
+    table per site there (``resid_post`` and ``mlp_out`` of one block are two tables, each
+    titled by its site) and per proxy method."""
+    deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
+    picked = [
+        r
+        for r in energy
+        if r["layer"] == deepest and r["metric"] in ("energy_ratio", "energy_p_value")
+    ]
+    tables: list[Table | None] = []
+    for site in sorted({r["site"] for r in picked}):
+        for method in sorted({r["method"] for r in picked if r["site"] == site}):
+            cell = [r for r in picked if r["site"] == site and r["method"] == method]
+            title = f"energy ratio and p-value against the exchangeable controls — {method}, {site}"
+            tables.append(_pivot(cell, title, "freq_bin", _ratio_and_p))
+    return tables
+
+
 def _other_probe_tables(rows: list[Row], probes: set[str]) -> list[Table | None]:
     """A step × layer table per metric (over every token, ``freq_bin`` "all"; the mean over
     methods) of each probe that is not built in (a user's: entry point or import path)."""
@@ -165,27 +194,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
                 _pivot(_select(rows, probe, metric), title, "layer", _mean_cell, _layer_label)
             )
     if "tangent_energy" in probes:
-        energy = [r for r in rows if r["probe"] == "tangent_energy"]
-        deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
-        for method in sorted({r["method"] for r in energy}):
-            picked = [r for r in energy if r["method"] == method and r["layer"] == deepest]
-
-            def ratio_and_p(cell_rows: list[Row]) -> str:
-                by_metric = {r["metric"]: r["value"] for r in cell_rows}
-                if "energy_ratio" not in by_metric:
-                    return "–"
-                ratio, p = by_metric["energy_ratio"], by_metric["energy_p_value"]
-                return f"{fmt_value(ratio)} p{fmt_value(p)}"
-
-            selected = [r for r in picked if r["metric"] in ("energy_ratio", "energy_p_value")]
-            tables.append(
-                _pivot(
-                    selected,
-                    f"tangent/control energy ratio and p-value — {method}, layer {deepest}",
-                    "freq_bin",
-                    ratio_and_p,
-                )
-            )
+        tables += _energy_tables([r for r in rows if r["probe"] == "tangent_energy"])
     if "untrained_block" in probes:
         block = [r for r in rows if r["probe"] == "untrained_block"]
         table = Table(
@@ -215,6 +224,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
     findings = reproduction_summary(rows)
     if findings:
         console.print("[bold]Reproduction summary[/] (the seed papers' qualitative findings)")
+        colours = {True: "green", False: "red", None: "yellow"}
         for finding in findings:
-            mark = "[green]holds[/]" if finding.holds else "[red]does not hold[/]"
-            console.print(f"• {finding.claim}: {mark} — {finding.evidence}")
+            mark = f"[{colours[finding.holds]}]{finding.verdict}[/]"
+            console.print(f"• {escape(finding.claim)}: {mark} — {escape(finding.evidence)}")

@@ -31,6 +31,9 @@ ESTIMATORS: dict[str, str] = {
     "direction projected out of the proxy (ℝ^d for mean_direction itself), p calibrated under a "
     "proxy uniform in span(m̂)⊥; complement (*_complement_*): Haar k-frames in span(T, m̂)⊥; "
     "Gaussian d × k draws projected onto the allowed subspace, so frames depend on spans only",
+    "energy_ratio": "E(T) over the control family's exact mean k/(d − r)·(1 − E(X)) (X = m̂, or "
+    "span(T, m̂) for the complement; the update alignment's likewise), not over the frames "
+    "drawn, whose mean is reported beside it; the frames give z and p",
     "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
     "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
     "steps (per site, at the last step); n_tokens = number of points",
@@ -67,7 +70,11 @@ def _interval_estimator(recipe: Recipe) -> dict[str, str]:
     else:
         source = tangent_energy.INTERVAL_SAMPLE
         how = "the reservoir's sampled sequences, rescaled onto the reported value"
-    return {"energy_interval": f"{spec.energy.interval} bootstrap over {source}: {how}"}
+    ratios = (
+        "ratios of per-sequence sums, the controls' at their exact mean projector; quantiles at "
+        "the (B + 1)·p-th order statistic"
+    )
+    return {"energy_interval": f"{spec.energy.interval} bootstrap over {source}: {how}; {ratios}"}
 
 
 def _git_hash() -> str | None:

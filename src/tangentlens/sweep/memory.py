@@ -23,13 +23,16 @@ element at ``suite.dtype``):
 * **accumulation** — float64 copies of one site's kept rows and the per-bin Gram matrices while
   a batch is folded in;
 * the **row reservoir** (per site: its capacity allocated up front, float32 H and G, token and
-  bin, int64 ids and float64 priorities on the host, one batch of offered rows) and the
-  **control draws** a frozen-early step makes for its energy sums before the capture and keeps
-  for its probes (at most :data:`REUSED_DRAWS_BYTES`), both on the model's device;
+  bin, int64 ids and float64 priorities on the host, one batch of offered rows), on the
+  model's device;
 * **probes** — after the capture, the largest working set of one probe on one site (modelled:
   a semi-NMF refit's float64 and float32 copies of the site's sampled rows, ``20`` bytes per
   entry, or the frequency null's residual pool and per-type sums; and four d × d float64
-  matrices of an eigen-decomposition), on top of the statistics and the reservoir;
+  matrices of an eigen-decomposition), with the **control draws** the step's probes keep
+  (tangent_energy's Gaussian draws and frames of both families, at most
+  :data:`REUSED_DRAWS_BYTES`: ``tangentlens.metrics.reused_draws``), on top of the statistics
+  and the reservoir. Nothing is drawn before the capture: the per-sequence energy sums use the
+  controls' exact mean projectors;
 * host, loading: **the Hugging Face model and its TransformerLens copy** (2 × weights at
   float32; below float32, TransformerLens' weight processing holds the state dict in float32
   and casts it back: weights + 4 bytes × parameters + the embedding).
@@ -123,12 +126,12 @@ class PlanInputs:
     ``gradients``: the step units run a backward; ``bins``: frequency bins kept (0 = none);
     ``bin_moments``: per-bin d × d moments of G; ``n_types``: types with per-type sums (0 =
     none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
-    per-sequence energy sums the capture gathers (0 = none; frozen-early intervals);
-    ``n_sequences``: analysed sequences; ``passes``: capture passes over groups of the sites
-    (0 = the fewest that fit, chosen by :func:`check_fits`); ``draws``: control draws per seed
-    key made before the capture (for the energy sums) and kept for the probes, 0 = none;
+    per-sequence energy sums the capture gathers, the mean direction included (0 = none;
+    frozen-early intervals); ``n_sequences``: analysed sequences; ``passes``: capture passes
+    over groups of the sites (0 = the fewest that fit, chosen by :func:`check_fits`);
+    ``draws``: control draws per seed key the step's probes make and keep, 0 = none;
     ``draw_columns``: the columns kept per draw, site and frequency-bin slot (the ranks of the
-    Gaussian draws and of the frames, each distinct one once).
+    Gaussian draws and of the frames, each distinct one once: :func:`control_draw_columns`).
     """
 
     shape: ModelShape
@@ -265,7 +268,8 @@ def _gib(n: int) -> str:
 
 def _statistics_bytes(inputs: PlanInputs) -> int:
     """One site's float64 statistics: moments, type sums and, with per-sequence energy sums,
-    their projectors (``M × (1 + slots)`` d × d matrices) and sums (``S × slots × (1 + 2M)``)."""
+    their projectors (``3M`` d × d matrices: ``P_Q`` and both control families' exact mean
+    projectors) and sums (``S × slots × (1 + 3M)``)."""
     d, methods, slots = inputs.shape.d_model, inputs.energy_methods, inputs.bins + 1
     moments = statistics_bytes(
         d,
@@ -275,8 +279,8 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
         n_types=inputs.n_types,
         vocab_size=inputs.shape.d_vocab if inputs.n_types else 0,
     )
-    projectors = methods * (1 + slots) * d * d * 8
-    sums = inputs.n_sequences * slots * (1 + 2 * methods) * 8 if methods else 0
+    projectors = methods * 3 * d * d * 8
+    sums = inputs.n_sequences * slots * (1 + 3 * methods) * 8 if methods else 0
     return moments + projectors + sums
 
 
@@ -301,18 +305,22 @@ def probe_bytes(inputs: PlanInputs) -> int:
     return max(rows, null) + 4 * d * d * 8
 
 
-def control_draw_columns(rank: int, mean_direction: bool) -> int:
-    """Columns per draw, site and slot that the energy sums' exchangeable frames keep: the
-    Gaussian draw and the frame of rank ``rank`` (every proxy but m̂; they share m̂ as the span
-    they avoid) and, with m̂, its own rank-1 frame and draw (one rank-1 draw serves both)."""
-    if not mean_direction:
-        return 2 * rank
-    return 2 * rank + (1 if rank == 1 else 2)
+def control_draw_columns(rank: int, mean_direction: bool, methods: int) -> int:
+    """Columns per draw, site and slot that a step's tangent-energy controls keep, for
+    ``methods`` proxies of rank ``rank`` besides m̂: the Gaussian draw of rank ``rank``, the
+    exchangeable frame (shared: every proxy avoids the same m̂) and one complement frame per
+    proxy; with m̂, its rank-1 draw (the same as the proxies' at rank 1), its exchangeable frame
+    (in ℝ^d) and its complement frame (in m̂⊥)."""
+    columns = (2 + methods) * rank
+    if mean_direction:
+        columns += 3 - (rank == 1)
+    return columns
 
 
 def held_draws_bytes(inputs: PlanInputs) -> int:
-    """Host bytes of the control draws a step unit keeps through its capture (float64; the
-    first :data:`REUSED_DRAWS_BYTES` of them: ``tangentlens.metrics.reused_draws``)."""
+    """Bytes of the control draws a step's probes keep (float64; the first
+    :data:`REUSED_DRAWS_BYTES` of them: ``tangentlens.metrics.reused_draws``), where the probes
+    run."""
     slots = len(inputs.sites) * (inputs.bins + 1)
     per_slot = inputs.draws * inputs.shape.d_model * inputs.draw_columns * 8
     return min(REUSED_DRAWS_BYTES, slots * per_slot)
@@ -373,8 +381,8 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         statistics, reservoir = held * per_site, held * per_reservoir
         phases = max(loss + saved, saved + tensors, tensors + accumulation)
         if probes_where == accelerator:
-            phases = max(phases, probes)
-        peak = weights + statistics + reservoir + draws + phases
+            phases = max(phases, probes + draws)
+        peak = weights + statistics + reservoir + phases
         return peak, saved, tensors, statistics, reservoir
 
     peak, saved, tensors, statistics, reservoir = max(heaviest_pass(g) for g in groups)
@@ -391,7 +399,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
         MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
         MemoryPart("reservoir", accelerator, reservoir, True, "capture.reservoir"),
-        MemoryPart("control draws", accelerator, draws, False, "tangent_energy.draws"),
+        MemoryPart("control draws", probes_where, draws, False, "tangent_energy.draws"),
         MemoryPart("probes", probes_where, probes, False, "capture.reservoir"),
         MemoryPart("loading", "host", loading, False, "suite.dtype"),
     ]
@@ -404,7 +412,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("statistics (host copy)", "host", statistics_total, True, statistics_hint),
         MemoryPart("reservoir (host copy)", "host", reservoir_total, True, "capture.reservoir"),
     )
-    host = max(loading, statistics_total + reservoir_total + probes)
+    host = max(loading, statistics_total + reservoir_total + probes + draws)
     return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, *copies))
 
 
@@ -424,10 +432,13 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
                 n_types += probe.max_tracked_types(recipe.probes[key], recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
     spec = recipe.probes.get("tangent_energy")
-    draws, draw_columns = 0, 0
-    if gathers_sequence_sums(recipe):
+    draws, draw_columns, energy_methods = 0, 0, 0
+    if spec is not None:
+        methods = len(spec.proxies.methods) + (spec.pretrained_sae is not None)
         draws = spec.energy.draws
-        draw_columns = control_draw_columns(spec.proxies.rank, spec.proxies.mean_direction)
+        draw_columns = control_draw_columns(spec.proxies.rank, spec.proxies.mean_direction, methods)
+        if gathers_sequence_sums(recipe):
+            energy_methods = methods + spec.proxies.mean_direction
     return PlanInputs(
         shape=shape,
         dtype=recipe.suite.dtype,
@@ -440,11 +451,7 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
         bin_moments=needs.bin_moments,
         n_types=n_types,
         reservoir=recipe.capture.reservoir if needs.reservoir else 0,
-        energy_methods=(
-            len(spec.proxies.methods) + (spec.pretrained_sae is not None)
-            if gathers_sequence_sums(recipe)
-            else 0
-        ),
+        energy_methods=energy_methods,
         n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
         passes=recipe.capture.passes,
         draws=draws,

@@ -49,7 +49,6 @@ from tangentlens.core.step import (
 )
 from tangentlens.dictionaries import SAE, in_window
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
-from tangentlens.metrics import reused_draws
 from tangentlens.models import lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.suites import CheckpointSuite
@@ -421,7 +420,6 @@ def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
     return out
 
 
-@reused_draws()  # the control frames made for the capture's energy sums serve the probes again
 def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> dict[str, float]:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads. Returns where its time went (:class:`Phases`)."""
@@ -448,12 +446,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
         # intervals resample every analysed sequence
         with phases.phase("energy projectors"):
             energy_sums = tangent_energy.sequence_energy_config(
-                spec.energy,
-                step,
-                frozen,
-                sites,
-                recipe.data.n_bins if needs.bins else 0,
-                recipe.data.seq_len,
+                frozen, recipe.data.n_bins if needs.bins else 0, recipe.data.seq_len
             )
     with phases.phase("capture"):
         stats, scored, fitted = _step_capture(
