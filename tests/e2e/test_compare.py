@@ -115,7 +115,7 @@ def test_quickstart_against_mini_bert(units_env, tmp_path, capsys):
         key = (r["probe"], r["metric"], r["method"], r["rank"], r["freq_bin"], r["site_kind"])
         key += (r["relative_depth"],)
         a, b = own["quickstart"][key]["value"], own["mini_bert"][key]["value"]
-        if r["metric"].endswith("_ratio") or r["metric"] == "energy_enrichment":
+        if r["metric"].endswith("_ratio"):  # energy_enrichment has its own null: a difference
             want = math.log(b) - math.log(a) if a > 0 and b > 0 else math.nan
             assert r["difference"] == "log_ratio"
         else:
@@ -125,7 +125,7 @@ def test_quickstart_against_mini_bert(units_env, tmp_path, capsys):
         # an interval from both runs' stored replicates where both rows have one, else none
         both = all(own[label][key]["ci_low"] is not None for label in own)
         if both and math.isfinite(r["value"]):
-            assert r["metric"] in ("energy_fraction", "energy_ratio")
+            assert r["metric"] in ("energy_fraction", "energy_ratio", "energy_complement_ratio")
             assert r["ci_low"] <= r["value"] <= r["ci_high"], key
         else:
             assert r["ci_low"] is None and r["ci_high"] is None, key

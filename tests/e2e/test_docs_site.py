@@ -61,7 +61,7 @@ def test_glossary_page_is_the_readme_glossary(site):
     text = _text(site / "glossary.html")
     for probe, metric in pairs:
         assert f"{probe} {metric}" in text, (probe, metric)
-    assert "E(T) / mean E(N) against the exchangeable controls" in text
+    assert "E(T) / energy_null_mean : over the exchangeable controls' exact mean" in text
     home = _text(site / "index.html")
     assert "In a notebook" in home and "energy_complement_null_mean" not in home
 
