@@ -169,7 +169,7 @@ def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]
     return {
         "centroids": _tracked_centroids(inputs.capture.statistics, counts, config),
         "embedding": model.W_E.detach()[: seen.numel()][seen.to(model.W_E.device)],
-        "embed_site": models.hook_name(model, "embed"),
+        "embed_site": models.lens_model(model).hook_name("embed"),
     }
 
 
