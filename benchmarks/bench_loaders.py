@@ -38,7 +38,7 @@ from benchmarks.bench_capture import N_BINS, RESERVOIR, SHORT_DTYPES, tracked_ty
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
 from tangentlens.data import FrequencyBins, SpecialTokens, special_tokens_of
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
-from tangentlens.models import LOADERS, hook_name, lens_model
+from tangentlens.models import LOADERS, lens_model
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, MiniSuiteConfig
 from tangentlens.models.loading import load_local_checkpoint
 from tangentlens.models.training import build_model, training_split, wrap_tokenizer
@@ -151,10 +151,7 @@ def bench_loaders(name: str, repeats: int, n_batches: int) -> list[dict[str, Any
     captures = {}
     for loader, model in models.items():
         lens = lens_model(model)
-        sites = (
-            hook_name(lens, "embed"),
-            *(hook_name(lens, "resid_post", layer) for layer in range(lens.n_layers)),
-        )
+        sites = (lens.hook_name("embed"), *lens.residual_sites())
         capture_config = CaptureConfig(sites=sites, loss=loss)
         captures[loader] = functools.partial(
             _capture_loss, lens, batches, capture_config, special, statistics, bins

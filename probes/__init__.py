@@ -1,6 +1,6 @@
 """The probe catalogue, installed as ``tangentlens.probes``.
 
-Each probe module declares one :class:`~tangentlens.registry.Probe` (``PROBE``): its name, its
+Each probe module declares one :class:`~tangentlens.contract.Probe` (``PROBE``): its name, its
 frozen config dataclass (defined in the module: a recipe validates without importing torch), what
 it needs captured, its scope and a ``rows`` function turning one step's
 :class:`~tangentlens.capture.Capture` (what ``tangentlens.capture_model`` returns, and what a

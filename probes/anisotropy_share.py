@@ -38,13 +38,13 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
+from tangentlens.contract import Probe, StepInputs
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
     check_mean_direction,
     exchangeable_frames,
     seed_key,
 )
-from tangentlens.registry import Probe, StepInputs
 from tangentlens.results import make_row, measurement
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _step_rows(inputs: StepInputs, config: AnisotropyShareConfig) -> list[dict[s
     return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy)
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=AnisotropyShareConfig,

@@ -26,7 +26,7 @@ import numpy as np
 from tangentlens import metrics  # lazy packages
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
-from tangentlens.registry import AcrossInputs, Probe, StepInputs
+from tangentlens.contract import AcrossInputs, Probe, StepInputs
 from tangentlens.results import make_row, row
 
 __all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
@@ -121,7 +121,7 @@ def _across_rows(inputs: AcrossInputs, config: CosineDriftConfig) -> list[dict[s
     return across_steps_rows(inputs.step_rows)
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=CosineDriftConfig,

@@ -58,7 +58,7 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
-from tangentlens.registry import Probe, StepInputs
+from tangentlens.contract import Probe, StepInputs
 from tangentlens.results import make_row
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ def _max_tracked_types(config: FrequencyGeometryConfig, max_tokens: int) -> int:
     return max_tokens // config.min_count
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=FrequencyGeometryConfig,

@@ -12,7 +12,7 @@ from typing import Any
 
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
-from tangentlens.registry import Probe, StepInputs
+from tangentlens.contract import Probe, StepInputs
 from tangentlens.results import make_row
 
 __all__ = ["NAME", "PROBE", "QKDriftConfig", "rows"]
@@ -55,7 +55,7 @@ def _step_rows(inputs: StepInputs, config: QKDriftConfig) -> list[dict[str, Any]
     return rows(inputs.capture, config)
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=QKDriftConfig,

@@ -18,8 +18,8 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_choice, check_count
+from tangentlens.contract import Probe, StepInputs
 from tangentlens.metrics.options import TWONN_FITS
-from tangentlens.registry import Probe, StepInputs
 from tangentlens.results import make_row
 
 torch = LazyModule("torch")
@@ -85,7 +85,7 @@ def _step_rows(inputs: StepInputs, config: ShapeOfLearningConfig) -> list[dict[s
     return rows(inputs.capture, config)
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=ShapeOfLearningConfig,

@@ -27,8 +27,8 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
+from tangentlens.contract import AcrossInputs, Probe, StepInputs
 from tangentlens.probes.tangent_energy import TangentSpec
-from tangentlens.registry import AcrossInputs, Probe, StepInputs
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def _across_rows(inputs: AcrossInputs, config: SubspaceStabilityConfig) -> list[
     return out
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=SubspaceStabilityConfig,

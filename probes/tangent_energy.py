@@ -77,6 +77,7 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_choice, check_count, suggest
+from tangentlens.contract import Probe, StepInputs
 from tangentlens.dictionaries.policy import FitConfig
 from tangentlens.dictionaries.proxy_config import (
     MEAN_DIRECTION,
@@ -85,7 +86,6 @@ from tangentlens.dictionaries.proxy_config import (
     ProxyConfig,
 )
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
-from tangentlens.registry import Probe, StepInputs
 from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
@@ -631,7 +631,7 @@ def _check_recipe(config: TangentSpec, recipe: Any) -> None:
         )
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=TangentSpec,

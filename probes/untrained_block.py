@@ -9,8 +9,8 @@ from typing import Any
 
 from tangentlens._lazy import LazyModule
 from tangentlens.capture.needs import Needs
+from tangentlens.contract import ModelFreeInputs, Probe
 from tangentlens.models.configs import UntrainedBlockConfig
-from tangentlens.registry import ModelFreeInputs, Probe
 from tangentlens.results import row
 
 untrained = LazyModule("tangentlens.models.untrained_block")
@@ -53,7 +53,7 @@ def _model_free_rows(inputs: ModelFreeInputs, config: UntrainedBlockConfig) -> l
     return rows(inputs.suite, config)
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=UntrainedBlockConfig,

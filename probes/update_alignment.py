@@ -30,6 +30,7 @@ from tangentlens import metrics, models  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
+from tangentlens.contract import AcrossInputs, Probe, StateInputs
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
     check_mean_direction,
@@ -37,7 +38,6 @@ from tangentlens.probes.tangent_energy import (
     exchangeable_frames,
     seed_key,
 )
-from tangentlens.registry import AcrossInputs, Probe, StateInputs
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]
     return {
         "centroids": _tracked_centroids(inputs.capture.statistics, counts, config),
         "embedding": model.W_E.detach()[: seen.numel()][seen.to(model.W_E.device)],
-        "embed_site": models.hook_name(model, "embed"),
+        "embed_site": models.lens_model(model).hook_name("embed"),
     }
 
 
@@ -206,7 +206,7 @@ def _check_recipe(config: UpdateAlignmentConfig, recipe: Any) -> None:
         )
 
 
-#: The probe, declared once (:class:`~tangentlens.registry.Probe`): what the registry runs.
+#: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=UpdateAlignmentConfig,

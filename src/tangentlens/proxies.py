@@ -32,9 +32,9 @@ from jaxtyping import Float
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.capture.captured import Capture
+from tangentlens.contract import FIT_PROBE
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION, METHODS, ProxyConfig
-from tangentlens.registry import FIT_PROBE
 from tangentlens.results import make_row
 from tangentlens.typing import Basis
 

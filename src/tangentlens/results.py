@@ -18,18 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    from tangentlens.capture import Capture
 
 __all__ = [
     "REPLICATE_FIELDS",
     "REPLICATE_SCHEMA",
     "ROW_FIELDS",
     "SCHEMA",
+    "Labelled",
     "ResultTable",
     "StepLabel",
     "bin_label",
@@ -148,6 +146,20 @@ class StepLabel:
     layers: dict[str, int | None]
 
 
+class Labelled(Protocol):
+    """Whatever carries a :class:`StepLabel`'s fields: a step label, or a capture (which labels
+    its own rows)."""
+
+    @property
+    def suite(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def tokens_seen(self) -> int | None: ...
+    @property
+    def layers(self) -> Mapping[str, int | None]: ...
+
+
 def row(
     suite: str,
     step: int,
@@ -184,7 +196,7 @@ def row(
 
 
 def make_row(
-    data: StepLabel | Capture,
+    data: Labelled,
     probe: str,
     metric: str,
     value: float,

@@ -184,7 +184,7 @@ def micro_step_data(micro_pythia):
         pack_rows,
         tokenize_corpus,
     )
-    from tangentlens.models import residual_sites
+    from tangentlens.models import lens_model
 
     step = micro_pythia.steps[-1]
     model = micro_pythia.load(step)
@@ -194,7 +194,7 @@ def micro_step_data(micro_pythia):
     )
     rows = pack_rows(docs, 32, family="decoder", special=special)[:96]  # as the sweep does
     frequencies = FrequencyTable.from_rows(rows, model.cfg.d_vocab, special, causal=True)
-    sites = tuple(residual_sites(model))
+    sites = tuple(lens_model(model).residual_sites())
     statistics = StatisticsConfig(
         n_bins=3, type_sums=True, vocab_size=model.cfg.d_vocab, reservoir_size=2048
     )

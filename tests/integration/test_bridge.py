@@ -28,7 +28,7 @@ import tangentlens as tl
 from tangentlens.capture import CaptureConfig, capture_batch
 from tangentlens.core.recipe import Recipe, SuiteSpec
 from tangentlens.data import special_tokens_of
-from tangentlens.models import DEFAULT_LOADERS, hook_name, lens_model, parse_site, site_kinds
+from tangentlens.models import DEFAULT_LOADERS, lens_model
 from tangentlens.models.hub import hf_offline_mode
 from tangentlens.models.loading import boot_bridge, load_local_checkpoint
 from tangentlens.models.suites import LocalSuite, PythiaSuite
@@ -87,7 +87,7 @@ def test_loaders_give_the_same_tensors_at_every_site(both) -> None:
     models, tokenizer = both
     hooked, bridge = lens_model(models["hooked"]), lens_model(models["bridge"])
     assert isinstance(bridge.module, TransformerBridge) and bridge.family == hooked.family
-    assert site_kinds(hooked) == site_kinds(bridge)
+    assert hooked.site_kinds == bridge.site_kinds
     special = special_tokens_of(tokenizer, hooked.family)
     tokens = _tokens(tokenizer, special)
     loss = "next_token" if hooked.family == "decoder" else "mlm"
@@ -95,8 +95,8 @@ def test_loaders_give_the_same_tensors_at_every_site(both) -> None:
     out = {}
     for lens in (hooked, bridge):
         sites = tuple(
-            hook_name(lens, kind, layer)
-            for kind in site_kinds(lens)
+            lens.hook_name(kind, layer)
+            for kind in lens.site_kinds
             if kind in ROW_KINDS
             for layer in ([None] if kind == "embed" else layers)
         )
@@ -107,7 +107,7 @@ def test_loaders_give_the_same_tensors_at_every_site(both) -> None:
     assert a.n_scored == b.n_scored > 0
     assert b.loss == pytest.approx(a.loss, rel=1e-6)
     for site_h, site_b in zip(sites_h, sites_b, strict=True):
-        assert parse_site(hooked, site_h) == parse_site(bridge, site_b)
+        assert hooked.parse_site(site_h) == bridge.parse_site(site_b)
         torch.testing.assert_close(b.activations[site_b], a.activations[site_h], **TENSOR_TOL)
         torch.testing.assert_close(b.gradients[site_b], a.gradients[site_h], **TENSOR_TOL)
         assert a.gradients[site_h].abs().max() > 1e-4  # a real gradient, not two zeros
@@ -130,7 +130,7 @@ def test_bridge_gradients_are_autograd_of_the_models_own_loss(request, name) -> 
     special = special_tokens_of(suite.tokenizer(), bridge.family)
     tokens = _tokens(suite.tokenizer(), special, shape=(2, 20))
     loss = "next_token" if bridge.family == "decoder" else "mlm"
-    sites = tuple(hook_name(bridge, "resid_post", layer) for layer in range(bridge.n_layers))
+    sites = tuple(bridge.residual_sites())
     batch = capture_batch(bridge, tokens, CaptureConfig(sites=sites, loss=loss), special)
     auto = AutoModelForCausalLM if bridge.family == "decoder" else AutoModelForMaskedLM
     hf = auto.from_pretrained(suite.folder(step), attn_implementation="eager").eval()
@@ -184,7 +184,7 @@ def test_measure_gives_the_hooked_table_through_the_bridge(request, name) -> Non
 
 def _site_key(lens, site: str):
     try:
-        return parse_site(lens, site)
+        return lens.parse_site(site)
     except ValueError:  # rows about no single site ("-", cross-layer labels)
         return site
 
@@ -217,7 +217,7 @@ def test_suites_load_through_either_loader_raw_and_offline(micro_pythia, monkeyp
     assert torch.equal(weight, hf.get_output_embeddings().weight.T) and not bias.any()
     assert torch.equal(bridge.W_E, hf.get_input_embeddings().weight)
     tokens = torch.randint(2, 500, (2, 24), generator=torch.Generator().manual_seed(0))
-    sites = [hook_name(lens, "resid_post", layer) for layer in range(lens.n_layers - 1)]
+    sites = lens.residual_sites()[:-1]
     with torch.no_grad():
         reference = hf(tokens, output_hidden_states=True)
         logits, cache = bridge.run_with_cache(tokens, names_filter=sites)
@@ -245,7 +245,7 @@ def test_headless_checkpoint_through_the_bridge(tmp_path) -> None:
     tokens = _tokens(bridge.tokenizer, special)
     captured = []
     for lens in (hooked, bridge):
-        sites = (hook_name(lens, "resid_post", 1),)
+        sites = (lens.hook_name("resid_post", 1),)
         config = CaptureConfig(sites=sites, loss="none", gradients=False)
         captured.append(capture_batch(lens, tokens, config, special).activations[sites[0]])
     torch.testing.assert_close(captured[1], captured[0], **TENSOR_TOL)
@@ -276,7 +276,7 @@ def test_a_bridge_without_attention_hooks_measures_the_residual_stream_only(tmp_
         tl.measure(bridge, tokens, probes=["qk_drift", "cosine_drift"])
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match=r"site 'q' does not exist .*allowed"):
-        hook_name(bridge, "q", 0)
+        lens.hook_name("q", 0)
     table = tl.measure(bridge, tokens, probes=["cosine_drift"], n_bins=1)
     assert {r["site"] for r in table.where(metric="cosine_anisotropy").to_pylist()} == {
         "blocks.0.hook_resid_post",

@@ -17,7 +17,7 @@ from tangentlens.data import (
 )
 from tangentlens.metrics import centred_anisotropy_from_moments
 from tangentlens.metrics.attribution import energy_fraction_from_moment
-from tangentlens.models import residual_sites
+from tangentlens.models import lens_model
 
 #: |half-precision − float32| allowed for an energy fraction or an anisotropy (both in [0, 1]).
 #: Measured on the micro suite's last step (two blocks, d 32): at most 3.1e-4 (bfloat16) and
@@ -35,7 +35,7 @@ def _measures(suite, dtype: torch.dtype) -> dict:
     special = decoder_special_ids()
     docs = tokenize_corpus(suite.analysis_corpus(), document_encoder(suite.tokenizer()))
     rows = pack_rows(docs, 32, family="decoder", special=special)[:64]
-    sites = tuple(residual_sites(model))
+    sites = tuple(lens_model(model).residual_sites())
     stats = capture_statistics(
         model,
         iter_batches(rows, 16),

@@ -16,9 +16,9 @@ from transformers import AutoTokenizer, BertModel
 
 from tangentlens.core.data import prepare_analysis_data
 from tangentlens.core.recipe import load_recipe
+from tangentlens.models import lens_model
 from tangentlens.models.catalog import headless_architectures
 from tangentlens.models.loading import has_lm_head, load_local_checkpoint
-from tangentlens.models.sites import hook_name
 from tangentlens.models.suites import LocalSuite
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.store import read_results
@@ -102,7 +102,7 @@ def test_minilm_matches_hugging_face_hidden_states_at_every_layer():
         logits, cache = model.run_with_cache(tokens, one_zero_attention_mask=mask)
     kept = mask.bool()
     ours = [cache["hook_full_embed"]]  # HF's embedding output: after the embedding LayerNorm
-    ours += [cache[hook_name(model, "resid_post", layer)] for layer in range(model.cfg.n_layers)]
+    ours += [cache[site] for site in lens_model(model).residual_sites()]
     assert len(ours) == len(reference) == 7
     for layer, (got, want) in enumerate(zip(ours, reference, strict=True)):
         assert (got[kept] - want[kept]).abs().max().item() <= 1e-4, layer

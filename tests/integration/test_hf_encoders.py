@@ -25,7 +25,7 @@ import tangentlens as tl
 from tangentlens.capture import CaptureConfig, capture_batch
 from tangentlens.core.recipe import Recipe, SuiteSpec, load_recipe
 from tangentlens.data import special_tokens_of
-from tangentlens.models import hook_name, lens_model, resolve_loader
+from tangentlens.models import lens_model, resolve_loader
 from tangentlens.models.catalog import HF_MODEL_TYPES
 from tangentlens.models.hf_lens import HF_ENCODERS, HfLens
 from tangentlens.models.loading import load_local_checkpoint
@@ -99,9 +99,9 @@ def _record(hf: torch.nn.Module, lens: HfLens, into: dict[str, torch.Tensor]) ->
 
         return hook
 
-    hf.get_input_embeddings().register_forward_hook(output(hook_name(lens, "embed")))
+    hf.get_input_embeddings().register_forward_hook(output(lens.hook_name("embed")))
     for layer, block in enumerate(hf.base_model.layers):
-        name = {kind: hook_name(lens, kind, layer) for kind in SITE_KINDS[1:]}
+        name = {kind: lens.hook_name(kind, layer) for kind in SITE_KINDS[1:]}
         block.register_forward_pre_hook(
             lambda m, args, n=name["resid_pre"]: into.update({n: args[0]})
         )
@@ -125,7 +125,7 @@ def test_sites_are_the_modules_tensors_and_gradients_are_autograd_of_the_mlm_los
     special = special_tokens_of(lens.tokenizer, "encoder")
     tokens = _tokens(lens.tokenizer)
     sites = tuple(
-        hook_name(lens, site, layer)
+        lens.hook_name(site, layer)
         for site in SITE_KINDS
         for layer in ([None] if site == "embed" else range(lens.n_layers))
     )
@@ -146,7 +146,7 @@ def test_sites_are_the_modules_tensors_and_gradients_are_autograd_of_the_mlm_los
         torch.testing.assert_close(batch.gradients[site], grad, **TOL)
         assert grad.abs().max() > 1e-5, site  # a real gradient, not two zeros
     for layer in range(lens.n_layers - 1):
-        site = hook_name(lens, "resid_post", layer)
+        site = lens.hook_name("resid_post", layer)
         torch.testing.assert_close(batch.activations[site], out.hidden_states[layer + 1], **TOL)
 
 
@@ -158,7 +158,7 @@ def test_the_last_block_output_is_taken_before_the_final_norm(suites, kind) -> N
     lens = load_local_checkpoint(folder, loader="hf")
     special = special_tokens_of(lens.tokenizer, "encoder")
     tokens = _tokens(lens.tokenizer)
-    last = hook_name(lens, "resid_post", lens.n_layers - 1)
+    last = lens.hook_name("resid_post", lens.n_layers - 1)
     hf = AutoModelForMaskedLM.from_pretrained(folder).eval()
     layer_out: list[torch.Tensor] = []
     hf.base_model.layers[-1].register_forward_hook(lambda m, a, o: layer_out.append(o))
@@ -184,7 +184,7 @@ def test_measure_gives_the_values_computed_from_the_layer_outputs(suites, kind) 
     probes = {"cosine_drift": {}, "tangent_energy": {"rank": 4, "draws": 20, "bootstrap": 50}}
     table = tl.measure(lens, tokens, probes=probes, n_bins=1).to_pylist()
     special = special_tokens_of(lens.tokenizer, "encoder")
-    sites = tuple(hook_name(lens, "resid_post", layer) for layer in range(lens.n_layers))
+    sites = tuple(lens.residual_sites())
     batch = capture_batch(lens, tokens, CaptureConfig(sites=sites, loss="mlm"), special)
     value = {
         (r["probe"], r["site"], r["metric"], r["method"], r["freq_bin"]): r["value"] for r in table
@@ -266,7 +266,7 @@ def test_attention_probes_are_refused_in_one_line(suites) -> None:
         tl.measure(lens, tokens, probes=["qk_drift", "cosine_drift"])
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"site 'q' does not exist .*loader 'hf'"):
-        hook_name(lens, "q", 0)
+        lens.hook_name("q", 0)
     recipe = Recipe(
         name="hf",
         suite=SuiteSpec(name=str(suites["modernbert"]), steps="all"),  # "auto" resolves to hf

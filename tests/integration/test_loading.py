@@ -8,9 +8,9 @@ import torch
 from transformer_lens import HookedEncoder, HookedTransformer
 from transformers import AutoModelForCausalLM, BertForMaskedLM
 
+from tangentlens.models import lens_model
 from tangentlens.models.hub import hf_offline_mode, offline_requested
 from tangentlens.models.loading import load_local_checkpoint, load_pythia_checkpoint
-from tangentlens.models.sites import hook_name
 from tests.integration.conftest import decoder_tokenizer, write_checkpoint
 
 DECODERS = ["gpt_neox", "llama", "mistral", "qwen2"]
@@ -34,7 +34,7 @@ def test_local_decoder_matches_hugging_face_hidden_states_and_logits(hf_checkpoi
     assert (logits - reference.logits).abs().max().item() <= TOLERANCE
     # HF's last hidden state is taken after the final norm; the inner ones are block outputs.
     for layer in range(model.cfg.n_layers - 1):
-        ours = cache[hook_name(model, "resid_post", layer)]
+        ours = cache[lens_model(model).hook_name("resid_post", layer)]
         assert (ours - reference.hidden_states[layer + 1]).abs().max().item() <= TOLERANCE
     assert (
         cache["ln_final.hook_normalized"] - reference.hidden_states[-1]
@@ -53,7 +53,7 @@ def test_local_encoder_matches_hugging_face_hidden_states_and_mlm_logits(hf_chec
     assert (logits - reference.logits).abs().max().item() <= TOLERANCE
     assert (cache["hook_full_embed"] - reference.hidden_states[0]).abs().max() <= TOLERANCE
     for layer in range(model.cfg.n_layers):
-        ours = cache[hook_name(model, "resid_post", layer)]
+        ours = cache[lens_model(model).hook_name("resid_post", layer)]
         assert (ours - reference.hidden_states[layer + 1]).abs().max().item() <= TOLERANCE
     assert all(torch.isfinite(p).all() for p in model.parameters())
 

@@ -21,7 +21,7 @@ from tangentlens.data import (
     pack_causal,
     tokenize_corpus,
 )
-from tangentlens.models import residual_sites
+from tangentlens.models import lens_model
 from tangentlens.probes import tangent_energy
 from tangentlens.proxies import ProxyConfig, fit_proxies
 
@@ -36,7 +36,7 @@ def setup(micro_pythia):
     docs = tokenize_corpus(micro_pythia.analysis_corpus(), lambda t: tokenizer(t)["input_ids"])
     rows = pack_causal(docs, SEQ_LEN, eos_id=0)[:48]
     frequencies = FrequencyTable.from_tokens(rows, vocab_size=model.cfg.d_vocab)
-    sites = tuple(residual_sites(model))
+    sites = tuple(lens_model(model).residual_sites())
     layers = {site: layer for layer, site in enumerate(sites)}
     capture = CaptureConfig(sites=sites)
     # the proxies are known before the scored capture: fitted on another capture's activations

@@ -1,17 +1,11 @@
-"""Family-aware hook-site names: every name exists in the model, missing sites are refused."""
+"""Family-aware hook-site names, asked of the lens: every name exists in the model, missing sites
+are refused."""
 
 import pytest
 import torch
 from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
 
-from tangentlens.models.sites import (
-    SITE_KINDS,
-    hook_name,
-    model_family,
-    parse_site,
-    residual_sites,
-    site_kinds,
-)
+from tangentlens.models import SITE_KINDS, lens_model
 
 
 def _config(**overrides) -> HookedTransformerConfig:
@@ -26,63 +20,67 @@ def models():
                                        rotary_dim=4))  # fmt: skip
     sequential = HookedTransformer(_config())
     encoder = HookedEncoder(_config(attention_dir="bidirectional"))
-    return {"pythia": pythia, "sequential": sequential, "encoder": encoder}
+    return {
+        name: lens_model(model)
+        for name, model in (("pythia", pythia), ("sequential", sequential), ("encoder", encoder))
+    }
 
 
 @pytest.mark.parametrize("name", ["pythia", "sequential", "encoder"])
 def test_every_site_name_exists_in_the_model(models, name):
-    model = models[name]
-    for kind in site_kinds(model):
-        for layer in [None] if kind == "embed" else range(model.cfg.n_layers):
-            full = hook_name(model, kind, layer)
-            assert full in model.hook_dict, full
-            assert parse_site(model, full) == (kind, layer)
+    lens = models[name]
+    for kind in lens.site_kinds:
+        for layer in [None] if kind == "embed" else range(lens.n_layers):
+            full = lens.hook_name(kind, layer)
+            assert full in lens.module.hook_dict, full
+            assert lens.parse_site(full) == (kind, layer)
 
 
 def test_residual_stream_names_by_family(models):
-    assert residual_sites(models["pythia"]) == [
+    assert models["pythia"].residual_sites() == [
         "blocks.0.hook_resid_post",
         "blocks.1.hook_resid_post",
     ]
-    assert residual_sites(models["encoder"]) == [
+    assert models["encoder"].residual_sites() == [
         "blocks.0.hook_normalized_resid_post",
         "blocks.1.hook_normalized_resid_post",
     ]
-    assert model_family(models["encoder"]) == "encoder"
-    assert model_family(models["pythia"]) == "decoder"
+    assert models["encoder"].family == "encoder"
+    assert models["pythia"].family == "decoder"
 
 
 def test_encoder_block_output_is_the_normalized_residual(models):
-    encoder = models["encoder"]
+    lens = models["encoder"]
+    encoder = lens.module
     for p in encoder.parameters():  # HookedEncoder leaves its weights uninitialised
         torch.nn.init.normal_(p, std=0.1, generator=torch.Generator().manual_seed(0))
     tokens = torch.randint(0, 40, (1, 8), generator=torch.Generator().manual_seed(0))
     _, cache = encoder.run_with_cache(tokens)
     # The input of block 1 is the output of block 0.
     torch.testing.assert_close(
-        cache[hook_name(encoder, "resid_post", 0)], cache[hook_name(encoder, "resid_pre", 1)]
+        cache[lens.hook_name("resid_post", 0)], cache[lens.hook_name("resid_pre", 1)]
     )
 
 
 def test_sites_a_family_lacks_are_refused_with_the_valid_ones(models):
     with pytest.raises(ValueError, match=r"no resid_mid.*allowed: \['embed', 'resid_pre'"):
-        hook_name(models["pythia"], "resid_mid", 0)
-    assert hook_name(models["sequential"], "resid_mid", 1) == "blocks.1.hook_resid_mid"
+        models["pythia"].hook_name("resid_mid", 0)
+    assert models["sequential"].hook_name("resid_mid", 1) == "blocks.1.hook_resid_mid"
     with pytest.raises(ValueError, match="allowed"):
-        hook_name(models["encoder"], "resid_mid", 0)
+        models["encoder"].hook_name("resid_mid", 0)
     with pytest.raises(ValueError, match="allowed"):
-        hook_name(models["pythia"], "residual", 0)
-    assert set(site_kinds(models["sequential"])) == set(SITE_KINDS)
+        models["pythia"].hook_name("residual", 0)
+    assert set(models["sequential"].site_kinds) == set(SITE_KINDS)
 
 
 def test_layers_are_validated(models):
-    model = models["pythia"]
+    lens = models["pythia"]
     for bad in (-1, 2, 1.0, None, True):
         with pytest.raises(ValueError, match=r"integer in \[0, 2\)"):
-            hook_name(model, "resid_post", bad)
+            lens.hook_name("resid_post", bad)
     with pytest.raises(ValueError, match="takes no layer"):
-        hook_name(model, "embed", 0)
+        lens.hook_name("embed", 0)
     with pytest.raises(ValueError, match="unknown hook site"):
-        parse_site(model, "blocks.7.hook_resid_post")
+        lens.parse_site("blocks.7.hook_resid_post")
     with pytest.raises(ValueError, match="HookedTransformer"):
-        model_family(torch.nn.Linear(2, 2))
+        lens_model(torch.nn.Linear(2, 2))

@@ -78,7 +78,7 @@ from tangentlens.seeding import seeded_generator
 from tangentlens.typing import TokenMask, Tokens
 
 if TYPE_CHECKING:  # the capture reads models through the adapter of tangentlens.models
-    from tangentlens.models.lens import LensModel
+    from tangentlens.models.adapter import LensModel
 
 __all__ = [
     "LOSSES",
@@ -229,12 +229,10 @@ def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
 
 
 def _attention_names(lens: LensModel, layers: tuple[int, ...]) -> dict[str, tuple[int, str]]:
-    from tangentlens.models.sites import hook_name
-
     names = {}
     for layer in layers:
         for kind in ("q", "k", "pattern"):
-            names[hook_name(lens, kind, layer)] = (layer, kind)
+            names[lens.hook_name(kind, layer)] = (layer, kind)
     return names
 
 
@@ -244,7 +242,7 @@ def _check_sites(lens: LensModel, sites: tuple[str, ...]) -> None:
         blocks = [n for n in lens.hook_points if n.startswith("blocks.0.")]
         raise ValueError(
             f"unknown hook site(s) {unknown}; this model offers e.g. {blocks[:8]} for every block "
-            "(see tangentlens.models.hook_name)"
+            "(see tangentlens.models.LensModel.hook_name)"
         )
     in_unembed = [s for s in sites if s.startswith("unembed.")]
     if in_unembed:
@@ -280,7 +278,7 @@ def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None)
 
 def _logits(lens: LensModel, x: Float[torch.Tensor, "n d_model"]) -> torch.Tensor:
     """Logits ``(n, d_vocab)`` of unembedding inputs ``x`` (see
-    :meth:`~tangentlens.models.lens.LensModel.logits`: ``x W_U + b_U``, soft-capped, in float32
+    :meth:`~tangentlens.models.adapter.LensModel.logits`: ``x W_U + b_U``, soft-capped, in float32
     at least)."""
     return lens.logits(x)
 
@@ -378,7 +376,7 @@ def capture_batch(
     """Capture ``config.sites`` (and attention) for one ``(batch, pos)`` token batch.
 
     ``model`` is a TransformerLens ``HookedTransformer``, ``HookedEncoder`` or
-    ``TransformerBridge`` (or its :class:`~tangentlens.models.lens.LensModel`);
+    ``TransformerBridge`` (or its :class:`~tangentlens.models.adapter.LensModel`);
     ``first_sequence`` is the stream index of the batch's first row (it seeds the masked-LM
     corruption); ``step`` only names the checkpoint in error messages.
     Non-finite activations or gradients raise ``ValueError`` naming the site and step.

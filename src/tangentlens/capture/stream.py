@@ -24,7 +24,7 @@ from tangentlens.data.packing import SpecialTokens
 from tangentlens.typing import Tokens
 
 if TYPE_CHECKING:  # the capture reads models through the adapter of tangentlens.models
-    from tangentlens.models.lens import LensModel
+    from tangentlens.models.adapter import LensModel
 
 __all__ = ["CaptureStatistics", "capture_statistics", "combine_site_passes"]
 
@@ -162,7 +162,7 @@ def capture_statistics(
     accumulate the kept rows on the model's device, where the returned statistics stay (the
     probes compute there; :meth:`CaptureStatistics.to` moves them).
     ``model``: a ``HookedTransformer``, ``HookedEncoder`` or ``TransformerBridge`` (or its
-    :class:`~tangentlens.models.lens.LensModel`).
+    :class:`~tangentlens.models.adapter.LensModel`).
 
     Args:
         bins: token-frequency bins (required when ``statistics.n_bins > 0``, same number).

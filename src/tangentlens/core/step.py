@@ -28,7 +28,7 @@ from tangentlens.core.data import AnalysisData
 from tangentlens.core.recipe import Recipe, select_layers, site_groups
 from tangentlens.data import iter_batches
 from tangentlens.metrics import reused_draws
-from tangentlens.models import hook_name, lens_model
+from tangentlens.models import lens_model
 from tangentlens.proxies import (
     FittedProxies,
     FixedProxy,
@@ -70,10 +70,10 @@ def capture_sites(model: Any, recipe: Recipe) -> dict[str, int | None]:
     check_attention(lens, recipe)
     sites: dict[str, int | None] = {}
     if recipe.capture.embed:
-        sites[hook_name(lens, "embed")] = None
+        sites[lens.hook_name("embed")] = None
     for kind in recipe.capture.sites:
         for layer in select_layers(recipe.capture.layers, lens.n_layers):
-            sites[hook_name(lens, kind, layer)] = layer
+            sites[lens.hook_name(kind, layer)] = layer
     return sites
 
 

@@ -22,7 +22,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         ".hub_suites": ("HUB_SUITES", "HubSuiteEntry"),
         ".configs": ("MINI_SUITE_CONFIGS", "MiniSuiteConfig"),
-        ".lens": ("BridgeLens", "HookedLens", "LensModel", "lens_model"),
+        ".adapter": ("LensModel",),
+        ".lens": ("BridgeLens", "HookedLens", "lens_model"),
         ".loading": (
             "DECODER_ARCHITECTURES",
             "ENCODER_ARCHITECTURES",
@@ -37,14 +38,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "log_spaced_schedule",
             "select_steps",
         ),
-        ".sites": (
-            "SITE_KINDS",
-            "hook_name",
-            "model_family",
-            "parse_site",
-            "residual_sites",
-            "site_kinds",
-        ),
+        ".sites": ("SITE_KINDS",),
         ".suites": (
             "CatalogueSuite",
             "CheckpointSuite",

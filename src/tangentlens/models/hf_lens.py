@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from tangentlens.models.lens import HeadInput, HookFn, LensModel, Loader
-from tangentlens.models.sites import Family, SiteTemplates, hf_templates
+from tangentlens.models.adapter import HeadInput, HookFn, LensModel, Loader
+from tangentlens.models.sites import SITE_KINDS, Family, SiteTemplates, hf_templates
 from tangentlens.typing import Tokens
 
 __all__ = ["HF_ENCODERS", "HfConfig", "HfEncoderParts", "HfLens"]
@@ -155,6 +155,11 @@ class HfLens(LensModel):
     @property
     def hook_points(self) -> Collection[str]:
         return self._modules
+
+    def _lacks(self, kind: str) -> str:
+        if kind in SITE_KINDS:
+            return f" (loader 'hf' hooks {self.architecture}'s layers, not its attention heads)"
+        return ""
 
     def attention_refusal(self) -> str:
         return (

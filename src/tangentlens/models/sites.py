@@ -1,4 +1,8 @@
-"""Family- and loader-aware TransformerLens hook-site names, built in one place.
+"""Family- and loader-aware TransformerLens hook-site names: the templates of each loader and
+family, built in one place, and the kind of a name without a model. A lens names a model's sites
+from them (:meth:`~tangentlens.models.adapter.LensModel.hook_name`,
+:meth:`~tangentlens.models.adapter.LensModel.parse_site`,
+:meth:`~tangentlens.models.adapter.LensModel.residual_sites`); this module imports no model.
 
 The residual stream after block ``l`` is ``blocks.{l}.hook_resid_post`` in decoders; in BERT-style
 (post-LN) encoders it is ``blocks.{l}.hook_normalized_resid_post`` on ``HookedEncoder`` (whose
@@ -30,29 +34,15 @@ Decoders' names are TransformerLens' on both loaders (``hook_embed``,
 ``blocks.{l}.hook_resid_post``, ``blocks.{l}.attn.hook_q`` before the rotary embedding, …). On
 the bridge a kind is offered only when its hook exists at every block (an architecture without
 per-head attention hooks offers no ``q``, ``k``, ``pattern``).
-
->>> hook_name(model, "resid_post", 3)          # doctest: +SKIP
-'blocks.3.hook_resid_post'
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Literal
 
-__all__ = [
-    "SITE_KINDS",
-    "bridge_templates",
-    "hf_templates",
-    "hook_name",
-    "hooked_templates",
-    "model_family",
-    "parse_site",
-    "residual_sites",
-    "site_kind",
-    "site_kinds",
-]
+__all__ = ["SITE_KINDS", "bridge_templates", "hf_templates", "hooked_templates", "site_kind"]
 
 Family = Literal["decoder", "encoder"]
 #: Site kind → hook-name template (``{l}`` stands for the block index).
@@ -141,72 +131,3 @@ def site_kind(name: str) -> str | None:
             if re.fullmatch(pattern, name):
                 return kind
     return None
-
-
-def model_family(model: Any) -> Family:
-    """``"encoder"`` for BERT-style encoders (``HookedEncoder``, a bridged ``BertForMaskedLM``),
-    else ``"decoder"``; a model of no supported kind is a ``ValueError``."""
-    from tangentlens.models.lens import lens_model
-
-    return lens_model(model).family
-
-
-def site_kinds(model: Any) -> tuple[str, ...]:
-    """The site kinds this model offers, in canonical order."""
-    from tangentlens.models.lens import lens_model
-
-    return tuple(lens_model(model).templates)
-
-
-def hook_name(model: Any, kind: str, layer: int | None = None) -> str:
-    """The full hook name of site ``kind`` at block ``layer`` (no layer for ``embed``)."""
-    from tangentlens.models.lens import lens_model
-
-    lens = lens_model(model)
-    templates = lens.templates
-    if kind not in templates:
-        lacks = ""
-        if kind == "resid_mid" and lens.family == "decoder":
-            lacks = " (parallel attention and MLP: no resid_mid)"
-        elif kind in SITE_KINDS and lens.loader == "bridge":
-            lacks = f" (the bridge of {lens.architecture} has no such hook at every block)"
-        elif kind in SITE_KINDS and lens.loader == "hf":
-            lacks = f" (loader 'hf' hooks {lens.architecture}'s layers, not its attention heads)"
-        raise ValueError(
-            f"site {kind!r} does not exist in this {lens.family}{lacks}; allowed: {list(templates)}"
-        )
-    template = templates[kind]
-    if "{l}" not in template:
-        if layer is not None:
-            raise ValueError(f"site {kind!r} takes no layer, got layer={layer}")
-        return template
-    n_layers = lens.n_layers
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(
-            f"layer for site {kind!r} must be an integer in [0, {n_layers}), got {layer!r}"
-        )
-    return template.format(l=layer)
-
-
-def residual_sites(model: Any) -> list[str]:
-    """The residual stream after every block, first to last."""
-    from tangentlens.models.lens import lens_model
-
-    lens = lens_model(model)
-    return [hook_name(lens, "resid_post", layer) for layer in range(lens.n_layers)]
-
-
-def parse_site(model: Any, name: str) -> tuple[str, int | None]:
-    """Inverse of :func:`hook_name`: ``(kind, layer)`` of a full hook name this model offers."""
-    from tangentlens.models.lens import lens_model
-
-    lens = lens_model(model)
-    for kind in lens.templates:
-        layers = [None] if kind == "embed" else range(lens.n_layers)
-        for layer in layers:
-            if hook_name(lens, kind, layer) == name:
-                return kind, layer
-    raise ValueError(
-        f"unknown hook site {name!r}; allowed: {', '.join(lens.templates)} at layers 0.."
-        f"{lens.n_layers - 1}, e.g. {hook_name(lens, 'resid_post', 0)!r}"
-    )
