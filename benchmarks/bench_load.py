@@ -1,6 +1,7 @@
-"""A sweep beside other work (issue 22): a one-step quickstart sweep — its fit window's eight
-captures, the fit and step 1200 — timed quiet and beside ⌊CPUs/2⌋ pure-Python busy loops, each
-in a fresh process so that the OpenMP wait policy is read at its ``import torch``.
+"""A sweep beside other work (issues 22, 34): a one-step quickstart sweep — its fit window's
+eight captures, the fit and step 1200 — timed quiet, beside ⌊CPUs/2⌋ pure-Python busy loops and
+beside another PyTorch process multiplying matrices, each sweep in a fresh process so that the
+OpenMP wait policy is read at its ``import torch``.
 
 Rows (median of ``repeats`` runs each; ``--quick``: one run), all against the quiet run with the
 runtime's default spin-then-sleep (``OMP_WAIT_POLICY`` unset, what tangentlens runs with):
@@ -8,7 +9,10 @@ runtime's default spin-then-sleep (``OMP_WAIT_POLICY`` unset, what tangentlens r
 * quiet, ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep at once): what the policy costs when
   nothing else runs (goal ≤ 1.05);
 * beside the busy loops, the default (goal ≤ 2.5);
-* beside the busy loops, ``PASSIVE`` (goal ≤ 2.5).
+* beside the busy loops, ``PASSIVE`` (goal ≤ 2.5);
+* beside a PyTorch job (1024² float32 products in a loop) on ⌊CPUs/2⌋ threads, the default
+  (goal ≤ 3: a notebook or a second unit beside a sweep);
+* beside the same job on its default threads (every CPU: the machine oversubscribed; no goal).
 
 A run under load is stopped after ``_LOADED_LIMIT_S`` (then the limit is reported, a lower
 bound).
@@ -65,6 +69,22 @@ def busy_loops(n: int) -> Iterator[None]:
             loop.wait()
 
 
+@contextmanager
+def torch_job(n_threads: int | None) -> Iterator[None]:
+    """Another PyTorch process multiplying 1024 × 1024 float32 matrices in a loop on
+    ``n_threads`` threads (None: torch's default, every CPU) while the block runs."""
+    pin = "" if n_threads is None else f"torch.set_num_threads({n_threads}); "
+    code = f"import torch; {pin}a = torch.randn(1024, 1024)\nwhile True: a @ a"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    job = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        time.sleep(5.0)  # its import and first products
+        yield
+    finally:
+        job.kill()
+        job.wait()
+
+
 def _median(policy: str | None, repeats: int, limit: float | None = None) -> float:
     return statistics.median(_sweep_seconds(policy, limit) for _ in range(repeats))
 
@@ -78,10 +98,19 @@ def run(quick: bool) -> list[dict[str, Any]]:
     with busy_loops(n_loops):
         loaded = _median(None, repeats, _LOADED_LIMIT_S)
         loaded_passive = _median("PASSIVE", repeats, _LOADED_LIMIT_S)
+    with torch_job(n_loops):
+        beside_torch = _median(None, repeats, _LOADED_LIMIT_S)
+    with torch_job(None):
+        beside_torch_all = _median(None, repeats, _LOADED_LIMIT_S)
     beside = f"beside {n_loops} busy loop(s)"
+    job = "beside a PyTorch job on {} thread(s)"
     reference = "quiet, default wait policy"
     return [
         ratio_row("sweep, quiet, PASSIVE", shape, reference, quiet_passive, quiet, "≤ 1.05"),
         ratio_row(f"sweep {beside}, default", shape, reference, loaded, quiet, "≤ 2.5"),
         ratio_row(f"sweep {beside}, PASSIVE", shape, reference, loaded_passive, quiet, "≤ 2.5"),
+        ratio_row(f"sweep {job.format(n_loops)}", shape, reference, beside_torch, quiet, "≤ 3"),
+        ratio_row(
+            f"sweep {job.format(usable_cpus())}", shape, reference, beside_torch_all, quiet, "—"
+        ),
     ]

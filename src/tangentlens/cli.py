@@ -53,10 +53,16 @@ def _memory_lines(recipe: Recipe) -> str:
 
 
 def _sweep(args: argparse.Namespace) -> None:
+    from tangentlens.report.console import console
+    from tangentlens.runtime import passive_when_busy
+
+    # before torch is imported: its threads read the wait policy once
+    busy = None if args.plan_only else passive_when_busy()
+    if busy is not None:
+        console.print(busy, soft_wrap=True, markup=False)
     # validation and planning import no model library: a typo is reported at once (published
     # SAEs are checked against SAELens' registry and the suite's model, with SAELens imported)
     from tangentlens.core.recipe import load_recipe
-    from tangentlens.report.console import console
     from tangentlens.sweep.executors import check_executor
     from tangentlens.sweep.runner import check_pretrained_sae, plan_sweep
 

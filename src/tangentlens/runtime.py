@@ -5,12 +5,18 @@ PyTorch's CPU kernels run on an OpenMP pool whose idle threads spin-wait for the
 region. Beside another CPU-bound program the spinning steals the core a working thread needs: a
 one-step quickstart sweep took 49 s quiet and 126 s beside one pure-Python busy loop on 2 cores,
 most of it in loops of small products (now on one thread, :func:`single_thread`: 55 s quiet and 111
-s beside the loop). ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) removes most of the rest —
-67–77 s beside the loop — but costs 12–38 % when the machine is quiet (every parallel region pays a
-wake-up), and shorter spins (``GOMP_SPINCOUNT``) do not help under load, so tangentlens does not
-impose it: a user who shares a machine sets it before torch is imported, and :func:`runtime_env`
-carries the choice to every worker an executor starts (Ray, submitit, Slurm). ``python -m benchmarks
-load`` measures both policies, quiet and loaded, on the machine at hand.
+s beside the loop), and 397 s beside another PyTorch process multiplying matrices on one thread
+(7.6× its 52 s quiet, 2026-11-27). ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) removes most
+of that — 71 s beside the PyTorch job, 67–77 s beside the loop — but costs 12–38 % when the
+machine is quiet (every parallel region pays a wake-up), and shorter spins (``GOMP_SPINCOUNT``)
+do not help under load. So a sweep chooses at its start, before torch is imported
+(:func:`passive_when_busy`): when other programs keep at least :data:`BUSY_CPUS` of its CPUs
+busy (:func:`busy_cpus`, a quarter-second look at ``/proc/stat``) its idle threads sleep, else
+they spin; a setting of the user's (:data:`RUNTIME_VARS`) always stands, and
+:func:`runtime_env` carries the choice to every worker an executor starts (Ray, submitit, Slurm).
+The wait policy changes no number. A neighbour that starts after the sweep is not seen (set
+``OMP_WAIT_POLICY=PASSIVE`` yourself then). ``python -m benchmarks load`` measures both policies,
+quiet and loaded, on the machine at hand.
 
 :func:`usable_cpus` counts the CPUs this process may actually run on — its affinity mask and a
 cgroup CPU quota (a container, a Slurm allocation), not the machine's core count.
@@ -42,6 +48,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,10 +58,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 __all__ = [
+    "BUSY_CPUS",
     "RUNTIME_VARS",
     "Phases",
     "alongside",
+    "busy_cpus",
     "half_precision_slowdown",
+    "passive_when_busy",
     "runtime_env",
     "single_thread",
     "threads",
@@ -65,6 +75,10 @@ __all__ = [
 #: when it imports torch, so they travel with every unit where the user set them.
 RUNTIME_VARS: tuple[str, ...] = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
+#: Other programs' load (busy CPUs, :func:`busy_cpus`) from which a sweep's idle threads sleep.
+BUSY_CPUS = 0.5
+
+_PROC_STAT = Path("/proc/stat")
 _CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 _CGROUP_V1 = (
     Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
@@ -98,6 +112,58 @@ def usable_cpus() -> int:
     if quota is not None:
         cpus = min(cpus, max(math.ceil(quota), 1))
     return max(cpus, 1)
+
+
+def _cpu_jiffies(cpus: set[int], stat: Path) -> tuple[int, int] | None:
+    """(busy, total) jiffies since boot summed over the lines of ``cpus`` in ``stat``
+    (``/proc/stat``: busy is all but idle and iowait); None when it cannot be read."""
+    busy = total = 0
+    try:
+        for line in stat.read_text().splitlines():
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                ticks = [int(f) for f in fields[:8]]
+                total += sum(ticks)
+                busy += sum(ticks) - ticks[3] - ticks[4]
+    except (OSError, ValueError, IndexError):
+        return None
+    return (busy, total) if total else None
+
+
+def busy_cpus(window: float = 0.25, stat: Path = _PROC_STAT) -> float | None:
+    """How many of this process's CPUs (its affinity mask) other programs kept busy over the
+    next ``window`` seconds, while this process sleeps; None where ``/proc/stat`` cannot be read
+    (not Linux)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # not on Linux
+        return None
+    before = _cpu_jiffies(cpus, stat)
+    time.sleep(window)
+    after = _cpu_jiffies(cpus, stat)
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return len(cpus) * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def passive_when_busy(threshold: float = BUSY_CPUS) -> str | None:
+    """Before torch is imported: set ``OMP_WAIT_POLICY=PASSIVE`` for this process (and, through
+    :func:`runtime_env`, every worker it starts) when other programs keep at least
+    ``threshold`` of its CPUs busy (:func:`busy_cpus`), and say so in one line (returned; None
+    when nothing was set). Left alone when the user chose a runtime setting
+    (:data:`RUNTIME_VARS`), or torch is already imported (its threads have read theirs). The
+    wait policy changes no number: only how idle threads wait."""
+    if any(name in os.environ for name in RUNTIME_VARS) or "torch" in sys.modules:
+        return None
+    busy = busy_cpus()
+    if busy is None or busy < threshold:
+        return None
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return (
+        f"other programs keep {busy:.1f} of this process's {usable_cpus()} CPUs busy: idle "
+        "compute threads sleep (OMP_WAIT_POLICY=PASSIVE) rather than spin on a core they need; "
+        "set OMP_WAIT_POLICY yourself to choose"
+    )
 
 
 def runtime_env() -> dict[str, str]:

@@ -265,3 +265,65 @@ def test_alongside_with_one_thread_runs_the_task_in_line_once():
         assert calls == [True]
     finally:
         torch.set_num_threads(previous)
+
+
+_STAT = (
+    "cpu  {a} 0 0 {b} 0 0 0 0 0 0\ncpu0 {a0} 0 0 {i0} 5 0 0 0 0 0\ncpu1 {a1} 0 0 {i1} 5 0 0 0 0 0\n"
+)
+
+
+def test_busy_cpus_are_other_programs_jiffies_over_the_window_on_this_process_cpus(
+    monkeypatch, tmp_path
+):
+    """cpu0 busy for the whole window, cpu1 idle: one of two CPUs busy; a CPU outside the
+    affinity mask does not count; the idle and iowait columns are not busy."""
+    stat = tmp_path / "stat"
+    stat.write_text(_STAT.format(a=0, b=0, a0=100, i0=100, a1=100, i1=100))
+    after = _STAT.format(a=0, b=0, a0=200, i0=100, a1=100, i1=200)
+    monkeypatch.setattr(runtime.time, "sleep", lambda seconds: stat.write_text(after))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert runtime.busy_cpus(0.1, stat) == pytest.approx(1.0)
+    stat.write_text(_STAT.format(a=0, b=0, a0=100, i0=100, a1=100, i1=100))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})  # only the idle one
+    assert runtime.busy_cpus(0.1, stat) == 0.0
+    assert runtime._cpu_jiffies({0}, stat) == (200, 305)  # iowait (5) counts as idle
+    assert runtime._cpu_jiffies({0}, tmp_path / "missing") is None
+    stat.write_text("garbled\n")
+    assert runtime.busy_cpus(0.1, stat) is None
+
+
+def test_a_busy_loop_beside_is_seen_as_a_busy_cpu():
+    import subprocess
+    import sys
+
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = runtime.busy_cpus(0.5)
+    finally:
+        loop.kill()
+        loop.wait()
+    assert busy is not None and busy >= 0.7
+
+
+def test_idle_threads_sleep_when_other_programs_keep_a_cpu_busy(monkeypatch):
+    """PASSIVE from one half busy CPU on (and the one line saying so), only before torch is
+    imported, and never over the user's own runtime setting."""
+    import sys
+
+    for name in runtime.RUNTIME_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(sys.modules, "torch")  # restored after the test
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: 0.49)
+    assert runtime.passive_when_busy() is None and "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: None)  # not Linux
+    assert runtime.passive_when_busy() is None and "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: 1.04)
+    line = runtime.passive_when_busy()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert line is not None and line.startswith("other programs keep 1.0 of this process's")
+    assert worker_env(2)["OMP_WAIT_POLICY"] == "PASSIVE"  # every worker started from here
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice stands
+    assert runtime.passive_when_busy() is None and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setitem(sys.modules, "torch", object())  # too late: torch's threads have read it
+    assert runtime.passive_when_busy() is None and "OMP_WAIT_POLICY" not in os.environ
