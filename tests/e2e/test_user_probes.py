@@ -153,6 +153,81 @@ def test_a_probe_from_a_temporary_module_runs_with_no_other_edit(
     assert {r["value"] for r in got if r["probe"] == "kept_tokens"} == {2.0 * n_tokens[STEP]}
 
 
+ACROSS_SOURCE = """
+    import math
+    from dataclasses import dataclass
+
+    from tangentlens.capture import Needs
+    from tangentlens.registry import Probe
+    from tangentlens.results import make_row
+
+
+    @dataclass(frozen=True)
+    class RatioConfig:
+        pass
+
+
+    def state(inputs, config):
+        sites = inputs.capture.statistics.sites.items()
+        return {"grad_ms": {site: float(s.g.sum_sq_norms) / s.g.count for site, s in sites}}
+
+
+    def across(inputs, config):
+        return [
+            make_row(t.label, "grad_ratio", "gradient_rms_ratio",
+                     math.sqrt(t.now["grad_ms"][site] / t.before["grad_ms"][site]), site=site)
+            for t in inputs.transitions for site in t.now["grad_ms"]
+        ]
+
+
+    PROBE = Probe(name="grad_ratio", config=RatioConfig, scope="across",
+                  needs=Needs(gradients=True), state=state, across=across,
+                  metrics={"gradient_rms_ratio": "gradient RMS over the previous step's"})
+"""
+
+
+def test_an_across_probe_alone_gets_its_transitions(units_env, tmp_path, monkeypatch):
+    """A recipe whose only probe is a researcher's ``across`` probe with a per-step ``state``
+    (no tangent probe, no proxies): one row per transition and site, each the ratio of the two
+    steps' kept states (it returned no rows when the transitions were built only for tangent
+    probes)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "grad_ratio_probe.py").write_text(textwrap.dedent(ACROSS_SOURCE))
+    monkeypatch.syspath_prepend(str(folder))
+    recipe = tmp_path / "across_only.toml"
+    recipe.write_text(
+        textwrap.dedent("""
+        [suite]
+        name = "micro-pythia"
+        steps = "0,4,40"
+        [data]
+        corpus = "analysis"
+        seq_len = 32
+        max_tokens = 512
+        batch_size = 16
+        [capture]
+        threads = 1
+        [probes."grad_ratio_probe:PROBE"]
+        """)
+    )
+    out = tmp_path / "run"
+    assert main(["sweep", "--recipe", str(recipe), "--out", str(out)]) == 0
+    rows = [r for r in read_results(out).to_pylist() if r["probe"] == "grad_ratio"]
+    states = {}
+    for path in (out / "state").glob("*.pt"):
+        saved = torch.load(path, weights_only=True)
+        if "grad_ms" in saved:
+            states[saved["step"]] = saved["grad_ms"]
+    assert sorted(states) == [0, 4, 40]
+    sites = set(states[40])
+    assert len(sites) == 2 and len(rows) == 2 * len(sites)  # resid_post of both blocks
+    for r in rows:
+        before = 0 if r["step"] == 4 else 4
+        want = math.sqrt(states[r["step"]][r["site"]] / states[before][r["site"]])
+        assert r["metric"] == "gradient_rms_ratio" and r["value"] == pytest.approx(want, rel=1e-12)
+
+
 def test_a_bad_probe_is_refused_in_one_line_before_any_unit_runs(
     module_probe, sweeps, units_env, tmp_path, capsys
 ):

@@ -542,8 +542,9 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     rows over the transitions from one selected step to the next and every step's rows."""
     probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.across is not None}
     transitions: list[Transition] = []
-    if any(p.scope == "tangent" for p in probes.values()):  # they read the saved proxies
-        frozen = recipe.probes[TANGENT].fit.fit_policy == "frozen_early"
+    if probes:  # every across probe reads the transitions (the saved states, the proxies)
+        spec = recipe.probes.get(TANGENT)
+        frozen = spec is not None and spec.fit.fit_policy == "frozen_early"
         scoring = _load_frozen(store)["bases"] if frozen else None
         window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
         before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)
