@@ -12,6 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from tangentlens.capture.accumulators import MomentAccumulator
     from tangentlens.capture.stream import CaptureStatistics
     from tangentlens.data import FrequencyTable
 
@@ -38,6 +39,51 @@ class Capture:
     layers: dict[str, int | None]
     seq_len: int
     frequencies: FrequencyTable | None = None
+
+    def site(self, kind: str = "resid_post", layer: int | None = None) -> str:
+        """The name of the captured site of ``kind`` at block ``layer`` (``kind="embed"``, layer
+        None: the embedding), e.g. ``capture.site("resid_post", 3)`` →
+        ``"blocks.3.hook_resid_post"``; a ``KeyError`` naming the captured sites otherwise."""
+        from tangentlens.models.sites import site_kind
+
+        for name, block in self.layers.items():
+            if site_kind(name) == kind and block == layer:
+                return name
+        captured = ", ".join(f"{site_kind(n)}@{b}" for n, b in self.layers.items())
+        raise KeyError(f"no {kind!r} site at layer {layer} in this capture; captured: {captured}")
+
+    def activations(
+        self, kind: str = "resid_post", layer: int | None = None, freq_bin: int | None = None
+    ) -> MomentAccumulator:
+        """The streamed moments of the activations at the site of ``kind`` and ``layer``
+        (:meth:`site`): over every kept token, or over the tokens of frequency bin ``freq_bin``
+        (0 = the rarest). ``count``, ``sum`` (d,), ``sum_sq_norms``, ``second_moment``
+        (d, d), … (:class:`~tangentlens.capture.MomentAccumulator`)."""
+        return self._moments(kind, layer, freq_bin, gradients=False)
+
+    def gradients(
+        self, kind: str = "resid_post", layer: int | None = None, freq_bin: int | None = None
+    ) -> MomentAccumulator:
+        """The streamed moments of the per-token loss gradients at that site, as
+        :meth:`activations`; a ``ValueError`` when the capture kept no gradients."""
+        return self._moments(kind, layer, freq_bin, gradients=True)
+
+    def _moments(
+        self, kind: str, layer: int | None, freq_bin: int | None, gradients: bool
+    ) -> MomentAccumulator:
+        stats = self.statistics.sites[self.site(kind, layer)]
+        what = "gradients" if gradients else "activations"
+        if gradients and stats.g is None:
+            raise ValueError("this capture kept no gradients (Needs(gradients=True) keeps them)")
+        if freq_bin is None:
+            return stats.g if gradients else stats.h
+        bins = stats.g_bins if gradients else stats.h_bins
+        if not 0 <= freq_bin < len(bins):
+            raise ValueError(
+                f"freq_bin must be in 0..{len(bins) - 1} for the {what} of this capture "
+                f"({len(bins)} frequency bins kept), got {freq_bin}"
+            )
+        return bins[freq_bin]
 
     def to(self, device: torch.device | str) -> Capture:
         """This capture with its statistics moved to ``device`` (in place; the probes compute
