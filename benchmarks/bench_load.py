@@ -22,6 +22,7 @@ Needs the mini-pythia suite in the cache (``make run`` trains it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
@@ -57,32 +58,33 @@ def _sweep_seconds(policy: str | None, limit: float | None = None) -> float:
 
 
 @contextmanager
-def busy_loops(n: int) -> Iterator[None]:
-    """``n`` pure-Python busy loops in other processes while the block runs."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+def _neighbours(
+    code: str, n: int, settle: float, env: dict[str, str] | None = None
+) -> Iterator[None]:
+    """``n`` other Python processes running ``code`` while the block runs (after ``settle``
+    seconds), killed after it."""
+    processes = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(n)]
     try:
-        time.sleep(1.0)  # let them take their cores
+        time.sleep(settle)
         yield
     finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
-@contextmanager
-def torch_job(n_threads: int | None) -> Iterator[None]:
+def busy_loops(n: int) -> contextlib.AbstractContextManager[None]:
+    """``n`` pure-Python busy loops in other processes while the block runs."""
+    return _neighbours("while True: pass", n, settle=1.0)  # let them take their cores
+
+
+def torch_job(n_threads: int | None) -> contextlib.AbstractContextManager[None]:
     """Another PyTorch process multiplying 1024 × 1024 float32 matrices in a loop on
     ``n_threads`` threads (None: torch's default, every CPU) while the block runs."""
     pin = "" if n_threads is None else f"torch.set_num_threads({n_threads}); "
     code = f"import torch; {pin}a = torch.randn(1024, 1024)\nwhile True: a @ a"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    job = subprocess.Popen([sys.executable, "-c", code], env=env)
-    try:
-        time.sleep(5.0)  # its import and first products
-        yield
-    finally:
-        job.kill()
-        job.wait()
+    return _neighbours(code, 1, settle=5.0, env=env)  # its import and first products
 
 
 def _median(policy: str | None, repeats: int, limit: float | None = None) -> float:
