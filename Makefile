@@ -49,8 +49,12 @@ run: $(STAMP)
 	$(BIN)/tangentlens sweep --recipe quickstart --out $(RUN_DIR) \
 		$(if $(wildcard $(RUN_DIR)/manifest.json),--resume,)
 
+# Two pytest-xdist workers (a file's tests stay together, tests/conftest.py): while one waits
+# on a sweep's processes or runs Python the other computes. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --numprocesses $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check src probes tests scripts benchmarks docs notebooks

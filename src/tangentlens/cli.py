@@ -129,7 +129,11 @@ def _same_run(out: str, recipe: Recipe) -> str | None:
     if not manifest.exists():
         return None
     if json.loads(manifest.read_text()).get("recipe") != recipe.identity():
-        console.print(f"{out} holds a run of another recipe (or other --set values): not counted")
+        console.print(
+            f"{out} holds a run of another recipe (or other --set values): not counted",
+            soft_wrap=True,
+            markup=False,
+        )
         return None
     return out
 

@@ -27,6 +27,28 @@ def test_resampling_draws_sequences_with_replacement_like_bincount_per_replicate
     np.testing.assert_array_equal(counts, expected)
 
 
+def test_a_seeds_resamples_are_drawn_once_and_are_the_seeds_own():
+    """The counts a seed draws are kept (read-only) and reused by every interval over the same
+    groups; they are the draws of that seed, whether cached or drawn afresh."""
+    from tangentlens.metrics import bootstrap as module
+
+    num, den = _sums(4)
+    module._seeded_counts.cache_clear()
+    first = bootstrap_ratio(num, den, replicates=300, seed=5)
+    counts = module._seeded_counts(5, 60, 300)
+    assert module._seeded_counts.cache_info().hits == 1 and not counts.flags.writeable
+    fresh = module._resample_counts(
+        np.random.default_rng(np.random.SeedSequence([5, 0xB007])), 60, 300
+    )
+    np.testing.assert_array_equal(counts, fresh)
+    ratios = np.sort((fresh @ num) / (fresh @ den))
+    assert first.ci_low == pytest.approx(np.quantile(ratios, 0.025, method="weibull"), rel=1e-12)
+    again = bootstrap_ratio(num, den, replicates=300, seed=5)
+    assert (again.ci_low, again.ci_high) == (first.ci_low, first.ci_high)
+    other = bootstrap_ratio(num, den, replicates=300, seed=6)
+    assert (other.ci_low, other.ci_high) != (first.ci_low, first.ci_high)
+
+
 @pytest.mark.parametrize("method", BOOTSTRAP_METHODS)
 def test_every_method_contains_its_point_and_is_seeded(method):
     num, den = _sums(1)

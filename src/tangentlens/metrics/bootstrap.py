@@ -31,6 +31,7 @@ interval is widened to it and ``widened`` says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -97,6 +98,17 @@ def _resample_counts(rng: np.random.Generator, groups: int, replicates: int) -> 
     draws = rng.integers(0, groups, size=(replicates, groups))
     flat = draws + groups * np.arange(replicates)[:, None]
     return np.bincount(flat.ravel(), minlength=replicates * groups).reshape(replicates, groups)
+
+
+@functools.lru_cache(maxsize=4)
+def _seeded_counts(seed: int, groups: int, replicates: int) -> np.ndarray:
+    """The resample counts of ``seed`` (read-only, ``(replicates, groups)``), drawn once: a
+    step's intervals (every site, method, bin and metric over the same sequences, one seed)
+    share them instead of redrawing them each time."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xB007]))
+    counts = _resample_counts(rng, groups, replicates)
+    counts.flags.writeable = False
+    return counts
 
 
 def _bca_levels(
@@ -170,8 +182,7 @@ def bootstrap_ratio(
     method = check_choice(method, "method", BOOTSTRAP_METHODS)
     if centre is not None and not math.isfinite(centre):
         raise ValueError(f"centre must be a finite number or None, got {centre!r}")
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xB007]))
-    counts = _resample_counts(rng, num.shape[0], replicates)  # (R, g)
+    counts = _seeded_counts(seed, num.shape[0], replicates)  # (R, g)
     replicate_den = counts @ den
     defined = replicate_den > 0
     ratios = (counts @ num)[defined] / replicate_den[defined]
