@@ -26,7 +26,7 @@ def _same(a, b) -> bool:
 
 
 def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None:
-    overrides = [f"suite.steps='{STEP}'", "probes.tangent_energy.fit_policy='per_checkpoint'"]
+    overrides = [f"suite.steps='{STEP}'", "proxies.fit_policy='per_checkpoint'"]
     recipe = load_recipe(sweeps.recipe, overrides)
     per_step = {k: v for k, v in recipe.probes.items() if resolve(k).per_step}
     recipe = dataclasses.replace(recipe, probes=per_step)
