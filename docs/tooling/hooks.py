@@ -249,7 +249,8 @@ def _keys(cls: type) -> list[tuple[dataclasses.Field, object, list[str]]]:
     docs = clauses(_docstring(cls))
     hints = typing.get_type_hints(cls)
     return [
-        (f, hints[f.name], [c for c in docs if f"``{f.name}``" in c]) for f in dataclasses.fields(cls)
+        (f, hints[f.name], [c for c in docs if f"``{f.name}``" in c])
+        for f in dataclasses.fields(cls)
     ]
 
 
