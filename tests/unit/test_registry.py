@@ -318,8 +318,7 @@ def test_make_row_rows_of_the_example_pass_its_own_check():
         ),
         (
             "probes.tangent_energy.data_matched_m=16",
-            "probes.tangent_energy.data_matched_m = 16 must be above the rank "
-            "(proxies.rank = 16)",
+            "probes.tangent_energy.data_matched_m = 16 must be above the rank (proxies.rank = 16)",
         ),
         ('capture.layers="0,4"', "capture.layers names block(s) [4], but the model has 4 blocks"),
     ],
