@@ -23,7 +23,7 @@ import tangentlens as tl
 from tangentlens.core.data import AnalysisData
 from tangentlens.core.recipe import CaptureSpec, DataSpec, ProxiesSpec, Recipe, SuiteSpec
 from tangentlens.core.step import capture_sites, capture_step, fit_step
-from tangentlens.data import FrequencyTable, decoder_special_ids
+from tangentlens.data import FrequencyTable, SpecialTokens, decoder_special_ids
 from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.sweep import units
 from tangentlens.sweep.plan import Unit
@@ -152,7 +152,13 @@ def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
 def test_measure_fits_held_out_as_the_step_unit_does(tiny_decoder, tmp_path, monkeypatch):
     """``measure(model, token_ids, fit={"held_out": True})`` gives the step unit's rows, value for
     value; a ``Capture`` (one stream) is refused held out, in one line."""
-    recipe, data = _recipe(), _planted_data(tiny_decoder.cfg.d_vocab)
+    recipe, planted = _recipe(), _planted_data(tiny_decoder.cfg.d_vocab)
+    # the tokenizer-less model has no special tokens for measure to exclude: neither does the unit
+    special = SpecialTokens()
+    frequencies = FrequencyTable.from_rows(
+        planted.rows, tiny_decoder.cfg.d_vocab, special, causal=True
+    )
+    data = AnalysisData(planted.rows, frequencies, frequencies.bins(N_BINS), special, planted.loss)
     *_, want = _unit_rows(tiny_decoder, recipe, data, tmp_path, monkeypatch)
     table = tl.measure(
         tiny_decoder,
