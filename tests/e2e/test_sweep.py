@@ -76,7 +76,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert {r["freq_bin"] for r in energy} == {"all", "0", "1", "2"}
     manifest = json.loads((finished_run / "manifest.json").read_text())
     assert manifest["finished"] and manifest["steps"] == [0, 4, 10, 40]
-    assert manifest["recipe"]["probes"]["tangent_energy"]["fit_policy"] == "frozen_early"
+    assert manifest["recipe"]["proxies"]["fit_policy"] == "frozen_early"
     assert manifest["versions"]["torch"].startswith("2.13")
     assert set(manifest["weights_hashes"]) == {"0", "4", "10", "40"}
     masked = manifest["masked_tokens"]["40"]
@@ -218,7 +218,7 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
 
 def test_bad_input_is_one_red_line_and_exit_code_2(units_env, tmp_path, capsys):
     cases = [
-        (["--set", "probes.tangent_energy.rnak=3"], "did you mean 'rank'"),
+        (["--set", "proxies.rnak=3"], "did you mean 'rank'"),
         (["--set", "probes.tangent_enrgy.rank=3"], "did you mean 'tangent_energy'"),
         (["--set", "proxies.fit_policy=frozen"], "fit_policy must be one of"),
         (["--set", "data.seq_len=2"], "data.seq_len must be ≥ 4"),
