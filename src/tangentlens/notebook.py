@@ -311,6 +311,7 @@ def capture_model(
     the module docstring.
     """
     model = lens_model(model)  # a HookedTransformer, HookedEncoder or TransformerBridge
+    probes, _ = _moved_keys(probes, None)  # the stage's keys do not change what is captured
     configs = _probe_configs(probes, default_probes(model))
     capture, _, _ = _capture(
         model,

@@ -4,6 +4,7 @@ reused, and one clear error per bad input."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -431,3 +432,19 @@ def test_a_headless_encoder_runs_the_activation_probes_by_default(micro_pythia):
 def test_a_capture_measures_by_default_what_it_kept(model, texts):
     capture = tl.capture_model(model, texts[:20], probes=["cosine_drift", "qk_drift"], seq_len=32)
     assert set(tl.measure(capture).to_pandas()["probe"]) == {"capture", "cosine_drift", "qk_drift"}
+
+
+def test_the_stage_keys_given_with_tangent_energy_are_moved_in_one_line(model, texts, caplog):
+    """``probes={"tangent_energy": {"rank": …}}``, as written before the proxies stage: the
+    stage's keys are read from there, with one warning line, by measure and capture_model."""
+    probes = {"tangent_energy": {"rank": 3, "bootstrap": 0}}
+    with caplog.at_level(logging.WARNING):
+        table = tl.measure(model, texts[:20], probes=probes, seq_len=32)
+    assert [r.getMessage() for r in caplog.records] == [
+        "measure(probes=…): probes.tangent_energy.{rank} now live in [proxies] (read from there; "
+        "move them to silence this)"
+    ]
+    assert {r["rank"] for r in table.where(probe="tangent_energy", method="pca").to_pylist()} == {3}
+    capture = tl.capture_model(model, texts[:20], probes=probes, seq_len=32)
+    again = tl.measure(capture, probes={"tangent_energy": {"bootstrap": 0}}, fit={"rank": 3})
+    assert _same_rows(table, again)
