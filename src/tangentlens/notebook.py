@@ -115,7 +115,7 @@ def _probe_configs(
     probes: Sequence[str] | Mapping[str, Any] | None, defaults: Sequence[str]
 ) -> dict[str, ProbeEntry]:
     """Probe name → its resolved entry (``defaults`` when None; settings as a dict of the
-    recipe's keys, or the config itself)."""
+    recipe's keys, the config itself, or a recipe's entry: ``probes=recipe.probes``)."""
     if probes is None:
         probes = defaults
     if isinstance(probes, str):
@@ -128,6 +128,8 @@ def _probe_configs(
             reason = SCOPES["model_free" if probe.scope == "model_free" else "across"]
             raise ValueError(f"probe {name!r} cannot run on one model: {reason}")
         cls = probe.config
+        if isinstance(config, ProbeEntry):
+            config = config.config
         if config is None:
             config = cls()
         elif isinstance(config, Mapping):
