@@ -30,7 +30,7 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
-from tangentlens.core.proxy_stage import PROXIES, ProxiesSpec, move_legacy_keys
+from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
 from tangentlens.core.step import (
     capture_scored,
@@ -146,15 +146,15 @@ def _probe_configs(
 def _moved_keys(probes: Any, fit: Any) -> tuple[Any, Any]:
     """``probes`` and ``fit`` with the stage's keys given in ``probes["tangent_energy"]`` (as
     before the proxies stage) moved to ``fit``, in one warning line."""
-    if not (isinstance(probes, Mapping) and isinstance(probes.get(TANGENT), Mapping)):
+    if not (isinstance(probes, Mapping) and isinstance(probes.get(LEGACY_PROBE), Mapping)):
         return probes, fit
-    data: dict[str, Any] = {"probes": {TANGENT: dict(probes[TANGENT])}}
+    data: dict[str, Any] = {"probes": {LEGACY_PROBE: dict(probes[LEGACY_PROBE])}}
     if fit is not None:
         if not isinstance(fit, Mapping):
             return probes, fit  # a ProxiesSpec: the probe's keys are checked by its config
         data[PROXIES] = dict(fit)
     data = move_legacy_keys(data, "measure(probes=…)")
-    return {**probes, TANGENT: data["probes"][TANGENT]}, data.get(PROXIES, fit)
+    return {**probes, LEGACY_PROBE: data["probes"][LEGACY_PROBE]}, data.get(PROXIES, fit)
 
 
 def _stage(fit: Mapping[str, Any] | ProxiesSpec | None) -> ProxiesSpec | None:
