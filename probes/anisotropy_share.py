@@ -10,7 +10,7 @@ control mean and std with ddof 1, ``z = (x_T − mean) / std``, permutation p-va
   ``second_moment / count``, the same matrix the energy fraction reads) and the excess
   ``A = C − (tr C/d) I``: ``tr(Qᵀ A₊ Q) / tr(A₊)``. A mean gradient inside the proxy counts as
   captured anisotropy. One eigen-decomposition scores any number of frames, so it uses all of
-  the energy's ``draws`` frames (p ≥ ``1/(draws + 1)``, 1/101 by default);
+  the proxies stage's ``draws`` frames (p ≥ ``1/(draws + 1)``, 1/101 by default);
 * ``delta_isoscore_star(_control_mean, _control_std, _z, _p_value)`` —
   ``IsoScore*(G(I − P_Q)) − IsoScore*(G)`` from the bin's gradient *covariance* (IsoScore is
   defined on centred variances). Each frame costs a d × d eigen-decomposition, so only the first
@@ -21,7 +21,7 @@ control mean and std with ddof 1, ``z = (x_T − mean) / std``, permutation p-va
 
 Control frames: frame ``j`` is the exchangeable Haar draw the tangent-energy probe scores as its
 headline control ``j`` (``tangent_energy.exchangeable_frames``: k-frames in ``span(m̂)⊥``, seeded
-from ``seed_key(controls, step, layer, bin)`` with the tangent-energy config's ``seed``), so both
+from ``seed_key(seed, step, layer, bin)`` with the proxies stage's ``seed``), so both
 p-values are calibrated under "the proxy is a random set of directions in ``span(m̂)⊥``"
 (METHODS.md §1.2): the spectral share uses frames ``0 … draws − 1``, ΔIsoScore* frames
 ``0 … isoscore_draws − 1`` (a prefix of the same seeded sequence, extended past ``draws`` when
@@ -40,7 +40,6 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.probes.tangent_energy import (
-    TangentEnergyConfig,
     check_mean_direction,
     exchangeable_frames,
     seed_key,
@@ -59,7 +58,7 @@ __all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
 class AnisotropyShareConfig:
     """``isoscore_draws`` control frames for ΔIsoScore* (its p-value floor is
     ``1/(isoscore_draws + 1)``); ``zeta`` the IsoScore* shrinkage. The spectral share uses the
-    tangent-energy probe's ``draws``; both use its ``seed``."""
+    proxies stage's ``draws`` (the frames ``tangent_energy`` scores); both use its ``seed``."""
 
     isoscore_draws: int = 20
     zeta: float = 0.2
@@ -78,12 +77,15 @@ def rows(
     data: Capture,
     proxies: dict[str, dict[str, Basis]],
     config: AnisotropyShareConfig,
-    controls: TangentEnergyConfig,
+    *,
+    draws: int = 100,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases and
-    ``controls`` the tangent-energy config whose ``draws`` and ``seed`` give the control frames."""
+    """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases, scored
+    against ``draws`` control frames from ``seed`` (the proxies stage's ``draws`` and ``seed``:
+    the frames ``tangent_energy`` scores)."""
     out: list[dict[str, Any]] = []
-    n_frames = max(controls.draws, config.isoscore_draws)
+    n_frames = max(draws, config.isoscore_draws)
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies or site.g.count < 3:
             continue
@@ -97,12 +99,12 @@ def rows(
                 continue
             if not float(torch.diagonal(acc.second_moment).sum()) > 0:
                 continue  # no gradient here; tangent_energy reports the NaN
-            key = seed_key(controls, data.step, layer, bin_index)
+            key = seed_key(seed, data.step, layer, bin_index)
             frames = {m: exchangeable_frames(methods, m, n_frames, key) for m in methods}
             # every method against the same moments: one eigen-decomposition of each
             spectral = metrics.compare_anisotropy_shares(
                 acc.second_moment / acc.count,
-                {m: (q, frames[m][: controls.draws]) for m, q in methods.items()},
+                {m: (q, frames[m][:draws]) for m, q in methods.items()},
             )
             delta = metrics.compare_delta_isoscores_star(
                 acc.covariance(),
@@ -130,7 +132,8 @@ def rows(
 
 
 def _step_rows(inputs: StepInputs, config: AnisotropyShareConfig) -> list[dict[str, Any]]:
-    return rows(inputs.scored, inputs.proxies, config, inputs.tangent.energy)
+    stage = inputs.tangent
+    return rows(inputs.scored, inputs.proxies, config, draws=stage.draws, seed=stage.seed)
 
 
 #: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.

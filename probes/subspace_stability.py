@@ -28,7 +28,6 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import AcrossInputs, Probe, StepInputs
-from tangentlens.probes.tangent_energy import TangentSpec
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -126,20 +125,20 @@ def _paired_rows(
     return out
 
 
-def reseeded_proxies(
-    stats: Any, spec: TangentSpec, seeds: int
-) -> dict[str, dict[str, dict[int, Basis]]]:
-    """The seeded dictionaries (``spec``'s methods but PCA) refitted on a step's statistics
+def reseeded_proxies(stats: Any, stage: Any, seeds: int) -> dict[str, dict[str, dict[int, Basis]]]:
+    """The seeded dictionaries (the proxies ``stage``'s methods but PCA; a
+    :class:`~tangentlens.core.proxy_stage.ProxiesSpec`) refitted on a step's statistics
     ``stats`` with seeds ``seed, seed + 1, …`` (the recipe's seed included, so seeds are
     compared on the same data): ``{site: {method: {seed: basis}}}``, empty when ``seeds``
     is 1 or no method is seeded."""
-    seeded = tuple(m for m in spec.proxies.methods if m != "pca")
+    seeded = tuple(m for m in stage.methods if m != "pca")
     if seeds < 2 or not seeded:
         return {}
     out: dict[str, dict[str, dict[int, Basis]]] = {}
+    fitted = stage.proxy_config()
     for offset in range(seeds):
-        seed = spec.proxies.seed + offset
-        config = dataclasses.replace(spec.proxies, methods=seeded, seed=seed, mean_direction=False)
+        seed = stage.seed + offset
+        config = dataclasses.replace(fitted, methods=seeded, seed=seed, mean_direction=False)
         for site, site_stats in stats.sites.items():
             for method, basis in fitting.fit_proxies(site_stats, config).bases.items():
                 out.setdefault(site, {}).setdefault(method, {})[seed] = basis

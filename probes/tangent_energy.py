@@ -69,22 +69,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tangentlens import capture, dictionaries, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
-from tangentlens.checks import build_section, check_choice, check_count, suggest
+from tangentlens.checks import check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
-from tangentlens.dictionaries.policy import FitConfig
-from tangentlens.dictionaries.proxy_config import (
-    MEAN_DIRECTION,
-    PRETRAINED_SAE,
-    PretrainedSAESpec,
-    ProxyConfig,
-)
+from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.results import make_row, measurement, replicate_record
 
@@ -99,7 +93,6 @@ __all__ = [
     "NAME",
     "PROBE",
     "TangentEnergyConfig",
-    "TangentSpec",
     "check_mean_direction",
     "complement_excluded",
     "exchangeable_excluded",
@@ -112,31 +105,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TangentEnergyConfig:
-    """``draws`` controls per measurement (100, ours; the paper used 20), drawn from ``seed``;
-    ``bootstrap``
-    replicates for the energy interval (0 = none); ``data_matched_m`` the PCA span of the
-    data-matched control (None = off); ``interval`` the bootstrap interval (one of
+    """The energy settings (``[probes.tangent_energy]``; the proxies, the control ``draws`` and
+    the ``seed`` are the ``[proxies]`` stage's): ``bootstrap`` replicates for the energy
+    interval (0 = none); ``data_matched_m`` the PCA span of the data-matched control (None =
+    off); ``interval`` the bootstrap interval (one of
     :data:`tangentlens.metrics.options.BOOTSTRAP_METHODS`; studentized by default: it covered
     best on simulated sequences); ``keep_replicates``: a sweep also stores each interval's
     bootstrap replicates (``replicates/<unit>.parquet``), so that ``tangentlens compare`` can give
     the differences between runs an interval."""
 
-    draws: int = 100
     bootstrap: int = 200
     data_matched_m: int | None = None
-    seed: int = 0
     interval: str = "studentized"
     keep_replicates: bool = False
 
     def __post_init__(self) -> None:
-        check_count(self.draws, "draws", minimum=1)
         check_count(self.bootstrap, "bootstrap", minimum=0)
         if 0 < self.bootstrap < MIN_REPLICATES:
             raise ValueError(
                 f"bootstrap must be 0 (no interval) or ≥ {MIN_REPLICATES} replicates, got "
                 f"{self.bootstrap}"
             )
-        check_count(self.seed, "seed", minimum=0)
         check_choice(self.interval, "interval", BOOTSTRAP_METHODS)
         if not isinstance(self.keep_replicates, bool):
             raise ValueError(f"keep_replicates must be true or false, got {self.keep_replicates!r}")
@@ -150,86 +139,13 @@ class TangentEnergyConfig:
                 f"data_matched_m must be an integer ≥ 2 (above the proxy rank) or None, got {m!r}"
             )
 
-
-#: The configs the ``[probes.tangent_energy]`` table is composed of (:class:`TangentSpec`).
-_TANGENT_PARTS: dict[str, type] = {
-    "proxies": ProxyConfig,
-    "fit": FitConfig,
-    "energy": TangentEnergyConfig,
-}
-
-
-@dataclass(frozen=True)
-class TangentSpec:
-    """The tangent account's settings: the recipe's ``[probes.tangent_energy]`` table, one flat
-    table composed of three configs — ``proxies``
-    (:class:`~tangentlens.dictionaries.proxy_config.ProxyConfig`: ``methods``, ``rank``,
-    ``seminmf_max_iter``, ``sae_samples``, ``sae_k``, ``centre``, ``mean_direction``), ``fit``
-    (:class:`~tangentlens.dictionaries.policy.FitConfig`: ``fit_policy``, ``early_fraction``,
-    ``window_checkpoints``, ``held_out``) and ``energy`` (:class:`TangentEnergyConfig`:
-    ``draws``, ``bootstrap``, ``interval``, ``data_matched_m``); ``seed`` seeds the fits and the
-    controls alike. ``pretrained_sae``: a ``[probes.tangent_energy.pretrained_sae]`` table adds
-    published SAEs as proxies (:class:`~tangentlens.dictionaries.proxy_config.PretrainedSAESpec`).
-
-    >>> TangentSpec.from_table({"rank": 8, "draws": 20}).proxies.rank
-    8
-    """
-
-    proxies: ProxyConfig = field(default_factory=ProxyConfig)
-    fit: FitConfig = field(default_factory=FitConfig)
-    energy: TangentEnergyConfig = field(default_factory=TangentEnergyConfig)
-    pretrained_sae: PretrainedSAESpec | None = None
-
-    def __post_init__(self) -> None:
-        if self.proxies.seed != self.energy.seed:
-            raise ValueError(
-                f"seed: the proxies' seed ({self.proxies.seed}) and the controls' seed "
-                f"({self.energy.seed}) are one setting; give both the same value"
-            )
-
-    @classmethod
-    def from_table(
-        cls, table: Mapping[str, Any], path: str = "probes.tangent_energy"
-    ) -> TangentSpec:
-        """The spec of a flat recipe table: each key goes to the part(s) that declare it
-        (``seed`` to the proxies and the controls); unknown keys are refused naming
-        ``path.key``."""
-        allowed = [*dict.fromkeys(f for part in _TANGENT_PARTS.values() for f in _names(part))]
-        allowed.append(PRETRAINED_SAE)
-        for key in table:
-            if key not in allowed:
-                raise ValueError(
-                    f"unknown key {path}.{key}; allowed: {allowed}{suggest(key, allowed)}"
-                )
-        parts = {
-            name: build_section(part, {k: v for k, v in table.items() if k in _names(part)}, path)
-            for name, part in _TANGENT_PARTS.items()
-        }
-        sae = table.get(PRETRAINED_SAE)
-        if sae is not None:
-            sae = build_section(PretrainedSAESpec, sae, f"{path}.{PRETRAINED_SAE}")
-        return cls(**parts, pretrained_sae=sae)
-
     def to_table(self) -> dict[str, Any]:
-        """The flat table this spec reads from (every key, defaults included, but
-        ``keep_replicates`` only when true: a run from before that key resumes)."""
-        table: dict[str, Any] = {}
-        for name in _TANGENT_PARTS:
-            table.update(dataclasses.asdict(getattr(self, name)))
-        if not self.energy.keep_replicates:
+        """The recipe table (every key, defaults included, but ``keep_replicates`` only when
+        true: a run from before that key resumes)."""
+        table = dataclasses.asdict(self)
+        if not self.keep_replicates:
             del table["keep_replicates"]
-        sae = self.pretrained_sae
-        table[PRETRAINED_SAE] = None if sae is None else dataclasses.asdict(sae)
         return table
-
-    @classmethod
-    def parts(cls) -> dict[str, type]:
-        """The configs the flat table is composed of: ``{attribute: config class}``."""
-        return dict(_TANGENT_PARTS)
-
-
-def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 #: The probe's name: its recipe table ``[probes.tangent_energy]`` and its rows' ``probe``.
@@ -247,11 +163,11 @@ _MEAN_OVERLAP_ATOL = 1e-6
 
 
 def seed_key(
-    config: TangentEnergyConfig, step: int, layer: int | None, bin_index: int | None
+    seed: int, step: int, layer: int | None, bin_index: int | None
 ) -> tuple[int, int, int, int]:
     """The control seed key (without the draw): ``(seed, step, layer + 1, bin + 1)``."""
     return (
-        config.seed,
+        seed,
         step,
         0 if layer is None else layer + 1,
         0 if bin_index is None else bin_index + 1,
@@ -426,6 +342,7 @@ def _intervals(
     sums: capture.EnergySums | None,
     values: dict[str, float],
     config: TangentEnergyConfig,
+    seed: int,
     keep: bool = False,
 ) -> dict[str, metrics.RatioInterval]:
     """Intervals of the energy fraction (``Σ inside / Σ total``) and of the ratios to both
@@ -438,7 +355,7 @@ def _intervals(
         return {}  # the rows carry no gradient (e.g. MLM sequences without a target)
     kwargs = {
         "replicates": config.bootstrap,
-        "seed": config.seed,
+        "seed": seed,
         "method": config.interval,
         "keep_replicates": keep,
     }
@@ -542,13 +459,18 @@ def rows(
     proxies: dict[str, dict[str, Basis]],
     config: TangentEnergyConfig,
     replicates: list[dict[str, Any]] | None = None,
+    *,
+    draws: int = 100,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
     ``mean_direction``, m̂, where m̂ was projected out of the others: see
     :func:`exchangeable_excluded`; a basis that overlaps m̂ is refused,
-    :func:`check_mean_direction`). ``replicates``: a list that receives, for each row with a
-    bootstrap interval, the row's labels (:data:`tangentlens.results.REPLICATE_FIELDS`) and its
-    replicate values (``replicates``), in replicate order."""
+    :func:`check_mean_direction`), each against ``draws`` control frames per measurement drawn
+    from ``seed`` (the proxies stage's ``draws`` and ``seed``). ``replicates``: a list that
+    receives, for each row with a bootstrap interval, the row's labels
+    (:data:`tangentlens.results.REPLICATE_FIELDS`) and its replicate values (``replicates``), in
+    replicate order."""
     out: list[dict[str, Any]] = []
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies:
@@ -579,14 +501,14 @@ def rows(
                     # no gradient reached these tokens: the energy fraction is undefined
                     out.append(make_row(data, NAME, "energy_fraction", math.nan, **common))
                     continue
-                key = seed_key(config, data.step, layer, bin_index)
-                frames = exchangeable_frames(by_method, method, config.draws, key)
+                key = seed_key(seed, data.step, layer, bin_index)
+                frames = exchangeable_frames(by_method, method, draws, key)
                 headline = metrics.compare_energy(acc.second_moment, proxy, frames, families[""])
                 excluded = families["complement_"]
                 complement = metrics.compare_energy(
                     acc.second_moment,
                     proxy,
-                    metrics.control_frames(d, rank, config.draws, key, excluded=excluded),
+                    metrics.control_frames(d, rank, draws, key, excluded=excluded),
                     excluded,
                 )
                 values = {
@@ -601,7 +523,7 @@ def rows(
                     sums = _sampled_sums(sample, proxy, families, bin_index)
                 else:
                     sums = None
-                intervals = _intervals(sums, values, config, keep=replicates is not None)
+                intervals = _intervals(sums, values, config, seed, keep=replicates is not None)
                 ci = {m: (i.ci_low, i.ci_high) for m, i in intervals.items()}
                 out += _energy_rows(data, headline, complement, ci, common)
                 if replicates is not None:
@@ -613,32 +535,31 @@ def rows(
                     ]
                 if pca_span is not None:
                     out += _data_matched_rows(
-                        data, acc.second_moment, proxy, pca_span, families, config.draws, key,
+                        data, acc.second_moment, proxy, pca_span, families, draws, key,
                         common,
                     )  # fmt: skip
     return out
 
 
-def _step_rows(inputs: StepInputs, config: TangentSpec) -> list[dict[str, Any]]:
-    return rows(inputs.scored, inputs.proxies, config.energy, inputs.replicates)
-
-
-def _check_recipe(config: TangentSpec, recipe: Any) -> None:
-    if config.pretrained_sae is not None and recipe.capture.reservoir < 1:
-        raise ValueError(
-            f"probes.tangent_energy.{PRETRAINED_SAE} chooses its latents on the sampled "
-            "activation rows: set capture.reservoir ≥ 1"
-        )
+def _step_rows(inputs: StepInputs, config: TangentEnergyConfig) -> list[dict[str, Any]]:
+    stage = inputs.tangent
+    return rows(
+        inputs.scored,
+        inputs.proxies,
+        config,
+        inputs.replicates,
+        draws=stage.draws,
+        seed=stage.seed,
+    )
 
 
 #: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
-    config=TangentSpec,
+    config=TangentEnergyConfig,
     scope="tangent",
     needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
     rows=_step_rows,
-    recipe_check=_check_recipe,
     metrics={
         "energy_fraction": (
             "`‖GQ‖²_F / ‖G‖²_F`; `ci_low`/`ci_high`: 95 % studentized bootstrap over sequences "

@@ -32,7 +32,6 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import AcrossInputs, Probe, StateInputs
 from tangentlens.probes.tangent_energy import (
-    TangentEnergyConfig,
     check_mean_direction,
     exchangeable_excluded,
     exchangeable_frames,
@@ -89,10 +88,9 @@ def _score(
 ) -> list[dict[str, Any]]:
     if delta.shape[0] == 0 or not bool(delta.abs().max() > 0):
         return []  # nothing moved (e.g. duplicate checkpoints)
-    keys = TangentEnergyConfig(seed=config.seed)
     out = []
     for method, proxy in proxies.items():
-        key = seed_key(keys, data.step, data.layers.get(site), None)
+        key = seed_key(config.seed, data.step, data.layers.get(site), None)
         frames = exchangeable_frames(proxies, method, config.draws, key)
         result = metrics.update_alignment(
             delta, proxy, frames, exchangeable_excluded(proxies, method)

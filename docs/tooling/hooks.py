@@ -245,19 +245,13 @@ def _api():
 
 def _keys(cls: type) -> list[tuple[dataclasses.Field, object, list[str]]]:
     """Each key of ``cls``'s table: its field, type and the clauses of the docstring that name
-    it. A composed config (``cls.parts()``) has its parts' keys (each once) and its own fields
-    that are no part."""
-    parts = cls.parts() if hasattr(cls, "parts") else {}
-    owners = [*parts.values(), cls] if parts else [cls]
-    keys, seen = [], set(parts)
-    for owner in owners:
-        docs = clauses(_docstring(owner))
-        hints = typing.get_type_hints(owner)
-        for f in dataclasses.fields(owner):
-            if f.name not in seen:
-                seen.add(f.name)
-                keys.append((f, hints[f.name], [c for c in docs if f"``{f.name}``" in c]))
-    return keys
+    it."""
+    docs = clauses(_docstring(cls))
+    hints = typing.get_type_hints(cls)
+    return [
+        (f, hints[f.name], [c for c in docs if f"``{f.name}``" in c])
+        for f in dataclasses.fields(cls)
+    ]
 
 
 def _qualified(cls: type) -> str:
@@ -269,16 +263,7 @@ def _section(path: str, cls: type, out: list[str]) -> None:
     keys = _keys(cls)
     general = [c for c in docs if not any(c in named for _, _, named in keys)]
     qualified = _qualified(cls)
-    parts = cls.parts() if hasattr(cls, "parts") else {}
-    composed = ", ".join(f"[`{p.__name__}`][{_qualified(p)}]" for p in parts.values())
-    out += [
-        f"## `[{path}]`",
-        "",
-        f"Validated by [`{cls.__name__}`][{qualified}]"
-        + (f", composed of {composed}." if composed else "."),
-    ]
-    if parts:
-        general = []  # the composed class's docstring lists its parts' keys: the table says it
+    out += [f"## `[{path}]`", "", f"Validated by [`{cls.__name__}`][{qualified}]."]
     if general:
         out += ["", " ".join(general)]
     out.append("")

@@ -252,14 +252,11 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
 
 def build_section(cls: type, table: Any, path: str) -> Any:
     """``cls`` (a recipe section's dataclass) from a TOML-like table: unknown keys and values
-    of the wrong type are refused naming ``path.key`` (and the nearest allowed key). A class
-    that composes other configs builds itself (``cls.from_table(table, path)``). A config's own
+    of the wrong type are refused naming ``path.key`` (and the nearest allowed key). A config's own
     check that names one of its fields is reported under ``path.field``, any other under
     ``path``."""
     if not isinstance(table, dict):
         raise ValueError(f"{path} must be a table, got {table!r}")
-    if hasattr(cls, "from_table"):
-        return cls.from_table(table, path)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}

@@ -128,7 +128,7 @@ def _same_run(out: str, recipe: Recipe) -> str | None:
     manifest = Path(out, "manifest.json")
     if not manifest.exists():
         return None
-    if json.loads(manifest.read_text()).get("recipe") != recipe.identity():
+    if not recipe.same_identity(json.loads(manifest.read_text()).get("recipe")):
         console.print(
             f"{out} holds a run of another recipe (or other --set values): not counted",
             soft_wrap=True,
@@ -187,7 +187,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="override a recipe value, e.g. --set probes.tangent_energy.rank=32 (repeatable)",
+        help="override a recipe value, e.g. --set proxies.rank=32 (repeatable)",
     )
     parser.add_argument("--out", help="run directory (default runs/<recipe>)")
     parser.add_argument(

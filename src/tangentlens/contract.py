@@ -40,8 +40,8 @@ __all__ = [
     "Transition",
 ]
 
-#: The probe whose proxies (``[probes.tangent_energy]``: dictionaries, rank, fit policy,
-#: controls) the ``tangent`` probes score; it runs them.
+#: The built-in ``tangent`` probe of the proxies' gradient energy (the tangent account's headline
+#: rows); like every ``tangent`` probe it scores the ``[proxies]`` stage's proxies.
 TANGENT = "tangent_energy"
 #: The ``probe`` value of the proxy fit's own rows (fit quality, frozen-fit diagnostics).
 FIT_PROBE = "proxy_fit"
@@ -49,8 +49,8 @@ FIT_PROBE = "proxy_fit"
 SCOPES: dict[str, str] = {
     "step": "its rows come from one step's capture (a sweep's step unit, measure)",
     "tangent": (
-        f"it scores the {TANGENT} probe's proxies (per step, across steps or both): it runs only "
-        f"with {TANGENT}"
+        "it scores the proxies of the [proxies] stage (per step, across steps or both): a recipe "
+        "without a [proxies] section gets the stage's defaults"
     ),
     "across": "it compares checkpoints (a sweep's across-steps unit): run a sweep",
     "model_free": "it needs no model (a unit of its own): call its rows function",
@@ -66,10 +66,12 @@ class StepInputs:
     """What a per-step probe reads. ``capture``: the step's capture (the whole stream);
     ``scored``: the capture energies are scored on (the held-out half, else ``capture``);
     ``proxies``: the scored tangent proxies ``{site: {method: basis (d × k)}}`` (the frozen-early
-    ones, else the step's own fit; None without ``tangent_energy``); ``own``: the step's own fit;
-    ``frozen``: the frozen-early proxies (None otherwise); ``tangent``: the ``tangent_energy``
-    config (None without it); ``replicates``: where a probe puts the bootstrap replicates of its
-    rows with intervals (:func:`tangentlens.results.replicate_record`; None: keep none)."""
+    ones, else the step's own fit; None without the proxies stage); ``own``: the step's own fit;
+    ``frozen``: the frozen-early proxies (None otherwise); ``tangent``: the proxies stage's
+    settings (:class:`tangentlens.core.proxy_stage.ProxiesSpec`: ``seed``, ``draws``,
+    ``methods``, …; None without the stage); ``replicates``: where a probe puts the bootstrap
+    replicates of its rows with intervals (:func:`tangentlens.results.replicate_record`; None:
+    keep none)."""
 
     capture: Capture
     scored: Capture

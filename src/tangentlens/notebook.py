@@ -12,7 +12,8 @@ tokens and settings a notebook measurement and a sweep step give the same number
 Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
 ``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes``,
 ``threads`` (its ``[capture]``: the threads are pinned for the capture and the probes, as a
-sweep's unit pins them), and each probe's own table as ``probes={"tangent_energy": {"rank": 8}}``.
+sweep's unit pins them), each probe's own table as ``probes={"tangent_energy": {"bootstrap": 0}}``
+and the proxies stage's (its ``[proxies]``) as ``fit={"rank": 8, "held_out": True}``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from tangentlens.capture import LOSSES
+from tangentlens.capture import LOSSES, CaptureStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
+from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
-from tangentlens.core.step import capture_sites, capture_step, check_attention, step_rows
+from tangentlens.core.step import (
+    capture_scored,
+    capture_sites,
+    check_attention,
+    step_rows,
+    with_fixed,
+)
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
     special_tokens_of,
 )
 from tangentlens.models import LensModel, lens_model
-from tangentlens.registry import SCOPES, TANGENT, builtin_probes, needs_of, resolve, resolve_all
+from tangentlens.registry import SCOPES, TANGENT, ProbeEntry, builtin_probes, entries, resolve
 from tangentlens.results import ResultTable
 from tangentlens.runtime import threads
 from tangentlens.user_proxies import resolve_proxies
@@ -80,8 +88,8 @@ def _per_step_probes() -> tuple[str, ...]:
 
 
 def _runnable(kept: Needs) -> tuple[str, ...]:
-    """The per-step probes whose statistics ``kept`` holds (the tangent probes only with
-    tangent_energy)."""
+    """The per-step probes whose statistics ``kept`` holds (the tangent probes only where the
+    proxies' energy is scored: with tangent_energy)."""
     probes = builtin_probes()
     fits = [n for n in _per_step_probes() if not kept.missing(probes[n].needs)]
     if TANGENT not in fits:
@@ -105,9 +113,9 @@ def default_probes(model: Any) -> tuple[str, ...]:
 
 def _probe_configs(
     probes: Sequence[str] | Mapping[str, Any] | None, defaults: Sequence[str]
-) -> dict[str, Any]:
-    """Probe name → config (``defaults`` when None; settings as a dict of the recipe's keys, or
-    the config itself)."""
+) -> dict[str, ProbeEntry]:
+    """Probe name → its resolved entry (``defaults`` when None; settings as a dict of the
+    recipe's keys, the config itself, or a recipe's entry: ``probes=recipe.probes``)."""
     if probes is None:
         probes = defaults
     if isinstance(probes, str):
@@ -120,6 +128,8 @@ def _probe_configs(
             reason = SCOPES["model_free" if probe.scope == "model_free" else "across"]
             raise ValueError(f"probe {name!r} cannot run on one model: {reason}")
         cls = probe.config
+        if isinstance(config, ProbeEntry):
+            config = config.config
         if config is None:
             config = cls()
         elif isinstance(config, Mapping):
@@ -130,29 +140,56 @@ def _probe_configs(
                 f"{type(config).__name__}"
             )
         out[name] = config
-    spec = out.get("tangent_energy")
-    if spec is not None:
-        if spec.fit.fit_policy != "per_checkpoint":
-            raise ValueError(
-                "fit_policy 'frozen_early' fits on a suite's early checkpoints: run a sweep, or "
-                "fit a proxy on an early checkpoint's capture and pass it as proxies="
-            )
-        if spec.fit.held_out:
-            raise ValueError(
-                "held_out needs two captures of disjoint halves: run a sweep, or fit on one "
-                "capture (tangentlens.proxies.fit_proxies) and pass the proxy as proxies= "
-                "to measure another"
-            )
-        if spec.pretrained_sae is not None:
-            raise ValueError(
-                "pretrained_sae is the sweep's table: load the SAE (sae_lens.SAE.from_pretrained) "
-                "and pass it as proxies={'name': sae}"
-            )
-    return out
+    return entries(out)
+
+
+def _moved_keys(probes: Any, fit: Any) -> tuple[Any, Any]:
+    """``probes`` and ``fit`` with the stage's keys given in ``probes["tangent_energy"]`` (as
+    before the proxies stage) moved to ``fit``, in one warning line."""
+    if not (isinstance(probes, Mapping) and isinstance(probes.get(LEGACY_PROBE), Mapping)):
+        return probes, fit
+    data: dict[str, Any] = {"probes": {LEGACY_PROBE: dict(probes[LEGACY_PROBE])}}
+    if fit is not None:
+        if not isinstance(fit, Mapping):
+            return probes, fit  # a ProxiesSpec: the probe's keys are checked by its config
+        data[PROXIES] = dict(fit)
+    data = move_legacy_keys(data, "measure(probes=…)")
+    return {**probes, LEGACY_PROBE: data["probes"][LEGACY_PROBE]}, data.get(PROXIES, fit)
+
+
+def _stage(fit: Mapping[str, Any] | ProxiesSpec | None) -> ProxiesSpec | None:
+    """The proxies stage of ``fit`` (the ``[proxies]`` keys, or the spec; None: the stage's
+    defaults where a tangent probe runs); what needs a suite is refused."""
+    if fit is None:
+        return None
+    if isinstance(fit, Mapping):
+        stage = build_section(ProxiesSpec, dict(fit), "fit")
+    elif isinstance(fit, ProxiesSpec):
+        stage = fit
+    else:
+        raise ValueError(
+            f"fit must be a dict of the [proxies] keys or a ProxiesSpec, got {type(fit).__name__}"
+        )
+    if stage.frozen:
+        raise ValueError(
+            "fit_policy 'frozen_early' fits on a suite's early checkpoints: run a sweep, or fit a "
+            "proxy on an early checkpoint's capture and pass it as proxies="
+        )
+    if stage.pretrained_sae is not None:
+        raise ValueError(
+            "pretrained_sae is the sweep's table: load the SAE (sae_lens.SAE.from_pretrained) and "
+            "pass it as proxies={'name': sae}"
+        )
+    return stage
 
 
 def _recipe(
-    configs: dict[str, Any], settings: Mapping[str, Any], suite: str, *, has_tokens: bool
+    configs: dict[str, ProbeEntry],
+    stage: ProxiesSpec | None,
+    settings: Mapping[str, Any],
+    suite: str,
+    *,
+    has_tokens: bool,
 ) -> Recipe:
     unknown = sorted(set(settings) - set(DATA_SETTINGS) - set(CAPTURE_SETTINGS))
     if unknown:
@@ -171,6 +208,7 @@ def _recipe(
         suite=SuiteSpec(name=suite),
         data=build_section(DataSpec, data, "data"),
         capture=build_section(CaptureSpec, capture, "capture"),
+        proxies=stage,
         probes=configs,
     )
 
@@ -227,14 +265,14 @@ def _analysis_data(
     return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
 
 
-def _loss(model: LensModel, loss: str | None, configs: Mapping[str, Any]) -> str:
+def _loss(model: LensModel, loss: str | None, configs: Mapping[str, ProbeEntry]) -> str:
     """The capture loss: the one given, else the model family's (none without a head); probes
     needing gradients are refused without a loss."""
     if loss is None:
         loss = capture_loss(model.family, model.has_lm_head)
     elif loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    needing = [k for k, p in resolve_all(configs).items() if p.needs.gradients]
+    needing = [k for k, e in configs.items() if e.probe.needs.gradients]
     if needing and loss == "none":
         why = (
             "no loss was chosen"
@@ -275,11 +313,13 @@ def capture_model(
     the module docstring.
     """
     model = lens_model(model)  # a HookedTransformer, HookedEncoder or TransformerBridge
+    probes, _ = _moved_keys(probes, None)  # the stage's keys do not change what is captured
     configs = _probe_configs(probes, default_probes(model))
-    return _capture(
+    capture, _, _ = _capture(
         model,
         texts_or_tokens,
         configs,
+        None,
         frequencies=frequencies,
         suite=suite,
         step=step,
@@ -287,12 +327,14 @@ def capture_model(
         loss=loss,
         **settings,
     )
+    return capture
 
 
 def _capture(
     model: LensModel,
     texts_or_tokens: Any,
-    configs: dict[str, Any],
+    configs: dict[str, ProbeEntry],
+    stage: ProxiesSpec | None,
     *,
     frequencies: FrequencyTable | np.ndarray | None = None,
     suite: str | None = None,
@@ -300,13 +342,16 @@ def _capture(
     tokens_seen: int | None = None,
     loss: str | None = None,
     **settings: Any,
-) -> Capture:
-    """:func:`capture_model` for the probes' resolved ``configs``."""
+) -> tuple[Capture, CaptureStatistics, dict[str, Any] | None]:
+    """:func:`capture_model` for the probes' resolved ``configs`` and the proxies ``stage``:
+    the capture, the statistics its energies are scored on and the step's own fit where it
+    is fitted on other sequences (``held_out``: :func:`~tangentlens.core.step.capture_scored`),
+    else None."""
     loss = _loss(model, loss, configs)
     suite = suite or model.model_name or _LABEL
     step = int(step if step is not None else (model.checkpoint or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
-    recipe = _recipe(configs, settings, suite, has_tokens=has_tokens)
+    recipe = _recipe(configs, stage, settings, suite, has_tokens=has_tokens)
     check_attention(model, recipe)  # before any data is prepared or captured
     width = texts_or_tokens.shape[-1] if has_tokens else None
     if width is not None and settings.get("seq_len", width) != width:
@@ -315,20 +360,12 @@ def _capture(
             "out when giving token ids"
         )
     data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies, loss)
-    needs = needs_of(configs)
     sites = capture_sites(model, recipe)
     with threads(recipe.capture.threads):  # as a sweep's unit pins them
-        stats = capture_step(
-            model,
-            sites,
-            data,
-            recipe,
-            needs,
-            step,
-            gradients=needs.gradients,
-            passes=recipe.capture.passes,
+        stats, scored, fitted = capture_scored(
+            model, sites, data, recipe, step, passes=recipe.capture.passes
         )
-    return Capture(
+    capture = Capture(
         suite=suite,
         step=step,
         tokens_seen=tokens_seen,
@@ -337,6 +374,7 @@ def _capture(
         seq_len=int(data.rows.shape[1]),
         frequencies=data.frequencies,
     )
+    return capture, scored, fitted
 
 
 def _kept(capture: Capture) -> Needs:
@@ -352,9 +390,10 @@ def _kept(capture: Capture) -> Needs:
     )
 
 
-def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
+def _check_capture(capture: Capture, configs: Mapping[str, ProbeEntry]) -> None:
     kept = _kept(capture)
-    for name, probe in resolve_all(configs).items():
+    for name, entry in configs.items():
+        probe = entry.probe
         missing = kept.missing(probe.needs)
         if missing:
             raise ValueError(
@@ -363,7 +402,7 @@ def _check_capture(capture: Capture, configs: Mapping[str, Any]) -> None:
             )
         if probe.tracked_types is None:
             continue
-        wanted = probe.tracked_types(configs[name], capture.frequencies.counts)
+        wanted = probe.tracked_types(entry.config, capture.frequencies.counts)
         tracked = set(capture.statistics.statistics.type_ids or ())
         if not set(wanted.tolist()) <= tracked:
             raise ValueError(
@@ -377,6 +416,7 @@ def measure(
     texts_or_tokens: Any = None,
     *,
     probes: Sequence[str] | Mapping[str, Any] | None = None,
+    fit: Mapping[str, Any] | ProxiesSpec | None = None,
     proxies: Mapping[str, Any] | None = None,
     proxy_rtol: float | None = None,
     **settings: Any,
@@ -384,7 +424,12 @@ def measure(
     """The per-step probes' rows for a model (captured here) or a :class:`Capture`.
 
     ``probes``: names, or ``{name: settings}`` with each probe's recipe keys (default: every
-    per-step probe the model supports, or the capture kept statistics for). ``proxies``:
+    per-step probe the model supports, or the capture kept statistics for). ``fit``: the
+    proxies stage's settings, the recipe's ``[proxies]`` keys (``{"rank": 8, "methods":
+    ["pca"]}``; default: the stage's defaults, ``fit_policy = "per_checkpoint"``): with
+    ``"held_out": True`` and a model, each proxy is fitted on the first half of the sequences
+    and scored on the second, as a sweep's step does (a :class:`Capture` holds one stream: it
+    is refused). ``proxies``:
     your own tangent proxies, scored next to the fitted ones against the same matched-rank
     controls (see :mod:`tangentlens.user_proxies`: a d × k basis orthonormalised with
     rank tolerance ``proxy_rtol``, a fitted tangentlens dictionary, or an SAELens SAE whose
@@ -394,6 +439,8 @@ def measure(
     a model, the other arguments are :func:`capture_model`'s.
     """
     count = check_count(settings.get("threads", CaptureSpec().threads), "threads", minimum=1)
+    probes, fit = _moved_keys(probes, fit)
+    stage = _stage(fit)
     if isinstance(model_or_capture, Capture):
         if texts_or_tokens is not None:
             raise ValueError("a Capture already holds its tokens: call measure(capture, probes=…)")
@@ -403,9 +450,16 @@ def measure(
             raise ValueError(f"{capture_settings} are capture settings: pass them to capture_model")
         if settings:
             raise ValueError(f"unknown settings {sorted(settings)} for measuring a capture")
+        if stage is not None and stage.held_out:
+            raise ValueError(
+                "held_out fits each proxy on the first half of the sequences and scores the "
+                "second: a Capture holds one stream, so measure the model (measure(model, texts, "
+                "fit={'held_out': True}))"
+            )
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
         configs = _probe_configs(probes, _runnable(_kept(capture)))
         _check_capture(capture, configs)
+        scored, fitted = None, None
     else:
         if texts_or_tokens is None:
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
@@ -415,13 +469,17 @@ def measure(
     if proxies and "tangent_energy" not in configs:
         raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
     if not isinstance(model_or_capture, Capture):
-        capture = _capture(model_or_capture, texts_or_tokens, configs, **settings)
+        capture, scored, fitted = _capture(
+            model_or_capture, texts_or_tokens, configs, stage, **settings
+        )
+    recipe = Recipe("notebook", SuiteSpec(name=capture.suite), proxies=stage, probes=configs)
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}
-        rank = configs["tangent_energy"].proxies.rank
+        rank = recipe.proxies.rank
         fixed = resolve_proxies(proxies, capture, rank=rank, model_name=model_name, **options)
-    recipe = Recipe(name="notebook", suite=SuiteSpec(name=capture.suite), probes=configs)
+        if fitted is not None:  # held out: the fit is done, the user's proxies join it
+            fitted = with_fixed(fitted, fixed)
     with threads(count):  # as a sweep's step unit pins them: the last bits depend on it
-        rows, _ = step_rows(recipe, capture, fixed=fixed)
+        rows, _ = step_rows(recipe, capture, scored=scored, fitted=fitted, fixed=fixed)
     return ResultTable(rows)

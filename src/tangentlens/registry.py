@@ -26,7 +26,9 @@ import functools
 import importlib
 import importlib.metadata
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import suggest
@@ -50,11 +52,12 @@ __all__ = [
     "AcrossInputs",
     "ModelFreeInputs",
     "Probe",
+    "ProbeEntry",
     "StateInputs",
     "StepInputs",
     "Transition",
     "builtin_probes",
-    "check_companions",
+    "entries",
     "installed_probes",
     "needs_of",
     "resolve",
@@ -158,19 +161,39 @@ def resolve_all(keys: Iterable[str]) -> dict[str, Probe]:
     return probes
 
 
-def needs_of(keys: Iterable[str]) -> Needs:
-    """What the capture must keep for the named probes together (no torch imported)."""
+def needs_of(probes: Iterable[Probe]) -> Needs:
+    """What the capture must keep for ``probes`` together (no torch imported)."""
     needs = Needs()
-    for probe in resolve_all(keys).values():
+    for probe in probes:
         needs = needs.union(probe.needs)
     return needs
 
 
-def check_companions(keys: Iterable[str]) -> None:
-    """Refuse ``tangent`` probes without :data:`TANGENT` (they score its proxies)."""
-    keys = list(keys)
-    if TANGENT in keys:
-        return
-    for key, probe in resolve_all(keys).items():
-        if probe.scope == "tangent":
-            raise ValueError(f"probes.{key} needs probes.{TANGENT} (it scores the same proxies)")
+@dataclass(frozen=True)
+class ProbeEntry:
+    """One probe of a recipe, resolved: its recipe ``key`` (a name or an import path), the
+    ``probe`` the registry found for it and its validated ``config`` (an instance of
+    ``probe.config``)."""
+
+    key: str
+    probe: Probe
+    config: Any
+
+
+def entries(configs: Mapping[str, Any]) -> dict[str, ProbeEntry]:
+    """Key → :class:`ProbeEntry` of a recipe's probes, from each key's config (or its entry,
+    kept); two keys declaring one name and a config of another class than the probe's are
+    refused."""
+    probes = resolve_all(configs)
+    out = {}
+    for key, probe in probes.items():
+        config = configs[key]
+        if isinstance(config, ProbeEntry):
+            config = config.config
+        if not isinstance(config, probe.config):
+            raise ValueError(
+                f"probes.{key}: its config must be a {probe.config.__name__}, got "
+                f"{type(config).__name__}"
+            )
+        out[key] = ProbeEntry(key, probe, config)
+    return out

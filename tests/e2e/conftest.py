@@ -33,7 +33,7 @@ class Sweeps:
         "--set",
         "suite.steps='0,40'",
         "--set",
-        "probes.tangent_energy.window_checkpoints=2",
+        "proxies.window_checkpoints=2",
         "--set",
         "capture.threads=1",
     )

@@ -11,7 +11,6 @@ import torch
 
 import tangentlens as tl
 from tangentlens.core.recipe import load_recipe
-from tangentlens.registry import resolve
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.store import RunStore, read_parts
 
@@ -26,9 +25,9 @@ def _same(a, b) -> bool:
 
 
 def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None:
-    overrides = [f"suite.steps='{STEP}'", "probes.tangent_energy.fit_policy='per_checkpoint'"]
+    overrides = [f"suite.steps='{STEP}'", "proxies.fit_policy='per_checkpoint'"]
     recipe = load_recipe(sweeps.recipe, overrides)
-    per_step = {k: v for k, v in recipe.probes.items() if resolve(k).per_step}
+    per_step = {k: e for k, e in recipe.probes.items() if e.probe.per_step}
     recipe = dataclasses.replace(recipe, probes=per_step)
     out = run_sweep(recipe, tmp_path / "run")
     (part,) = RunStore(out).results.glob("step-*.parquet")  # the one step unit's rows
@@ -43,6 +42,7 @@ def test_measure_gives_the_sweep_steps_rows(sweeps, units_env, tmp_path) -> None
             model,
             suite.analysis_corpus().texts(),
             probes=recipe.probes,
+            fit=recipe.proxies,
             suite=recipe.suite.name,
             tokens_seen=suite.tokens_seen(STEP),
             seq_len=32,

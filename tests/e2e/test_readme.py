@@ -156,7 +156,8 @@ def test_notebook_examples_run_and_equal_the_sweep(suite_name, tmp_path, monkeyp
     reloaded = tl.Capture.load(tmp_path / "mini-pythia-final.pt")
     again = tl.measure(
         reloaded,
-        probes={"tangent_energy": {"methods": ["pca"]}},
+        probes=["tangent_energy"],
+        fit={"methods": ["pca"]},
         proxies={"unembed_frequent": namespace["unembedding"]},
     )
     assert len(again) == len(table)
@@ -172,12 +173,12 @@ def _equal_to_the_sweep(measured, suite, printed: float, tmp_path: Path) -> None
     carry)."""
     from tangentlens.core.recipe import Recipe, SuiteSpec
     from tangentlens.probes.cosine_drift import CosineDriftConfig
-    from tangentlens.probes.tangent_energy import TangentSpec
+    from tangentlens.probes.tangent_energy import TangentEnergyConfig
     from tangentlens.sweep.runner import run_sweep
     from tangentlens.sweep.store import read_parts
 
     spec = SuiteSpec(name=suite.name, steps=str(suite.steps[-1]))
-    probes = {"tangent_energy": TangentSpec(), "cosine_drift": CosineDriftConfig()}
+    probes = {"tangent_energy": TangentEnergyConfig(), "cosine_drift": CosineDriftConfig()}
     run = run_sweep(Recipe("readme-notebook", spec, probes=probes), tmp_path / "run")
     (part,) = (run / "results").glob("step-*.parquet")
     key = ("site", "probe", "method", "rank", "freq_bin", "metric")

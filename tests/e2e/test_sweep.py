@@ -77,7 +77,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert {r["freq_bin"] for r in energy} == {"all", "0", "1", "2"}
     manifest = json.loads((finished_run / "manifest.json").read_text())
     assert manifest["finished"] and manifest["steps"] == [0, 4, 10, 40]
-    assert manifest["recipe"]["probes"]["tangent_energy"]["fit_policy"] == "frozen_early"
+    assert manifest["recipe"]["proxies"]["fit_policy"] == "frozen_early"
     assert manifest["versions"]["torch"].startswith("2.13")
     assert set(manifest["weights_hashes"]) == {"0", "4", "10", "40"}
     masked = manifest["masked_tokens"]["40"]
@@ -114,7 +114,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     elsewhere = str(finished_run.parent / "elsewhere")
     assert main([*plan_only[:4], "--timings", str(finished_run), "--out", elsewhere]) == 0
     assert f"from the units of {finished_run}" in capsys.readouterr().out
-    assert main([*plan_only, "--set", "probes.tangent_energy.rank=3"]) == 0
+    assert main([*plan_only, "--set", "proxies.rank=3"]) == 0
     shown = capsys.readouterr().out
     assert "holds a run of another recipe" in shown and "done" not in shown.split("\n", 1)[1]
     assert main(["report", str(finished_run)]) == 0
@@ -181,8 +181,8 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
 
     out = tmp_path / "per-checkpoint"
     argv = ["sweep", "--recipe", MICRO, "--out", str(out)]
-    policy = ["--set", "probes.tangent_energy.fit_policy='per_checkpoint'"]
-    assert main([*argv, *policy, "--set", "probes.tangent_energy.held_out=true"]) == 0
+    policy = ["--set", "proxies.fit_policy='per_checkpoint'"]
+    assert main([*argv, *policy, "--set", "proxies.held_out=true"]) == 0
     rows = read_results(out).to_pylist()
     # the other probes see the whole stream: two captures of the halves merge exactly
     frozen = {(r["step"], r["metric"]): r for r in read_results(finished_run).to_pylist()}
@@ -224,16 +224,16 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
 
 def test_bad_input_is_one_red_line_and_exit_code_2(units_env, tmp_path, capsys):
     cases = [
-        (["--set", "probes.tangent_energy.rnak=3"], "did you mean 'rank'"),
+        (["--set", "proxies.rnak=3"], "did you mean 'rank'"),
         (["--set", "probes.tangent_enrgy.rank=3"], "did you mean 'tangent_energy'"),
-        (["--set", "probes.tangent_energy.fit_policy=frozen"], "fit_policy must be one of"),
+        (["--set", "proxies.fit_policy=frozen"], "fit_policy must be one of"),
         (["--set", "data.seq_len=2"], "data.seq_len must be ≥ 4"),
         (["--set", "suite.steps=log:0"], "log"),
         (["--set", "capture.sites=['resid_mdi']"], "did you mean 'resid_mid'"),
         (["--set", "capture.sites=['resid_mid']"], "no resid_mid"),  # Pythia: parallel blocks
         (
-            ["--set", "probes.tangent_energy.rank=32"],  # refused at planning, from the shape
-            "probes.tangent_energy.rank = 32 must be below the model's width: suite "
+            ["--set", "proxies.rank=32"],  # refused at planning, from the shape
+            "proxies.rank = 32 must be below the model's width: suite "
             "'micro-pythia' (d_model = 32) allows 1 … 31",
         ),
     ]

@@ -43,7 +43,8 @@ TENSOR_TOL = {"atol": 1e-5, "rtol": 1e-4}
 DRAWS = 40
 PER_STEP_PROBES = [name for name, probe in builtin_probes().items() if probe.per_step]
 PROBES = {name: {} for name in PER_STEP_PROBES}
-PROBES["tangent_energy"] = {"rank": 4, "draws": DRAWS, "bootstrap": 100}
+PROBES["tangent_energy"] = {"bootstrap": 100}
+FIT = {"rank": 4, "draws": DRAWS}  # the proxies stage
 SETTINGS = {"seq_len": 32, "max_tokens": 2048, "n_bins": 3, "reservoir": 512, "embed": True,
             "sites": ["resid_pre", "resid_post", "attn_out", "mlp_out"]}  # fmt: skip
 ROW_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
@@ -166,7 +167,7 @@ def test_measure_gives_the_hooked_table_through_the_bridge(request, name) -> Non
     for loader, at in (("hooked", step), ("bridge", step), ("other", earlier)):
         model = suite.load(at, loader="bridge" if loader == "other" else loader)
         lens = lens_model(model)
-        table = tl.measure(model, texts, probes=PROBES, step=step, **SETTINGS)
+        table = tl.measure(model, texts, probes=PROBES, fit=FIT, step=step, **SETTINGS)
         tables[loader] = keyed(table.to_pylist(), lambda site, lens=lens: _site_key(lens, site))
     hooked, bridge = tables["hooked"], tables["bridge"]
     assert len(hooked) > 500

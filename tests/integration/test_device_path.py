@@ -21,7 +21,6 @@ from tangentlens.core.data import prepare_analysis_data
 from tangentlens.core.recipe import load_recipe
 from tangentlens.core.step import capture_sites, capture_step, step_rows
 from tangentlens.dictionaries import seminmf
-from tangentlens.registry import needs_of
 from tangentlens.runtime import threads
 from tangentlens.testing import emulated_accelerator
 
@@ -50,7 +49,7 @@ def _pinned_step(suite, recipe, device):
     step = suite.steps[-1]
     model = _model(suite, step, device)
     sites = capture_sites(model, recipe)
-    stats = capture_step(model, sites, data, recipe, needs_of(recipe.probes), step, gradients=True)
+    stats = capture_step(model, sites, data, recipe, recipe.needs, step, gradients=True)
     capture = Capture(
         suite=recipe.suite.name,
         step=step,
@@ -86,7 +85,7 @@ def test_a_step_on_the_device_path_gives_the_cpu_rows(micro_pythia, monkeypatch)
     """A step fitting its own proxies (``per_checkpoint``); the frozen-early step (window
     captures, the frozen fit, per-sequence sums, the refit) runs in tests/e2e/
     test_device_sweep.py as a sweep's units."""
-    recipe = _recipe("probes.tangent_energy.fit_policy='per_checkpoint'")
+    recipe = _recipe("proxies.fit_policy='per_checkpoint'")
     with monkeypatch.context() as patch:  # the CPU runs semi-NMF's device loop (torch) too
         patch.setattr(seminmf, "_namespace", lambda X: torch)
         expected, _ = _step(micro_pythia, recipe)

@@ -44,10 +44,12 @@ tangent_dim = 4
 n_anchors = 32
 """
 GRADIENT_PROBES = """
-[probes.tangent_energy]
+[proxies]
 methods = ["pca"]
 rank = 4
 draws = 5
+
+[probes.tangent_energy]
 
 [probes.anisotropy_share]
 isoscore_draws = 3

@@ -7,26 +7,37 @@ the scored half spans other directions than one fitted on the first half: on thi
 reads an energy fraction of 0.21–0.30 in-sample against 0.03–0.04 held out. The expected
 fraction is computed by hand: the two halves captured as the unit captures them, PCA fitted on
 the first (the library's fit), and tr(Qᵀ M Q) / tr(M) with M the second half's gradient second
-moment. The energy fraction does not depend on the control frames.
+moment. The energy fraction does not depend on the control frames. ``tangentlens.measure`` offers
+the same held-out fit (``fit={"held_out": True}``): its rows are the step unit's.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
+import tangentlens as tl
 from tangentlens.core.data import AnalysisData
-from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
+from tangentlens.core.recipe import CaptureSpec, DataSpec, ProxiesSpec, Recipe, SuiteSpec
 from tangentlens.core.step import capture_sites, capture_step, fit_step
-from tangentlens.data import FrequencyTable, decoder_special_ids
-from tangentlens.probes.tangent_energy import TangentSpec
-from tangentlens.registry import needs_of
+from tangentlens.data import FrequencyTable, SpecialTokens, decoder_special_ids
+from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.sweep import units
 from tangentlens.sweep.plan import Unit
 from tangentlens.sweep.store import RunStore, read_parts
 
 STEP, N_ROWS, SEQ_LEN, N_BINS = 7, 32, 16, 2
+#: The proxies stage: PCA fitted on each step's first half, scored on the second.
+STAGE = {
+    "methods": ["pca"],
+    "rank": 3,
+    "fit_policy": "per_checkpoint",
+    "held_out": True,
+    "draws": 10,
+}
 
 
 class _OneModelSuite:
@@ -64,18 +75,14 @@ def _recipe() -> Recipe:
         suite=SuiteSpec(name="tiny", steps=str(STEP)),
         data=DataSpec(seq_len=SEQ_LEN, max_tokens=N_ROWS * SEQ_LEN, batch_size=8, n_bins=N_BINS),
         capture=CaptureSpec(sites=("resid_post",), reservoir=128, threads=1),
-        probes={
-            "tangent_energy": TangentSpec.from_table(
-                {
-                    "methods": ["pca"],
-                    "rank": 3,
-                    "fit_policy": "per_checkpoint",
-                    "held_out": True,
-                    "draws": 10,
-                    "bootstrap": 10,
-                }
-            )
-        },
+        proxies=ProxiesSpec(**STAGE),
+        probes={"tangent_energy": TangentEnergyConfig(bootstrap=10)},
+    )
+
+
+def _same(a, b) -> bool:
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
     )
 
 
@@ -84,14 +91,12 @@ def _fraction(basis: torch.Tensor, moment: torch.Tensor) -> float:
     return float(torch.trace(Q.T @ M @ Q) / torch.trace(M))
 
 
-def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
-    tiny_decoder, tmp_path, monkeypatch
-):
-    recipe, data = _recipe(), _planted_data(tiny_decoder.cfg.d_vocab)
-    monkeypatch.setattr(units, "_suite", lambda recipe: _OneModelSuite(tiny_decoder))
+def _unit_rows(model, recipe, data, root, monkeypatch) -> tuple[RunStore, Unit, list[dict]]:
+    """The step unit's store, the unit and its rows, on ``model`` at every step."""
+    monkeypatch.setattr(units, "_suite", lambda recipe: _OneModelSuite(model))
     monkeypatch.setattr(units, "_data", lambda recipe, store: data)
     monkeypatch.setattr(units, "_capture_passes", lambda recipe: 1)
-    store = RunStore(tmp_path)
+    store = RunStore(root)
     for folder in (store.results, store.state):
         folder.mkdir(parents=True)
     store.write_manifest({})
@@ -104,9 +109,17 @@ def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
         model=True,
     )
     units._step_unit(recipe, store, unit, lambda text: None)
+    return store, unit, read_parts([store.part_path(unit.name)]).to_pylist()
+
+
+def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
+    tiny_decoder, tmp_path, monkeypatch
+):
+    recipe, data = _recipe(), _planted_data(tiny_decoder.cfg.d_vocab)
+    store, unit, rows = _unit_rows(tiny_decoder, recipe, data, tmp_path, monkeypatch)
     got = {
         r["site"]: r
-        for r in read_parts([store.part_path(unit.name)]).to_pylist()
+        for r in rows
         if r["probe"] == "tangent_energy"
         and r["metric"] == "energy_fraction"
         and r["freq_bin"] == "all"
@@ -115,13 +128,13 @@ def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
 
     # by hand: the two halves captured as the unit captures them
     sites = capture_sites(tiny_decoder, recipe)
-    needs, spec = needs_of(recipe.probes), recipe.probes["tangent_energy"]
+    needs, stage = recipe.needs, recipe.proxies
     half = N_ROWS // 2
     first, second = (
         capture_step(tiny_decoder, sites, data, recipe, needs, STEP, gradients=True, part=p)
         for p in (slice(0, half), slice(half, None))
     )
-    held_out, in_sample = fit_step(first, spec, {}), fit_step(second, spec, {})
+    held_out, in_sample = fit_step(first, stage, {}), fit_step(second, stage, {})
     assert sorted(got) == sorted(sites) and len(sites) == 2
     for site in sites:
         moment = second.sites[site].g.second_moment
@@ -134,3 +147,40 @@ def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
     saved = torch.load(store.state / f"{unit.name}.pt", weights_only=True)["proxies"]
     for site in sites:
         torch.testing.assert_close(saved[site]["pca"], held_out[site].bases["pca"])
+
+
+def test_measure_fits_held_out_as_the_step_unit_does(tiny_decoder, tmp_path, monkeypatch):
+    """``measure(model, token_ids, fit={"held_out": True})`` gives the step unit's rows, value for
+    value; a ``Capture`` (one stream) is refused held out, in one line."""
+    recipe, planted = _recipe(), _planted_data(tiny_decoder.cfg.d_vocab)
+    # the tokenizer-less model has no special tokens for measure to exclude: neither does the unit
+    special = SpecialTokens()
+    frequencies = FrequencyTable.from_rows(
+        planted.rows, tiny_decoder.cfg.d_vocab, special, causal=True
+    )
+    data = AnalysisData(planted.rows, frequencies, frequencies.bins(N_BINS), special, planted.loss)
+    *_, want = _unit_rows(tiny_decoder, recipe, data, tmp_path, monkeypatch)
+    table = tl.measure(
+        tiny_decoder,
+        torch.from_numpy(data.rows),
+        probes={"tangent_energy": {"bootstrap": 10}},
+        fit=STAGE,
+        frequencies=data.frequencies,
+        suite=recipe.suite.name,
+        step=STEP,
+        tokens_seen=1000 * STEP,
+        n_bins=N_BINS,
+        batch_size=8,
+        sites=["resid_post"],
+        reservoir=128,
+        threads=1,
+    )
+    key = ("site", "probe", "method", "freq_bin", "metric")
+    got = {tuple(r[k] for k in key): r for r in table.to_arrow().to_pylist()}
+    assert got.keys() == {tuple(r[k] for k in key) for r in want}
+    for row in want:
+        mine = got[tuple(row[k] for k in key)]
+        assert all(_same(mine[f], row[f]) for f in row), row
+    capture = tl.capture_model(tiny_decoder, torch.from_numpy(data.rows), n_bins=N_BINS)
+    with pytest.raises(ValueError, match=r"held_out fits each proxy.*a Capture holds one stream"):
+        tl.measure(capture, probes=["tangent_energy"], fit={"held_out": True})

@@ -80,7 +80,7 @@ def test_every_missing_revision_is_named_in_a_file_before_any_unit_runs(olmo_hub
 
 def test_a_few_missing_revisions_are_named_in_the_line(olmo_hub, tmp_path, capsys):
     entry = HUB_SUITES[OLMO]
-    policy = "probes.tangent_energy.fit_policy='per_checkpoint'"
+    policy = "proxies.fit_policy='per_checkpoint'"
     assert main(_sweep(tmp_path, "suite.steps='1000,20000'", policy)) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: 2 download(s) this sweep needs are not in the local")
@@ -106,7 +106,7 @@ def test_a_cached_config_that_is_not_the_published_one_is_refused(
     final = HUB_SUITES[OLMO].steps[-1]
     write_fake_hub(hub, OLMO, {final: 9}, vocab=512, **NARROW)
     capsys.readouterr()  # what writing the cache printed
-    policy = "probes.tangent_energy.fit_policy='per_checkpoint'"
+    policy = "proxies.fit_policy='per_checkpoint'"
     assert main(_sweep(tmp_path, "suite.steps='1000,2000'", policy)) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and not (tmp_path / "run").exists()

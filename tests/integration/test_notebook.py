@@ -4,6 +4,7 @@ reused, and one clear error per bad input."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -19,7 +20,9 @@ from tangentlens.user_proxies import resolve_proxies
 
 SITE = "blocks.1.hook_resid_post"
 D = 32  # the micro suites' width
-TANGENT = {"methods": ["pca"], "rank": 4, "draws": 40, "bootstrap": 0}
+TANGENT = {"bootstrap": 0}
+#: The proxies stage (``measure(..., fit=FIT)``, a recipe's ``[proxies]``).
+FIT = {"methods": ["pca"], "rank": 4, "draws": 40}
 SETTINGS = {"seq_len": 32, "max_tokens": 2048, "n_bins": 3, "reservoir": 512}
 
 
@@ -72,14 +75,14 @@ def test_a_capture_is_reused_saved_and_reloaded_with_identical_rows(
     capture, model, texts, tmp_path
 ):
     probes = {"tangent_energy": TANGENT, "cosine_drift": {}, "qk_drift": {}}
-    direct = tl.measure(model, texts, probes=probes, **SETTINGS)
-    reused = tl.measure(capture, probes=probes)
+    direct = tl.measure(model, texts, probes=probes, fit=FIT, **SETTINGS)
+    reused = tl.measure(capture, probes=probes, fit=FIT)
     assert _same_rows(direct, reused)
     path = capture.save(tmp_path / "capture.pt")
     reloaded = tl.Capture.load(path)
     assert reloaded.layers == capture.layers and reloaded.seq_len == 32
     np.testing.assert_array_equal(reloaded.frequencies.counts, capture.frequencies.counts)
-    assert _same_rows(reused, tl.measure(reloaded, probes=probes))
+    assert _same_rows(reused, tl.measure(reloaded, probes=probes, fit=FIT))
 
 
 def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):
@@ -93,6 +96,7 @@ def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):
     table = tl.measure(
         capture,
         probes={"tangent_energy": TANGENT},
+        fit=FIT,
         proxies={"mine": {SITE: basis}, "mixed": {SITE: mixed}},
     )
     pca = _energy(table, "pca")
@@ -135,6 +139,7 @@ def test_a_proxy_holding_the_mean_direction_is_scored_without_it_and_its_overlap
     table = tl.measure(
         capture,
         probes={"tangent_energy": TANGENT},
+        fit=FIT,
         proxies={"holds_m": {SITE: torch.stack([m, u], dim=1)}},
     )
     overlap = table.value(
@@ -164,6 +169,7 @@ def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(cap
     table = tl.measure(
         capture,
         probes={"tangent_energy": TANGENT},
+        fit=FIT,
         proxies={"planted": {SITE: top}, "random": {SITE: random}},
     )
     m = site.h.sum / site.h.sum.norm()
@@ -283,7 +289,7 @@ def test_an_sae_spans_its_most_frequent_latents_on_the_captured_rows(capture):
 )
 def test_bad_proxies_get_one_clear_error(capture, proxies, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        tl.measure(capture, probes={"tangent_energy": TANGENT}, proxies=proxies)
+        tl.measure(capture, probes={"tangent_energy": TANGENT}, fit=FIT, proxies=proxies)
 
 
 def test_an_sae_of_another_width_is_refused(capture):
@@ -313,18 +319,19 @@ def test_an_sae_of_another_width_is_refused(capture):
             "probe 'update_alignment' cannot run on one model: it compares checkpoints",
         ),
         (
-            {"probes": {"tangent_energy": {"fit_policy": "frozen_early"}}},
+            {"probes": ["tangent_energy"], "fit": {"fit_policy": "frozen_early"}},
             "fit_policy 'frozen_early' fits on a suite's early checkpoints",
         ),
-        (
+        ({"probes": ["tangent_energy"], "fit": {"rank": "8"}}, "fit.rank must be an integer"),
+        (  # the stage's keys where they were before it: read from there
             {"probes": {"tangent_energy": {"rank": "8"}}},
-            "probes.tangent_energy.rank must be an integer, got '8'",
+            "fit.rank must be an integer, got '8'",
         ),
+        ({"probes": ["tangent_energy"], "fit": 8}, "fit must be a dict of the [proxies] keys"),
         (
             {"probes": ["cosine_drift"], "proxies": {"mine": torch.eye(D)[:, :2]}},
             "proxies are scored by the tangent_energy probe: add it to probes",
         ),
-        ({"probes": ["anisotropy_share"]}, "probes.anisotropy_share needs probes.tangent_energy"),
         ({"probes": ["cosine_drift"], "max_tokens": 0}, "max_tokens must be"),
     ],
 )
@@ -372,7 +379,7 @@ def test_token_ids_give_the_rows_of_the_texts_they_come_from(model, texts):
 def test_an_encoder_is_measured_with_its_mlm_loss(micro_bert):
     model = micro_bert.load(micro_bert.steps[-1])
     texts = micro_bert.analysis_corpus().texts()
-    table = tl.measure(model, texts, probes={"tangent_energy": TANGENT}, **SETTINGS)
+    table = tl.measure(model, texts, probes={"tangent_energy": TANGENT}, fit=FIT, **SETTINGS)
     loss = table.value(probe="capture", metric="mean_loss")
     assert 0 < loss < math.log(512) + 1
     assert (
@@ -425,3 +432,19 @@ def test_a_headless_encoder_runs_the_activation_probes_by_default(micro_pythia):
 def test_a_capture_measures_by_default_what_it_kept(model, texts):
     capture = tl.capture_model(model, texts[:20], probes=["cosine_drift", "qk_drift"], seq_len=32)
     assert set(tl.measure(capture).to_pandas()["probe"]) == {"capture", "cosine_drift", "qk_drift"}
+
+
+def test_the_stage_keys_given_with_tangent_energy_are_moved_in_one_line(model, texts, caplog):
+    """``probes={"tangent_energy": {"rank": …}}``, as written before the proxies stage: the
+    stage's keys are read from there, with one warning line, by measure and capture_model."""
+    probes = {"tangent_energy": {"rank": 3, "bootstrap": 0}}
+    with caplog.at_level(logging.WARNING):
+        table = tl.measure(model, texts[:20], probes=probes, seq_len=32)
+    assert [r.getMessage() for r in caplog.records] == [
+        "measure(probes=…): probes.tangent_energy.{rank} now live in [proxies] (read from there; "
+        "move them to silence this)"
+    ]
+    assert {r["rank"] for r in table.where(probe="tangent_energy", method="pca").to_pylist()} == {3}
+    capture = tl.capture_model(model, texts[:20], probes=probes, seq_len=32)
+    again = tl.measure(capture, probes={"tangent_energy": {"bootstrap": 0}}, fit={"rank": 3})
+    assert _same_rows(table, again)

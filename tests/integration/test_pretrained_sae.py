@@ -215,14 +215,15 @@ n_bins = 2
 sites = ["resid_post"]
 embed = true
 reservoir = 256
-[probes.tangent_energy]
+[proxies]
 methods = ["pca"]
 rank = {len(PLANTED)}
 fit_policy = "{policy}"
 window_checkpoints = 1
 draws = 5
+[probes.tangent_energy]
 bootstrap = 10
-[probes.tangent_energy.pretrained_sae]
+[proxies.pretrained_sae]
 release = "{RELEASE}"
 ids = {list(IDS)!r}
 [probes.subspace_stability]

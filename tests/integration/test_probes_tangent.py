@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tangentlens.capture import RowReservoir
+from tangentlens.core.proxy_stage import ProxiesSpec
 from tangentlens.probes import anisotropy_share, tangent_energy
 from tangentlens.proxies import ProxyConfig, fit_proxies
 from tangentlens.results import REPLICATE_FIELDS, ROW_FIELDS
@@ -22,9 +23,9 @@ def _proxies(micro_step_data, methods=("seminmf", "pca"), rank=4):
 
 
 def test_tangent_energy_rows(micro_step_data):
-    config = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=50, data_matched_m=12)
+    config = tangent_energy.TangentEnergyConfig(bootstrap=50, data_matched_m=12)
     proxies = _proxies(micro_step_data)
-    rows = tangent_energy.rows(micro_step_data, proxies, config)
+    rows = tangent_energy.rows(micro_step_data, proxies, config, draws=30)
     assert rows and all(tuple(r) == ROW_FIELDS for r in rows)
     table = {(r["site"], r["method"], r["freq_bin"], r["metric"]): r for r in rows}
     sites = list(micro_step_data.statistics.sites)
@@ -54,7 +55,7 @@ def test_tangent_energy_rows(micro_step_data):
     )
     # no per-sequence sums in this capture: the intervals come from the reservoir's sample
     assert tangent_energy.interval_source(micro_step_data) == tangent_energy.INTERVAL_SAMPLE
-    again = tangent_energy.rows(micro_step_data, proxies, config)
+    again = tangent_energy.rows(micro_step_data, proxies, config, draws=30)
     assert [r["value"] for r in again] == [r["value"] for r in rows]  # same seed, same numbers
 
 
@@ -76,8 +77,8 @@ def test_every_energy_interval_contains_its_point_value(micro_step_data):
     replicates), the interval comes from a sample while the point value uses every token: it
     must still be the reported value's interval. (Before the fix, 2 of these 32 excluded it.)"""
     data = _with_reservoir(micro_step_data, 512)
-    config = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=20)
-    rows = tangent_energy.rows(data, _proxies(data), config)
+    config = tangent_energy.TangentEnergyConfig(bootstrap=20)
+    rows = tangent_energy.rows(data, _proxies(data), config, draws=20)
     with_ci = [r for r in rows if r["ci_low"] is not None]
     assert len(with_ci) == 2 * 2 * 3 * 4  # sites × methods × (fraction, both ratios) × bins
     outside = [r for r in with_ci if not r["ci_low"] <= r["value"] <= r["ci_high"]]
@@ -85,12 +86,11 @@ def test_every_energy_interval_contains_its_point_value(micro_step_data):
 
 
 def test_anisotropy_share_rows(micro_step_data):
-    controls = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=0)
     rows = anisotropy_share.rows(
         micro_step_data,
         _proxies(micro_step_data, ("pca",)),
         anisotropy_share.AnisotropyShareConfig(5),
-        controls,
+        draws=30,
     )
     values = {(r["site"], r["freq_bin"], r["metric"]): r["value"] for r in rows}
     assert len(values) == 2 * 4 * 10
@@ -108,7 +108,7 @@ def test_probe_configs_reject_bad_values():
     with pytest.raises(ValueError, match="methods must be distinct names"):
         ProxyConfig(methods=("pca", "pca"))
     with pytest.raises(ValueError, match="draws must be an integer ≥ 1"):
-        tangent_energy.TangentEnergyConfig(draws=0)
+        ProxiesSpec(draws=0)
     with pytest.raises(ValueError, match="data_matched_m must be an integer ≥ 2"):
         tangent_energy.TangentEnergyConfig(data_matched_m=1)
     with pytest.raises(ValueError, match="zeta"):
@@ -120,12 +120,12 @@ def test_kept_replicates_are_one_record_per_interval_and_give_its_bounds(micro_s
     values); under the percentile method the interval's bounds are the record's percentiles
     (the rescaling onto the reported value is applied to both), and keeping them changes no row."""
     config = tangent_energy.TangentEnergyConfig(
-        draws=20, bootstrap=100, interval="percentile", keep_replicates=True
+        bootstrap=100, interval="percentile", keep_replicates=True
     )
     proxies = _proxies(micro_step_data)
     sink: list[dict] = []
-    rows = tangent_energy.rows(micro_step_data, proxies, config, replicates=sink)
-    assert rows == tangent_energy.rows(micro_step_data, proxies, config)
+    rows = tangent_energy.rows(micro_step_data, proxies, config, replicates=sink, draws=20)
+    assert rows == tangent_energy.rows(micro_step_data, proxies, config, draws=20)
     with_ci = {tuple(r[f] for f in REPLICATE_FIELDS): r for r in rows if r["ci_low"] is not None}
     records = {tuple(r[f] for f in REPLICATE_FIELDS): r["replicates"] for r in sink}
     assert len(with_ci) == 2 * 2 * 3 * 4 and records.keys() == with_ci.keys()

@@ -26,6 +26,8 @@ from tangentlens.probes import tangent_energy
 from tangentlens.proxies import ProxyConfig, fit_proxies
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10
+#: The control frames per measurement and their seed (the proxies stage's draws and seed).
+DRAWS, SEED = 16, 2
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def setup(micro_pythia):
     )
     config = ProxyConfig(methods=("pca", "seminmf"), rank=4)
     proxies = {name: fit_proxies(site, config).bases for name, site in early.sites.items()}
-    energy_config = tangent_energy.TangentEnergyConfig(draws=16, bootstrap=200, seed=2)
+    energy_config = tangent_energy.TangentEnergyConfig(bootstrap=200)
     spec = tangent_energy.sequence_energy_config(proxies, N_BINS, SEQ_LEN)
     statistics = StatisticsConfig(n_bins=N_BINS, reservoir_size=256, sequence_energy=spec)
     bins = frequencies.bins(N_BINS)
@@ -109,7 +111,7 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
 def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
     *_, proxies, config, data = setup
     assert tangent_energy.interval_source(data) == tangent_energy.INTERVAL_ALL_SEQUENCES
-    rows = tangent_energy.rows(data, proxies, config)
+    rows = tangent_energy.rows(data, proxies, config, draws=DRAWS, seed=SEED)
     with_ci = [r for r in rows if r["ci_low"] is not None]
     assert {r["metric"] for r in with_ci} == {
         "energy_fraction",
@@ -151,10 +153,10 @@ def test_the_refit_beside_the_probes_gives_the_rows_of_a_refit_in_line(setup, mo
         [
             f"data.n_bins={N_BINS}",
             f"data.seq_len={SEQ_LEN}",
-            "probes.tangent_energy.methods=['pca', 'seminmf']",
-            "probes.tangent_energy.rank=4",
-            f"probes.tangent_energy.draws={config.draws}",
-            f"probes.tangent_energy.seed={config.seed}",
+            "proxies.methods=['pca', 'seminmf']",
+            "proxies.rank=4",
+            f"proxies.draws={DRAWS}",
+            f"proxies.seed={SEED}",
             f"probes.tangent_energy.bootstrap={config.bootstrap}",
         ],
     )

@@ -88,8 +88,9 @@ def _coverage(setting: dict, n: int, seed: int, reservoir: int = 0) -> dict[str,
     proxies = {SITE: {"pca": setting["q"], "mean_direction": setting["m"]}}
     covered = dict.fromkeys(METRICS, 0)
     for trial in range(TRIALS):
-        config = tangent_energy.TangentEnergyConfig(draws=100, bootstrap=200, seed=trial)
-        rows = tangent_energy.rows(_capture(setting, n, rng, reservoir), proxies, config)
+        config = tangent_energy.TangentEnergyConfig(bootstrap=200)
+        capture = _capture(setting, n, rng, reservoir)
+        rows = tangent_energy.rows(capture, proxies, config, draws=100, seed=trial)
         for r in rows:
             if r["method"] == "pca" and r["metric"] in METRICS:
                 covered[r["metric"]] += r["ci_low"] <= setting["truth"][r["metric"]] <= r["ci_high"]

@@ -12,7 +12,7 @@ from tangentlens.capture.accumulators import MomentAccumulator
 from tangentlens.capture.captured import Capture
 from tangentlens.metrics import anisotropy_shares_spectral, control_frames
 from tangentlens.probes import anisotropy_share
-from tangentlens.probes.tangent_energy import TangentEnergyConfig, seed_key
+from tangentlens.probes.tangent_energy import seed_key
 
 D, K, N = 32, 4, 3000
 SITE = "blocks.2.hook_resid_post"
@@ -58,7 +58,8 @@ def _table(rows: list[dict]) -> dict[tuple[str, str, str], float]:
 
 T = _basis(D, K, 1)  # the proxy
 T1, T2 = T[:, 0], T[:, 1]
-CONTROLS = TangentEnergyConfig(draws=99, seed=3)
+#: The proxies stage's control frames: draws per measurement and their seed.
+CONTROLS = {"draws": 99, "seed": 3}
 CONFIG = anisotropy_share.AnisotropyShareConfig(isoscore_draws=19, zeta=0.0)
 
 
@@ -78,11 +79,13 @@ def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value()
     """
     m_hat = control_frames(D, 1, 1, (8,), excluded=T)[0]
     proxies = {SITE: {"pca": T, "mean_direction": m_hat}}
-    rows = anisotropy_share.rows(_step(_planted_bins()), proxies, CONFIG, CONTROLS)
+    rows = anisotropy_share.rows(_step(_planted_bins()), proxies, CONFIG, **CONTROLS)
     assert {r["method"] for r in rows} == {"pca", "mean_direction"}
     got = _table(rows)
     frames = {
-        b: control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, b), excluded=m_hat)
+        b: control_frames(
+            D, K, CONTROLS["draws"], seed_key(CONTROLS["seed"], STEP, LAYER, b), excluded=m_hat
+        )
         for b in (0, 1)
     }
     # bin 0: the uncentred second moment is ≈ I + 16 t₁t₁ᵀ: its excess lies in the proxy. (The
@@ -107,7 +110,7 @@ def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value()
     assert got[("pca", "1", "anisotropy_share_spectral_z")] == pytest.approx(
         (1 - mean) / std, rel=1e-9
     )
-    assert abs(mean - K / (D - 1)) < 4 * std / math.sqrt(CONTROLS.draws)
+    assert abs(mean - K / (D - 1)) < 4 * std / math.sqrt(CONTROLS["draws"])
     assert got[("pca", "1", "anisotropy_share_spectral_p_value")] == 1 / 100
     # ΔIsoScore* (ζ = 0: IsoScore of the bin covariance ∝ I + 8 t₂t₂ᵀ); removing the proxy leaves
     # an isotropic (d − k)-dim cloud. Closed form; p at its floor 1/(isoscore_draws + 1) = 1/20.
@@ -120,7 +123,7 @@ def test_planted_anisotropy_in_the_proxy_is_captured_with_the_smallest_p_value()
 
 
 def test_metric_names_and_one_row_each():
-    rows = anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, CONFIG, CONTROLS)
+    rows = anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, CONFIG, **CONTROLS)
     names = {
         f"{view}{suffix}"
         for view in ("anisotropy_share_spectral", "delta_isoscore_star")
@@ -133,7 +136,7 @@ def test_metric_names_and_one_row_each():
 def test_a_random_subspace_in_place_of_the_proxy_reads_at_control_level():
     R = _basis(D, K, 9)  # unrelated to the planted mean direction t₁
     rows = anisotropy_share.rows(
-        _step(_planted_bins()[:1]), {SITE: {"random": R}}, CONFIG, CONTROLS
+        _step(_planted_bins()[:1]), {SITE: {"random": R}}, CONFIG, **CONTROLS
     )
     got = _table(rows)
     # the second moment ≈ I + 16 t₁t₁ᵀ: any frame Q holds ≈ ‖Qᵀt₁‖² of the excess, and a Haar
@@ -151,10 +154,10 @@ def test_a_random_subspace_in_place_of_the_proxy_reads_at_control_level():
 
 def test_controls_are_the_tangent_energy_frames():
     step = _step(_planted_bins())
-    got = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, CONFIG, CONTROLS))
+    got = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, CONFIG, **CONTROLS))
     acc = step.statistics.sites[SITE].g_bins[0]
     # no m̂ among the proxies: the exchangeable frames are Haar in all of ℝ^d
-    frames = control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 0))
+    frames = control_frames(D, K, CONTROLS["draws"], seed_key(CONTROLS["seed"], STEP, LAYER, 0))
     shares = anisotropy_shares_spectral(acc.second_moment / acc.count, frames)
     assert got[("pca", "0", "anisotropy_share_spectral_control_mean")] == pytest.approx(
         float(shares.mean()), rel=1e-12
@@ -162,21 +165,17 @@ def test_controls_are_the_tangent_energy_frames():
     assert got[("pca", "0", "anisotropy_share_spectral_control_std")] == pytest.approx(
         float(shares.std()), rel=1e-12
     )
-    # another tangent-energy seed gives other frames
-    reseeded = _table(
-        anisotropy_share.rows(
-            step, {SITE: {"pca": T}}, CONFIG, TangentEnergyConfig(draws=99, seed=4)
-        )
-    )
+    # another seed of the stage gives other frames
+    reseeded = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, CONFIG, draws=99, seed=4))
     assert reseeded[("pca", "0", "anisotropy_share_spectral_control_mean")] != pytest.approx(
         float(shares.mean()), rel=1e-6
     )
 
 
 def test_more_isoscore_draws_than_energy_draws_extend_the_same_sequence():
-    few = TangentEnergyConfig(draws=5, seed=3)
     many = anisotropy_share.AnisotropyShareConfig(isoscore_draws=9, zeta=0.0)
-    got = _table(anisotropy_share.rows(_step(_planted_bins()), {SITE: {"pca": T}}, many, few))
+    step = _step(_planted_bins())
+    got = _table(anisotropy_share.rows(step, {SITE: {"pca": T}}, many, draws=5, seed=3))
     assert got[("pca", "1", "anisotropy_share_spectral_p_value")] == 1 / 6
     assert got[("pca", "1", "delta_isoscore_star_p_value")] == 1 / 10
 
@@ -207,14 +206,14 @@ def test_rows_are_labelled_and_cells_below_three_tokens_or_without_gradient_are_
     without_gradient = SimpleNamespace(g=None, g_bins=[])
     sites = {"blocks.0.hook_resid_post": without_gradient, SITE: step.statistics.sites[SITE]}
     data = Capture("planted", STEP, 0, SimpleNamespace(sites=sites), {SITE: LAYER}, 8)
-    rows = anisotropy_share.rows(data, {name: {"pca": T} for name in sites}, CONFIG, CONTROLS)
+    rows = anisotropy_share.rows(data, {name: {"pca": T} for name in sites}, CONFIG, **CONTROLS)
     assert {r["freq_bin"] for r in rows} == {"all", "1", "3"}
     counts = {"all": 45, "1": 3, "3": 35}
     for r in rows:
         assert r["probe"] == "anisotropy_share" and r["site"] == SITE and r["layer"] == LAYER
         assert r["rank"] == K and r["n_tokens"] == counts[r["freq_bin"]]
     acc = step.statistics.sites[SITE].g_bins[1]
-    frames = control_frames(D, K, CONTROLS.draws, seed_key(CONTROLS, STEP, LAYER, 1))
+    frames = control_frames(D, K, CONTROLS["draws"], seed_key(CONTROLS["seed"], STEP, LAYER, 1))
     shares = anisotropy_shares_spectral(acc.second_moment / acc.count, frames)
     got = _table(rows)
     assert got[("pca", "1", "anisotropy_share_spectral_control_mean")] == pytest.approx(

@@ -27,17 +27,14 @@ def _recipe(**changes: Any) -> dict[str, Any]:
         "name": "r",
         "suite": {"name": "micro-pythia"},
         "data": {"n_bins": 3, "seq_len": 32, "max_tokens": 2048},
-        "probes": {
-            "cosine_drift": {},
-            "tangent_energy": {
-                "rank": 4,
-                "draws": 20,
-                "fit_policy": "frozen_early",
-                "held_out": False,
-                "mean_direction": True,
-                "data_matched_m": None,
-            },
+        "proxies": {
+            "rank": 4,
+            "draws": 20,
+            "fit_policy": "frozen_early",
+            "held_out": False,
+            "mean_direction": True,
         },
+        "probes": {"cosine_drift": {}, "tangent_energy": {"data_matched_m": None}},
     }
     for key, value in changes.items():
         *path, last = key.split(".")
@@ -200,12 +197,12 @@ def test_must_match_settings_refuse_the_rows_they_concern(tmp_path, two_runs):
     other = _write_run(
         tmp_path / "rank8",
         rows,
-        _recipe(**{"probes.tangent_energy.rank": 8, "data.n_bins": 5}),
+        _recipe(**{"proxies.rank": 8, "data.n_bins": 5}),
         n_layers=2,
     )
     comparison = compare([dec, other])
     assert [r.line for r in comparison.refused] == [
-        "rank differs (probes.tangent_energy.rank: dec 4, rank8 8): tangent_energy, "
+        "rank differs (proxies.rank: dec 4, rank8 8): tangent_energy, "
         "anisotropy_share, subspace_stability, update_alignment, proxy_fit rows not compared",
         "bins differs (data.n_bins: dec 3, rank8 5): per-bin rows (freq_bin ≠ all) not compared",
     ]
@@ -218,7 +215,7 @@ def test_must_match_settings_refuse_the_rows_they_concern(tmp_path, two_runs):
     # nothing left to compare: refused, with the reason
     only_energy = [r for r in rows if r["probe"] == "tangent_energy"]
     alone = _write_run(
-        tmp_path / "alone", only_energy, _recipe(**{"probes.tangent_energy.draws": 50}), n_layers=2
+        tmp_path / "alone", only_energy, _recipe(**{"proxies.draws": 50}), n_layers=2
     )
     with pytest.raises(ValueError, match=r"share no comparable row .*draws differs"):
         compare([dec, alone])
@@ -330,24 +327,44 @@ def test_every_estimator_the_manifest_records_has_a_scope():
     assert set(ESTIMATOR_SCOPES) == {*ESTIMATORS, "energy_interval"}
 
 
+def test_a_run_recorded_before_the_proxies_stage_compares_with_one_after(tmp_path, two_runs):
+    """A manifest written before ``[proxies]`` recorded the stage's keys under
+    ``probes.tangent_energy``: read from there, the same settings refuse nothing, and a
+    different one is named by its key now."""
+    dec, _ = two_runs
+    recipe = _recipe()
+    legacy = {**recipe, "probes": {**recipe["probes"]}}
+    legacy["probes"]["tangent_energy"] = {**legacy.pop("proxies"), "data_matched_m": None}
+    rows = _decoder_rows(100, 2.0)
+    old = _write_run(tmp_path / "old", rows, legacy, n_layers=4)
+    assert compare([dec, old]).refused == ()
+    legacy["probes"]["tangent_energy"]["rank"] = 8
+    other = _write_run(tmp_path / "other", rows, legacy, n_layers=4)
+    assert (
+        compare([dec, other])
+        .refused[0]
+        .line.startswith("rank differs (proxies.rank: dec 4, other 8)")
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "line"),
     [
         (
-            {"probes.tangent_energy.fit_policy": "per_checkpoint"},
-            "fit policy differs (probes.tangent_energy.fit_policy: dec frozen_early, other "
+            {"proxies.fit_policy": "per_checkpoint"},
+            "fit policy differs (proxies.fit_policy: dec frozen_early, other "
             "per_checkpoint): tangent_energy, anisotropy_share, subspace_stability, "
             "update_alignment, proxy_fit rows not compared",
         ),
         (
-            {"probes.tangent_energy.held_out": True},
-            "held_out differs (probes.tangent_energy.held_out: dec false, other true): "
+            {"proxies.held_out": True},
+            "held_out differs (proxies.held_out: dec false, other true): "
             "tangent_energy, anisotropy_share, subspace_stability, update_alignment, proxy_fit "
             "rows not compared",
         ),
         (
-            {"probes.tangent_energy.mean_direction": False},
-            "control family differs (probes.tangent_energy.mean_direction: dec true, other "
+            {"proxies.mean_direction": False},
+            "control family differs (proxies.mean_direction: dec true, other "
             "false): tangent_energy, anisotropy_share, subspace_stability, update_alignment, "
             "proxy_fit rows not compared",
         ),

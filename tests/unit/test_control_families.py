@@ -57,8 +57,8 @@ def _capture(g: torch.Tensor, step: int) -> Capture:
 
 
 def _rows(capture: Capture, proxies: dict, draws: int = 100) -> dict[tuple[str, str], float]:
-    config = tangent_energy.TangentEnergyConfig(draws=draws, bootstrap=0)
-    rows = tangent_energy.rows(capture, {SITE: proxies}, config)
+    config = tangent_energy.TangentEnergyConfig(bootstrap=0)
+    rows = tangent_energy.rows(capture, {SITE: proxies}, config, draws=draws)
     return {(r["method"], r["metric"]): r["value"] for r in rows}
 
 
@@ -183,12 +183,13 @@ def test_headline_p_value_is_calibrated_where_the_complement_one_is_not():
     m = torch.linalg.qr(torch.randn(D, 1, generator=gen, dtype=torch.float64))[0]
     g = _gradients(0.3, m, 4000, gen) * torch.logspace(0, -1, D, dtype=torch.float64)
     capture = _capture(g, step=0)
-    config = tangent_energy.TangentEnergyConfig(draws=40, bootstrap=0)
+    config = tangent_energy.TangentEnergyConfig(bootstrap=0)
     p_head, p_comp = [], []
     for trial in range(600):
         proxy = _haar_in_complement(m, K, gen)
         capture = Capture("planted", trial, 0, capture.statistics, capture.layers, 8)
-        rows = tangent_energy.rows(capture, {SITE: {"pca": proxy, "mean_direction": m}}, config)
+        proxies = {SITE: {"pca": proxy, "mean_direction": m}}
+        rows = tangent_energy.rows(capture, proxies, config, draws=40)
         got = {(r["method"], r["metric"]): r["value"] for r in rows}
         p_head.append(got[("pca", "energy_p_value")])
         p_comp.append(got[("pca", "energy_complement_p_value")])

@@ -60,7 +60,7 @@ def test_every_recipe_key_is_named_by_its_section(hooks, caplog):
     with caplog.at_level(logging.WARNING):
         page = hooks.recipe_keys()
     assert [r.getMessage() for r in caplog.records] == []
-    assert "## `[probes.tangent_energy.pretrained_sae]`" in page
+    assert "## `[proxies.pretrained_sae]`" in page
     assert "| `early_fraction` | `float` | `0.3` | ``early_fraction`` and" in page
 
 

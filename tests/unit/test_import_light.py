@@ -37,7 +37,7 @@ def test_recipes_and_suite_steps_import_no_heavy_library(tmp_path):
         for name in builtin_recipes():
             load_recipe(name)
         try:
-            load_recipe("quickstart", ["probes.tangent_energy.rnak=3"])
+            load_recipe("quickstart", ["proxies.rnak=3"])
         except ValueError as error:
             assert "did you mean 'rank'" in str(error), error
         else:
@@ -82,7 +82,7 @@ def test_cli_plan_only_and_a_typo_import_no_heavy_library(tmp_path):
 
         assert main(["sweep", "--recipe", "quickstart", "--plan-only",
                      "--out", {str(tmp_path / "run")!r}]) == 0
-        assert main(["sweep", "--set", "probes.tangent_energy.rnak=3"]) == 2
+        assert main(["sweep", "--set", "proxies.rnak=3"]) == 2
         assert main(["sweep", "--executor", "ray", "--set", "executor.workers=-1",
                      "--plan-only"]) == 2
         print(sorted({set(HEAVY)!r} & sys.modules.keys()))

@@ -33,7 +33,9 @@ HOLDS_M = torch.cat([M_HAT, U], dim=1)  # a proxy holding m̂ entirely: ‖Qᵀm
 #: one gradient row per direction: √0.3 m̂ and √(0.7/15) bᵢ for an orthonormal basis of m̂⊥
 ROWS = torch.cat([SHARE**0.5 * M_HAT.T, ((1 - SHARE) / (D - 1)) ** 0.5 * _REST.T])
 MOMENT = ROWS.T @ ROWS
-CONFIG = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=0, seed=1)
+CONFIG = tangent_energy.TangentEnergyConfig(bootstrap=0)
+#: The proxies stage's control frames: draws per measurement and their seed.
+CONTROLS = {"draws": 20, "seed": 1}
 REFUSED = re.escape(
     f"proxy '{SITE}', 'mine' holds part of the mean direction m̂ (mean_direction_overlap ‖Qᵀm̂‖² = 1)"
 )
@@ -70,16 +72,18 @@ def test_compare_energy_refuses_a_proxy_reaching_into_the_excluded_span():
 def test_rows_refuse_a_basis_holding_the_mean_direction_and_score_it_once_projected_out():
     data = _capture()
     with pytest.raises(ValueError, match=REFUSED):
-        tangent_energy.rows(data, {SITE: {"mine": HOLDS_M, "mean_direction": M_HAT}}, CONFIG)
+        tangent_energy.rows(
+            data, {SITE: {"mine": HOLDS_M, "mean_direction": M_HAT}}, CONFIG, **CONTROLS
+        )
     # m̂ projected out (as measure does): a proxy uniform in m̂⊥ under the null reads exactly 1
     fitted = add_fixed_proxy(FittedProxies({"mean_direction": M_HAT}, {}), "mine", HOLDS_M)
     assert fitted.diagnostics["mine"]["mean_direction_overlap"] == pytest.approx(1.0, rel=1e-12)
-    rows = tangent_energy.rows(data, {SITE: fitted.bases}, CONFIG)
+    rows = tangent_energy.rows(data, {SITE: fitted.bases}, CONFIG, **CONTROLS)
     assert _value(rows, "mine", "energy_ratio") == pytest.approx(1.0, rel=1e-12)
     assert _value(rows, "mine", "energy_fraction") == pytest.approx(0.7 / 15, rel=1e-12)
     # without m̂ among the proxies nothing was projected out: controls in ℝ^d, the proxy's
     # share of the drift is its own (mean_direction = false)
-    rows = tangent_energy.rows(data, {SITE: {"mine": HOLDS_M}}, CONFIG)
+    rows = tangent_energy.rows(data, {SITE: {"mine": HOLDS_M}}, CONFIG, **CONTROLS)
     assert _value(rows, "mine", "energy_ratio") == pytest.approx((0.3 + 0.7 / 15) / (2 / 16))
 
 
@@ -89,7 +93,7 @@ def test_every_other_entry_point_refuses_the_same_basis():
     with pytest.raises(ValueError, match=REFUSED):
         tangent_energy.sequence_energy_config(proxies, 0, 1)
     with pytest.raises(ValueError, match=REFUSED):
-        anisotropy_share.rows(data, proxies, anisotropy_share.AnisotropyShareConfig(), CONFIG)
+        anisotropy_share.rows(data, proxies, anisotropy_share.AnisotropyShareConfig(), **CONTROLS)
     label = StepLabel("null", 4, 40, layers={SITE: 0})
     with pytest.raises(ValueError, match=REFUSED):
         update_alignment.rows(

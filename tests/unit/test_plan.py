@@ -37,7 +37,7 @@ def test_frozen_early_plan_reads_window_then_fit_then_steps():
 
 
 def test_per_checkpoint_plan_has_no_window_and_across_steps_follows_the_probes():
-    plan = _plan("probes.tangent_energy.fit_policy='per_checkpoint'")
+    plan = _plan("proxies.fit_policy='per_checkpoint'")
     assert plan.window == () and {u.kind for u in plan.units} >= {"step", "across"}
     assert "fit-proxies" not in {u.name for u in plan.units}
     assert plan["step-00000064"].deps == ("data",)

@@ -1,4 +1,4 @@
-"""``[probes.tangent_energy.pretrained_sae]``: read and checked without torch, part of the
+"""``[proxies.pretrained_sae]``: read and checked without torch, part of the
 recipe's identity, planned as one ``pretrained-sae`` unit at the selection step."""
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ from tangentlens.core.recipe import load_recipe
 from tangentlens.dictionaries.proxy_config import PretrainedSAESpec
 from tangentlens.sweep.runner import plan_sweep
 
-TABLE = "probes.tangent_energy.pretrained_sae"
+TABLE = "proxies.pretrained_sae"
 RECIPE = """
 [suite]
 name = "micro-pythia"
 steps = "4..40"
 [capture]
 reservoir = 64
-[probes.tangent_energy]
+[proxies]
 methods = ["pca"]
 rank = 3
-[probes.tangent_energy.pretrained_sae]
+[probes.tangent_energy]
+[proxies.pretrained_sae]
 release = "pythia-70m-deduped-res-sm"
 ids = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 """
@@ -39,11 +40,11 @@ def recipe_path(tmp_path):
 
 def test_the_table_is_read_and_is_part_of_the_identity(recipe_path):
     recipe = load_recipe(recipe_path)
-    spec = recipe.probes["tangent_energy"].pretrained_sae
+    spec = recipe.proxies.pretrained_sae
     assert spec == PretrainedSAESpec(
         "pythia-70m-deduped-res-sm", ("blocks.0.hook_resid_post", "blocks.1.hook_resid_post")
     )
-    assert recipe.identity()["probes"]["tangent_energy"]["pretrained_sae"] == {
+    assert recipe.identity()["proxies"]["pretrained_sae"] == {
         "release": "pythia-70m-deduped-res-sm",
         "ids": ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"],
         "select_step": None,
@@ -51,12 +52,9 @@ def test_the_table_is_read_and_is_part_of_the_identity(recipe_path):
     other = load_recipe(recipe_path, [f"{TABLE}.ids=['blocks.0.hook_resid_post']"])
     assert other.identity() != recipe.identity()
     assert (
-        load_recipe(recipe_path, [f"{TABLE}.select_step=4"])
-        .probes["tangent_energy"]
-        .pretrained_sae.select_step
-        == 4
+        load_recipe(recipe_path, [f"{TABLE}.select_step=4"]).proxies.pretrained_sae.select_step == 4
     )
-    assert load_recipe("quickstart").probes["tangent_energy"].pretrained_sae is None
+    assert load_recipe("quickstart").proxies.pretrained_sae is None
 
 
 @pytest.mark.parametrize(
@@ -69,11 +67,10 @@ def test_the_table_is_read_and_is_part_of_the_identity(recipe_path):
         (f"{TABLE}.select_step=-1", f"{TABLE}.select_step must be an integer ≥ 0, got -1"),
         (f"{TABLE}.select_step='first'", f"{TABLE}.select_step must be an integer"),
         (f"{TABLE}.relase='x'", f"unknown key {TABLE}.relase; .* \\(did you mean 'release'\\?\\)"),
-        ("probes.tangent_energy.pretrained_sae=3", f"{TABLE} must be a table"),
+        ("proxies.pretrained_sae=3", f"{TABLE} must be a table"),
         (
-            "probes.tangent_energy.methods=['pca', 'pretrained_sae']",
-            "'pretrained_sae' is not fitted; enable it with a "
-            "\\[probes.tangent_energy.pretrained_sae\\] table",
+            "proxies.methods=['pca', 'pretrained_sae']",
+            "'pretrained_sae' is not fitted; enable it with a \\[proxies.pretrained_sae\\] table",
         ),
         ("capture.reservoir=0", f"{TABLE} chooses its latents .* set capture.reservoir ≥ 1"),
     ],
@@ -89,9 +86,7 @@ def test_the_unit_runs_at_the_selection_step_before_what_uses_it(recipe_path):
     assert (unit.kind, unit.step, unit.deps, unit.model) == ("pretrained", 4, ("data",), True)
     assert all(u.deps == ("data", "pretrained-sae") for u in plan.units if u.kind == "step")
     assert "pretrained-sae          after data" in plan.render()
-    frozen = plan_sweep(
-        load_recipe(recipe_path, ["probes.tangent_energy.fit_policy='frozen_early'"])
-    )
+    frozen = plan_sweep(load_recipe(recipe_path, ["proxies.fit_policy='frozen_early'"]))
     assert frozen["fit-proxies"].deps[-1] == "pretrained-sae"
     assert frozen["step-00000040"].deps == ("data", "fit-proxies", "pretrained-sae")
     stated = plan_sweep(load_recipe(recipe_path, [f"{TABLE}.select_step=2"]))

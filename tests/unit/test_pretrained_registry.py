@@ -22,9 +22,9 @@ from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.sweep.runner import check_pretrained_sae, run_sweep
 
 RELEASE = "pythia-70m-deduped-res-sm"
-TABLE = "probes.tangent_energy.pretrained_sae"
+TABLE = "proxies.pretrained_sae"
 PRETRAINED = f"{TABLE}={{release='{RELEASE}', ids=['blocks.3.hook_resid_post']}}"
-TRAIN = "train an SAE on the suite's activations with method 'sae' in probes.tangent_energy.methods"
+TRAIN = "train an SAE on the suite's activations with method 'sae' in proxies.methods"
 MINI_REFUSAL = (
     f"{TABLE}: release {RELEASE!r} holds SAEs of model 'pythia-70m-deduped' (d_model 512), not "
     "of suite 'mini-pythia' (d_model 128); SAELens' registry has no release for 'mini-pythia': "

@@ -70,8 +70,9 @@ def test_a_probe_is_dropped_from_a_builtin_recipe_or_enabled_with_its_defaults()
     assert "update_alignment" in enabled.probes
     with pytest.raises(ValueError, match=r"unknown probe 'qk_drfit'.*did you mean 'qk_drift'"):
         load_recipe("quickstart", ["probes.qk_drfit=false"])
-    with pytest.raises(ValueError, match=r"anisotropy_share.*tangent_energy"):
-        load_recipe("quickstart", ["probes.tangent_energy=false"])  # its companions need it
+    # the other tangent probes still score the proxies stage
+    without = load_recipe("quickstart", ["probes.tangent_energy=false"])
+    assert "tangent_energy" not in without.probes and without.proxies.rank == 16
 
 
 def test_the_cli_drops_a_probe_with_set(capsys):

@@ -24,12 +24,12 @@ def test_expected_recipes_ship():
 
 
 def test_overrides_are_typed_and_checked():
-    recipe = load_recipe("quickstart", ["probes.tangent_energy.rank=32", "suite.steps=log:3"])
-    assert recipe.probes["tangent_energy"].proxies.rank == 32 and recipe.suite.steps == "log:3"
-    recipe = load_recipe("quickstart", ["probes.tangent_energy.methods=['pca']"])
-    assert recipe.probes["tangent_energy"].proxies.methods == ("pca",)
-    with pytest.raises(ValueError, match=r"probes.tangent_energy.rank must be an integer"):
-        load_recipe("quickstart", ["probes.tangent_energy.rank='big'"])
+    recipe = load_recipe("quickstart", ["proxies.rank=32", "suite.steps=log:3"])
+    assert recipe.proxies.rank == 32 and recipe.suite.steps == "log:3"
+    recipe = load_recipe("quickstart", ["proxies.methods=['pca']"])
+    assert recipe.proxies.methods == ("pca",)
+    with pytest.raises(ValueError, match=r"proxies\.rank must be an integer"):
+        load_recipe("quickstart", ["proxies.rank='big'"])
     with pytest.raises(ValueError, match="did you mean 'data'"):
         load_recipe("quickstart", ["dta.seq_len=3"])
     with pytest.raises(ValueError, match="KEY=VALUE"):

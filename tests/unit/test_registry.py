@@ -15,10 +15,9 @@ import pytest
 from tangentlens.capture.needs import Needs
 from tangentlens.registry import (
     SCOPES,
-    TANGENT,
     Probe,
     builtin_probes,
-    check_companions,
+    entries,
     needs_of,
     resolve,
     resolve_all,
@@ -97,14 +96,22 @@ def test_each_probes_metrics_are_its_readme_glossary_rows_word_for_word():
     assert set(glossary) - set(builtin_probes()) == {"capture", "proxy_fit"}
 
 
-def test_needs_union_and_companions():
-    assert needs_of(["cosine_drift"]) == Needs()
-    assert needs_of(["qk_drift", "shape_of_learning"]) == Needs(attention=True, reservoir=True)
-    assert needs_of(["tangent_energy"]).bin_moments
-    check_companions(["tangent_energy", "anisotropy_share"])
-    for companion in ("anisotropy_share", "subspace_stability", "update_alignment"):
-        with pytest.raises(ValueError, match=rf"probes.{companion} needs probes.{TANGENT}"):
-            check_companions(["cosine_drift", companion])
+def test_needs_union_and_resolved_entries():
+    probes = builtin_probes()
+    assert needs_of([probes["cosine_drift"]]) == Needs()
+    both = needs_of([probes["qk_drift"], probes["shape_of_learning"]])
+    assert both == Needs(attention=True, reservoir=True)
+    assert needs_of([probes["tangent_energy"]]).bin_moments
+    config = probes["cosine_drift"].config()
+    (entry,) = entries({"cosine_drift": config}).values()
+    assert (entry.key, entry.probe, entry.config) == (
+        "cosine_drift",
+        probes["cosine_drift"],
+        config,
+    )
+    assert entries({"cosine_drift": entry}) == {"cosine_drift": entry}
+    with pytest.raises(ValueError, match=r"probes\.qk_drift: its config must be a QKDriftConfig"):
+        entries({"qk_drift": config})
 
 
 @pytest.mark.parametrize(
@@ -305,13 +312,13 @@ def test_make_row_rows_of_the_example_pass_its_own_check():
     ("override", "message"),
     [
         (
-            "probes.tangent_energy.rank=128",
-            "probes.tangent_energy.rank = 128 must be below the model's width: suite "
+            "proxies.rank=128",
+            "proxies.rank = 128 must be below the model's width: suite "
             "'mini-pythia' (d_model = 128) allows 1 … 127",
         ),
         (
             "probes.tangent_energy.data_matched_m=16",
-            "probes.tangent_energy.data_matched_m = 16 must be above the rank (16)",
+            "probes.tangent_energy.data_matched_m = 16 must be above the rank (proxies.rank = 16)",
         ),
         ('capture.layers="0,4"', "capture.layers names block(s) [4], but the model has 4 blocks"),
     ],
@@ -321,6 +328,6 @@ def test_what_the_models_shape_rules_out_is_refused_at_planning(override, messag
     from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import plan_sweep
 
-    plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.rank=127"]))  # the widest
+    plan_sweep(load_recipe("quickstart", ["proxies.rank=127"]))  # the widest
     with pytest.raises(ValueError, match=re.escape(message)):
         plan_sweep(load_recipe("quickstart", [override]))

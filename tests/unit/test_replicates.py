@@ -14,7 +14,7 @@ import pytest
 from tangentlens.comparison import compare
 from tangentlens.comparison.table import _difference_interval
 from tangentlens.metrics import bootstrap_ratio
-from tangentlens.probes.tangent_energy import TangentEnergyConfig, TangentSpec
+from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.results import REPLICATE_FIELDS, replicate_record, row
 from tangentlens.sweep.store import RunStore, read_replicates
 from tests.unit.test_bootstrap_studentized import order_statistic
@@ -101,8 +101,7 @@ def test_the_interval_contains_the_difference_and_needs_both_runs_replicates():
 
 def test_keep_replicates_is_a_checked_opt_in():
     assert TangentEnergyConfig().keep_replicates is False
-    spec = TangentSpec.from_table({"keep_replicates": True})
-    assert spec.energy.keep_replicates and spec.to_table()["keep_replicates"] is True
+    assert TangentEnergyConfig(keep_replicates=True).to_table()["keep_replicates"] is True
     with pytest.raises(ValueError, match="keep_replicates must be true or false"):
         TangentEnergyConfig(keep_replicates="yes")
     with pytest.raises(ValueError, match="set bootstrap > 0"):
@@ -148,7 +147,7 @@ def test_compare_gives_differences_intervals_from_stored_replicates(tmp_path):
 
 def test_the_recipe_identity_names_keep_replicates_only_when_on():
     """A run made before the key existed resumes (its manifest's recipe has no such key); the
-    flat table round-trips to the same spec either way."""
+    table round-trips to the same config either way."""
     from tangentlens.core.recipe import load_recipe
 
     off = load_recipe("quickstart")
@@ -156,5 +155,5 @@ def test_the_recipe_identity_names_keep_replicates_only_when_on():
     on = load_recipe("quickstart", ["probes.tangent_energy.keep_replicates=true"])
     assert on.to_dict()["probes"]["tangent_energy"]["keep_replicates"] is True
     for recipe in (off, on):
-        spec = recipe.probes["tangent_energy"]
-        assert TangentSpec.from_table(spec.to_table()) == spec
+        config = recipe.config("tangent_energy")
+        assert TangentEnergyConfig(**config.to_table()) == config

@@ -124,11 +124,11 @@ def test_the_memory_plan_counts_the_draws_a_step_keeps_for_its_probes():
                 proxies[site][f"method{j}"] = q
             if mean_direction:
                 proxies[site]["mean_direction"] = m
-        config = tangent_energy.TangentEnergyConfig(draws=draws, seed=3, bootstrap=0)
+        config = tangent_energy.TangentEnergyConfig(bootstrap=0)
         with reused_draws():
             tangent_energy.sequence_energy_config(proxies, n_bins, 16)
             assert controls_module._REUSED.get()[1][0] == metrics.REUSED_DRAWS_BYTES
-            tangent_energy.rows(data, proxies, config)
+            tangent_energy.rows(data, proxies, config, draws=draws, seed=3)
             kept = metrics.REUSED_DRAWS_BYTES - controls_module._REUSED.get()[1][0]
         shape = ModelShape("gpt_neox", 1, d, 2, 2, 48, 50, 16, 0)
         columns = memory.control_draw_columns(rank, mean_direction, methods)

@@ -16,7 +16,9 @@ from tangentlens.probes import tangent_energy
 
 D, K, SITE = 6, 2, "blocks.0.hook_resid_post"
 PROXY = torch.eye(D, dtype=torch.float64)[:, :K]
-CONFIG = tangent_energy.TangentEnergyConfig(draws=9, bootstrap=50, seed=1)
+CONFIG = tangent_energy.TangentEnergyConfig(bootstrap=50)
+#: The proxies stage's control frames per measurement and their seed.
+CONTROLS = {"draws": 9, "seed": 1}
 
 
 def _acc(rows: torch.Tensor) -> MomentAccumulator:
@@ -52,7 +54,7 @@ def _capture(bins: list[torch.Tensor], reservoir=None, sequence_energy=None) -> 
 
 
 def _rows(capture: Capture, config=CONFIG) -> dict:
-    rows = tangent_energy.rows(capture, {SITE: {"pca": PROXY}}, config)
+    rows = tangent_energy.rows(capture, {SITE: {"pca": PROXY}}, config, **CONTROLS)
     return {(r["freq_bin"], r["metric"]): r for r in rows}
 
 

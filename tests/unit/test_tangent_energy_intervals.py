@@ -27,7 +27,9 @@ TAU = 0.5  # per-sequence mean offset: tokens of one sequence are correlated
 #: E[Σ‖gQ‖²] / E[Σ‖g‖²] with Q the first K coordinates (scales and lengths cancel)
 TRUTH = (VAR[:K].sum() + K * TAU**2) / (VAR.sum() + D * TAU**2)
 PROXY = torch.eye(D, dtype=torch.float64)[:, :K]
-CONFIG = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=400, seed=3)
+CONFIG = tangent_energy.TangentEnergyConfig(bootstrap=400)
+#: The proxies stage's control frames per measurement and their seed.
+CONTROLS = {"draws": 20, "seed": 3}
 SPEC = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 0, SEQ_LEN)
 
 
@@ -67,7 +69,7 @@ def _step_data(g: torch.Tensor, ids: torch.Tensor, *, sequence_energy: bool = Tr
 
 
 def _fraction_row(data: Capture) -> dict:
-    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG)
+    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG, **CONTROLS)
     return next(r for r in rows if r["metric"] == "energy_fraction" and r["freq_bin"] == "all")
 
 
@@ -94,7 +96,7 @@ def test_interval_point_is_the_reported_value_and_the_source_is_named():
     g, ids = _simulate(np.random.default_rng(5), 80)
     data = _step_data(g, ids)
     assert tangent_energy.interval_source(data) == tangent_energy.INTERVAL_ALL_SEQUENCES
-    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG)
+    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG, **CONTROLS)
     table = {r["metric"]: r for r in rows}
     energy = data.statistics.sites[SITE].sequence_energy
     assert energy.n_sequences == 80
@@ -111,7 +113,9 @@ def test_interval_point_is_the_reported_value_and_the_source_is_named():
         ("energy_ratio", control),
         ("energy_complement_ratio", complement),
     ):
-        boot = bootstrap_ratio(inside, den, replicates=400, seed=CONFIG.seed, method="studentized")
+        boot = bootstrap_ratio(
+            inside, den, replicates=400, seed=CONTROLS["seed"], method="studentized"
+        )
         assert boot.sample_value == pytest.approx(table[metric]["value"], rel=1e-12)
         assert (boot.ci_low, boot.ci_high) == pytest.approx(
             (table[metric]["ci_low"], table[metric]["ci_high"]), rel=1e-12
@@ -130,14 +134,13 @@ def test_sums_for_other_proxies_or_mean_direction_are_refused():
     data = _step_data(g, ids)
     other = torch.eye(D, dtype=torch.float64)[:, 1 : K + 1]
     with pytest.raises(ValueError, match="gathered for other proxies or another mean direction"):
-        tangent_energy.rows(data, {SITE: {"pca": other}}, CONFIG)
+        tangent_energy.rows(data, {SITE: {"pca": other}}, CONFIG, **CONTROLS)
     # the sums were gathered without m̂: scoring against controls in m̂⊥ needs other sums
     m = torch.eye(D, dtype=torch.float64)[:, -1:]
     with pytest.raises(ValueError, match="gathered for other proxies or another mean direction"):
-        tangent_energy.rows(data, {SITE: {"pca": PROXY, "mean_direction": m}}, CONFIG)
+        tangent_energy.rows(data, {SITE: {"pca": PROXY, "mean_direction": m}}, CONFIG, **CONTROLS)
     # the sums do not depend on the control frames: another seed or draw count reads them
-    reseeded = tangent_energy.TangentEnergyConfig(draws=30, bootstrap=400, seed=4)
-    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, reseeded)
+    rows = tangent_energy.rows(data, {SITE: {"pca": PROXY}}, CONFIG, draws=30, seed=4)
     assert {r["metric"] for r in rows if r["ci_low"] is not None} == {
         "energy_fraction",
         "energy_ratio",
@@ -149,9 +152,9 @@ def test_sums_for_other_proxies_or_mean_direction_are_refused():
 
 def test_without_bootstrap_or_gradients_there_is_no_interval():
     g, ids = _simulate(np.random.default_rng(7), 10)
-    config = tangent_energy.TangentEnergyConfig(draws=20, bootstrap=0, seed=3)
-    rows = tangent_energy.rows(_step_data(g, ids), {SITE: {"pca": PROXY}}, config)
+    config = tangent_energy.TangentEnergyConfig(bootstrap=0)
+    rows = tangent_energy.rows(_step_data(g, ids), {SITE: {"pca": PROXY}}, config, **CONTROLS)
     assert all(r["ci_low"] is None for r in rows)
     zero = _step_data(torch.zeros_like(g), ids)
-    (row,) = tangent_energy.rows(zero, {SITE: {"pca": PROXY}}, CONFIG)
+    (row,) = tangent_energy.rows(zero, {SITE: {"pca": PROXY}}, CONFIG, **CONTROLS)
     assert math.isnan(row["value"]) and row["ci_low"] is None

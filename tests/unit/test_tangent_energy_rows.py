@@ -25,9 +25,9 @@ from tangentlens.probes import tangent_energy
 D, K, SEQ_LEN, N_SEQ, STEP, N_BINS = 10, 2, 8, 24, 5, 2
 EMBED, BLOCK, SKIPPED, NO_PROXY = "hook_embed", "blocks.2.hook_resid_post", "b.0", "b.1"
 LAYERS = {SKIPPED: 0, NO_PROXY: 1, EMBED: None, BLOCK: 2}
-CONFIG = tangent_energy.TangentEnergyConfig(
-    draws=15, bootstrap=50, seed=4, data_matched_m=7, interval="percentile"
-)
+CONFIG = tangent_energy.TangentEnergyConfig(bootstrap=50, data_matched_m=7, interval="percentile")
+#: The proxies stage's control frames per measurement and their seed.
+DRAWS, SEED = 15, 4
 HEADLINE = (
     "energy_fraction",
     "energy_control_mean",
@@ -106,7 +106,7 @@ def _capture() -> tuple[Capture, dict[str, tuple]]:
 def table():
     data, raw = _capture()
     proxies = {EMBED: PROXIES, BLOCK: PROXIES, SKIPPED: PROXIES}
-    rows = tangent_energy.rows(data, proxies, CONFIG)
+    rows = tangent_energy.rows(data, proxies, CONFIG, draws=DRAWS, seed=SEED)
     return {(r["site"], r["method"], r["freq_bin"], r["metric"]): r for r in rows}, raw
 
 
@@ -130,7 +130,7 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     excluded = None if method == "mean_direction" else M_HAT
     complement = exclusion_basis(proxy, excluded)
     key = (
-        CONFIG.seed,
+        SEED,
         STEP,
         0 if LAYERS[site] is None else LAYERS[site] + 1,
         0 if b is None else b + 1,
@@ -145,7 +145,7 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     k = proxy.shape[1]
     exact = {}  # the families' exact mean projectors k/(d − r)·(I − XXᵀ)
     for infix, x in (("", excluded), ("complement_", complement)):
-        frames = control_frames(D, k, CONFIG.draws, key, excluded=x)
+        frames = control_frames(D, k, DRAWS, key, excluded=x)
         e_n = _energies(g_b, frames)
         e_x = 0.0 if x is None else float(((g_b @ x.numpy()) ** 2).sum() / (g_b**2).sum())
         r = 0 if x is None else x.shape[1]
@@ -154,18 +154,18 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
         out[f"energy_{infix}control_mean"] = (e_n.mean(), None)
         out[f"energy_{infix}null_mean"] = (null, None)
         out[f"energy_{infix}ratio"] = (e_t / null, None)
-        out[f"energy_{infix}p_value"] = ((1 + (e_n >= e_t).sum()) / (1 + CONFIG.draws), None)
+        out[f"energy_{infix}p_value"] = ((1 + (e_n >= e_t).sum()) / (1 + DRAWS), None)
         if not infix:
             out["energy_control_std"] = (e_n.std(ddof=1), None)
             out["energy_control_min"] = (e_n.min(), None)
             out["energy_control_max"] = (e_n.max(), None)
             out["energy_z"] = ((e_t - e_n.mean()) / e_n.std(ddof=1), None)
             out["energy_enrichment_null"] = ((1 - e_x) * D / (D - r), None)
-        matched = data_matched_frames(_pca_span(h), k, CONFIG.draws, key, excluded=x)
+        matched = data_matched_frames(_pca_span(h), k, DRAWS, key, excluded=x)
         e_m = _energies(g_b, matched)
         out[f"data_matched_{infix}energy_ratio"] = (e_t / e_m.mean(), None)
         out[f"data_matched_{infix}energy_p_value"] = (
-            (1 + (e_m >= e_t).sum()) / (1 + CONFIG.draws),
+            (1 + (e_m >= e_t).sum()) / (1 + DRAWS),
             None,
         )
     # the intervals: per-sequence sums of the reservoir's rows (here every row, kept in
@@ -183,7 +183,7 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     ]
     seen = np.bincount(sequence, minlength=N_SEQ) > 0
     inside, total, control, outside = (torch.from_numpy(s[seen]) for s in sums)
-    kwargs = {"replicates": CONFIG.bootstrap, "seed": CONFIG.seed, "method": CONFIG.interval}
+    kwargs = {"replicates": CONFIG.bootstrap, "seed": SEED, "method": CONFIG.interval}
     for metric, den, bounds in (
         ("energy_fraction", total, (0.0, 1.0)),
         ("energy_ratio", control, (0.0, math.inf)),

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from tangentlens.core.recipe import CaptureSpec, Recipe
+from tangentlens.core.recipe import CaptureSpec, ProxiesSpec, Recipe
 from tangentlens.dictionaries import in_window
 from tangentlens.probes.subspace_stability import SubspaceStabilityConfig
-from tangentlens.probes.tangent_energy import TangentSpec
+from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.probes.update_alignment import UpdateAlignmentConfig
-from tangentlens.registry import AcrossInputs, Transition, resolve
+from tangentlens.registry import AcrossInputs, Transition
 from tangentlens.results import StepLabel
 
 EMBED, SITE = "hook_embed", "blocks.0.hook_resid_post"
@@ -92,10 +92,9 @@ def _transition_rows(recipe, before, now, frozen, window):
     transition = Transition(label, before, now, frozen, in_window(before["step"], window))
     inputs = AcrossInputs([], (transition,))
     rows = []
-    for key, config in recipe.probes.items():
-        probe = resolve(key)
-        if probe.across is not None:
-            rows += probe.across(inputs, config)
+    for entry in recipe.probes.values():
+        if entry.probe.across is not None:
+            rows += entry.probe.across(inputs, entry.config)
     return rows
 
 
@@ -103,8 +102,9 @@ def test_update_s_to_s_prime_is_scored_in_the_proxy_of_s_not_of_s_prime():
     recipe = Recipe(
         name="transition",
         capture=CaptureSpec(embed=True),
+        proxies=ProxiesSpec(methods=("pca",), rank=2),
         probes={
-            "tangent_energy": TangentSpec.from_table({"methods": ["pca"], "rank": 2}),
+            "tangent_energy": TangentEnergyConfig(),
             "update_alignment": UpdateAlignmentConfig(draws=19),
         },
     )
@@ -147,10 +147,9 @@ def test_a_transition_is_in_window_when_the_frozen_fit_saw_data_after_its_start(
     recipe = Recipe(
         name="transition",
         capture=CaptureSpec(embed=True),
+        proxies=ProxiesSpec(methods=("pca",), rank=2, fit_policy="frozen_early"),
         probes={
-            "tangent_energy": TangentSpec.from_table(
-                {"methods": ["pca"], "rank": 2, "fit_policy": "frozen_early"}
-            ),
+            "tangent_energy": TangentEnergyConfig(),
             "update_alignment": UpdateAlignmentConfig(draws=19),
             "subspace_stability": SubspaceStabilityConfig(),
         },

@@ -19,6 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.proxy_stage import move_legacy_keys
 from tangentlens.models.sites import site_kind
 from tangentlens.sweep.store import read_replicates, read_results
 
@@ -61,7 +62,9 @@ class Run:
 
     @property
     def recipe(self) -> dict[str, Any]:
-        return self.manifest.get("recipe", {})
+        """The manifest's recipe (a run from before the ``[proxies]`` stage: its keys read from
+        ``probes.tangent_energy``, where they were recorded)."""
+        return move_legacy_keys(self.manifest.get("recipe", {}), notice=False)
 
     def pick_step(self, step: int | str) -> int:
         """``"last"`` → the last scored step with rows; an integer → that step, which the run must

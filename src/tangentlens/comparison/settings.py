@@ -7,14 +7,14 @@ the setting and every run's value; the other rows are still compared.
 ==================  =========================================  ================================
 setting             recipe key                                 rows refused when it differs
 ==================  =========================================  ================================
-rank                probes.tangent_energy.rank                 the tangent account's probes
-draws               probes.tangent_energy.draws                tangent_energy, anisotropy_share
+rank                proxies.rank                               the tangent account's probes
+draws               proxies.draws                              tangent_energy, anisotropy_share
 draws               probes.anisotropy_share.isoscore_draws     anisotropy_share
 draws               probes.update_alignment.draws              update_alignment
-control family      probes.tangent_energy.mean_direction       the tangent account's probes
+control family      proxies.mean_direction                     the tangent account's probes
 control family      probes.tangent_energy.data_matched_m       tangent_energy's data_matched_*
-fit policy          probes.tangent_energy.fit_policy           the tangent account's probes
-held_out            probes.tangent_energy.held_out             the tangent account's probes
+fit policy          proxies.fit_policy                         the tangent account's probes
+held_out            proxies.held_out                           the tangent account's probes
 bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
 ==================  =========================================  ================================
 
@@ -128,19 +128,19 @@ class Setting:
 
 #: Settings that must match for the rows they concern to be compared (else those rows are refused).
 MUST_MATCH: tuple[Setting, ...] = (
-    Setting("rank", "probes.tangent_energy.rank", TANGENT_ACCOUNT),
-    Setting("draws", "probes.tangent_energy.draws", ("tangent_energy", "anisotropy_share")),
+    Setting("rank", "proxies.rank", TANGENT_ACCOUNT),
+    Setting("draws", "proxies.draws", ("tangent_energy", "anisotropy_share")),
     Setting("draws", "probes.anisotropy_share.isoscore_draws", ("anisotropy_share",)),
     Setting("draws", "probes.update_alignment.draws", ("update_alignment",)),
-    Setting("control family", "probes.tangent_energy.mean_direction", TANGENT_ACCOUNT),
+    Setting("control family", "proxies.mean_direction", TANGENT_ACCOUNT),
     Setting(
         "control family",
         "probes.tangent_energy.data_matched_m",
         ("tangent_energy",),
         metric_prefix="data_matched_",
     ),
-    Setting("fit policy", "probes.tangent_energy.fit_policy", TANGENT_ACCOUNT),
-    Setting("held_out", "probes.tangent_energy.held_out", TANGENT_ACCOUNT),
+    Setting("fit policy", "proxies.fit_policy", TANGENT_ACCOUNT),
+    Setting("held_out", "proxies.held_out", TANGENT_ACCOUNT),
     Setting("bins", "data.n_bins", per_bin=True),
 )
 

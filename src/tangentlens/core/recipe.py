@@ -1,8 +1,9 @@
 """Recipes: a TOML file (``probes/recipes/*.toml``) → a validated, fully resolved :class:`Recipe`.
 
 Unknown keys and bad values raise ``ValueError`` naming the key path and, for keys and choices,
-the nearest valid spelling. Dotted overrides (``probes.tangent_energy.rank=32``) are parsed as
-TOML values and applied before validation.
+the nearest valid spelling. Dotted overrides (``proxies.rank=32``) are parsed as TOML values and
+applied before validation. Keys of the ``[proxies]`` stage written under ``[probes.tangent_energy]``
+(recipes and ``--set`` from before the stage) are read from there, with one warning line.
 
 Loading a recipe imports neither torch nor any model library (the configs it builds are plain
 dataclasses), so a typo is reported at once.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import tomllib
 import typing
@@ -20,9 +22,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count, check_fraction, suggest
+from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
+from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import LOADER_CHOICES
-from tangentlens.registry import builtin_probes, check_companions, resolve, resolve_all
+from tangentlens.registry import ProbeEntry, builtin_probes, entries, needs_of, resolve
 
 __all__ = [
     "CAPTURE_SITE_KINDS",
@@ -32,6 +37,7 @@ __all__ = [
     "CaptureSpec",
     "DataSpec",
     "ExecutorSpec",
+    "ProxiesSpec",
     "Recipe",
     "SuiteSpec",
     "builtin_recipes",
@@ -40,6 +46,8 @@ __all__ = [
     "site_groups",
 ]
 
+
+logger = logging.getLogger(__name__)
 
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 #: Weight dtypes a suite can be loaded in (``suite.dtype``); statistics accumulate in float64.
@@ -284,27 +292,62 @@ class ExecutorSpec:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A fully resolved recipe; ``probes`` maps each enabled probe to its config, ``executor``
-    says where its units run."""
+    """A fully resolved recipe. ``probes``: each enabled probe's :class:`ProbeEntry` by recipe
+    key (a config given alone is resolved into its entry); ``proxies``: the proxies stage the
+    ``tangent`` probes score (a recipe enabling one without it gets the stage's defaults; None:
+    no proxies are fitted); ``executor`` says where its units run."""
 
     name: str
     suite: SuiteSpec = field(default_factory=SuiteSpec)
     data: DataSpec = field(default_factory=DataSpec)
     capture: CaptureSpec = field(default_factory=CaptureSpec)
-    probes: dict[str, Any] = field(default_factory=dict)
+    proxies: ProxiesSpec | None = None
+    probes: dict[str, ProbeEntry] = field(default_factory=dict)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
 
     def __post_init__(self) -> None:
-        check_companions(self.probes)
         if not self.probes:
             raise ValueError(f"the recipe enables no probe; allowed: {list(builtin_probes())}")
-        for key, config in self.probes.items():
-            resolve(key).check_recipe(config, self)
+        object.__setattr__(self, "probes", entries(self.probes))
+        if self.proxies is None and self.scoped("tangent"):
+            object.__setattr__(self, "proxies", ProxiesSpec())
+        stage = self.proxies
+        if stage is not None and stage.pretrained_sae is not None and self.capture.reservoir < 1:
+            raise ValueError(
+                f"{PROXIES}.{PRETRAINED_SAE} chooses its latents on the sampled activation rows: "
+                "set capture.reservoir ≥ 1"
+            )
+        for entry in self.probes.values():
+            entry.probe.check_recipe(entry.config, self)
+
+    def scoped(self, *scopes: str) -> list[ProbeEntry]:
+        """The entries of the probes whose scope is one of ``scopes``, in the recipe's order."""
+        return [e for e in self.probes.values() if e.probe.scope in scopes]
+
+    def config(self, key: str) -> Any:
+        """The config of probe ``key``, or None when the recipe does not enable it."""
+        entry = self.probes.get(key)
+        return None if entry is None else entry.config
+
+    @property
+    def needs(self) -> Needs:
+        """What the captures must keep for every probe (and the sampled rows the stage's fits
+        read)."""
+        needs = needs_of(e.probe for e in self.probes.values())
+        return needs.union(Needs(reservoir=True)) if self.proxies is not None else needs
 
     def identity(self) -> dict[str, Any]:
         """:meth:`to_dict` as a manifest reads it back (a JSON round trip): what ``--resume``
         and ``--plan-only`` compare with a run's manifest."""
         return json.loads(json.dumps(self.to_dict()))
+
+    def same_identity(self, recorded: dict[str, Any] | None) -> bool:
+        """Whether a manifest's ``recorded`` recipe is this one's :meth:`identity` — a run
+        written before the proxies stage recorded its keys under ``probes.tangent_energy``;
+        they are read from there."""
+        if recorded is None:
+            return False
+        return move_legacy_keys(recorded, notice=False) == self.identity()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form of what the results depend on: the recipe's identity, recorded
@@ -313,13 +356,16 @@ class Recipe:
         site's statistics)."""
         capture = dataclasses.asdict(self.capture)
         del capture["passes"]
-        return {
+        out = {
             "name": self.name,
             "suite": dataclasses.asdict(self.suite),
             "data": dataclasses.asdict(self.data),
             "capture": capture,
-            "probes": {k: _table(v) for k, v in self.probes.items()},
+            "probes": {k: _table(e.config) for k, e in self.probes.items()},
         }
+        if self.proxies is not None:
+            out[PROXIES] = dataclasses.asdict(self.proxies)
+        return out
 
     def executor_dict(self) -> dict[str, Any]:
         """Plain JSON-able form of the executor settings (for the manifest)."""
@@ -333,15 +379,18 @@ def _table(config: Any) -> dict[str, Any]:
 
 def _apply_override(data: dict[str, Any], override: str) -> None:
     if "=" not in override:
-        raise ValueError(
-            f"--set expects KEY=VALUE (e.g. probes.tangent_energy.rank=32), got {override!r}"
-        )
+        raise ValueError(f"--set expects KEY=VALUE (e.g. proxies.rank=32), got {override!r}")
     key, raw = override.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is a string
     parts = key.strip().split(".")
+    stage_keys = [f.name for f in dataclasses.fields(ProxiesSpec)]
+    if parts[:2] == ["probes", LEGACY_PROBE] and len(parts) > 2 and parts[2] in stage_keys:
+        moved = ".".join([PROXIES, *parts[2:]])
+        logger.warning("--set %s: %s now lives in [%s] (set %s)", key, parts[2], PROXIES, moved)
+        parts = [PROXIES, *parts[2:]]
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
@@ -389,9 +438,10 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"recipe {path} is not valid TOML: {err}") from None
+    data = move_legacy_keys(data, f"recipe {path.name}")
     for override in overrides:
         _apply_override(data, override)
-    allowed = ["suite", "data", "capture", "probes", "executor"]
+    allowed = ["suite", "data", "capture", PROXIES, "probes", "executor"]
     for key in data:
         if key not in allowed:
             raise ValueError(
@@ -399,14 +449,17 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
             )
     probes_table = _enabled_probes(data.get("probes", {}))
     probes = {
-        key: build_section(probe.config, probes_table[key], f"probes.{key}")
-        for key, probe in resolve_all(probes_table).items()
+        key: build_section(resolve(key).config, table, f"probes.{key}")
+        for key, table in probes_table.items()
     }
+    stage = data.get(PROXIES, False)  # `--set proxies=false` drops the section, `true` adds it
+    stage = {} if stage is True else stage
     return Recipe(
         name=path.stem,
         suite=build_section(SuiteSpec, data.get("suite", {}), "suite"),
         data=build_section(DataSpec, data.get("data", {}), "data"),
         capture=build_section(CaptureSpec, data.get("capture", {}), "capture"),
+        proxies=None if stage is False else build_section(ProxiesSpec, stage, PROXIES),
         probes=probes,
         executor=build_section(ExecutorSpec, data.get("executor", {}), "executor"),
     )

@@ -25,6 +25,7 @@ from tangentlens.capture import (
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.core.data import AnalysisData
+from tangentlens.core.proxy_stage import ProxiesSpec
 from tangentlens.core.recipe import Recipe, select_layers, site_groups
 from tangentlens.data import iter_batches
 from tangentlens.metrics import reused_draws
@@ -36,7 +37,7 @@ from tangentlens.proxies import (
     fit_proxies,
     fit_rows,
 )
-from tangentlens.registry import TANGENT, Probe, StepInputs, resolve_all
+from tangentlens.registry import ProbeEntry, StepInputs
 from tangentlens.results import make_row
 from tangentlens.runtime import Phases, alongside
 
@@ -44,6 +45,7 @@ __all__ = [
     "Proxies",
     "Status",
     "capture_rows",
+    "capture_scored",
     "capture_sites",
     "capture_step",
     "check_attention",
@@ -81,7 +83,7 @@ def check_attention(model: Any, recipe: Recipe) -> None:
     """Refuse, in one line, the recipe's probes that need per-head attention statistics
     (``qk_drift``) on a model that does not expose them: no query, key or pattern hooks at
     every block (e.g. a state-space model's bridge), or grouped-query attention."""
-    needing = [key for key, probe in resolve_all(recipe.probes).items() if probe.needs.attention]
+    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.attention]
     reason = lens_model(model).attention_refusal() if needing else None
     if reason:
         raise ValueError(f"probe(s) {', '.join(needing)} cannot run: {reason}")
@@ -113,9 +115,9 @@ def capture_step(
     if needs.type_sums:
         counts = data.frequencies.counts
         wanted = np.zeros(counts.shape, dtype=bool)
-        for key, probe in resolve_all(recipe.probes).items():
-            if probe.tracked_types is not None:
-                wanted[probe.tracked_types(recipe.probes[key], counts)] = True
+        for entry in recipe.probes.values():
+            if entry.probe.tracked_types is not None:
+                wanted[entry.probe.tracked_types(entry.config, counts)] = True
         type_ids = tuple(np.flatnonzero(wanted).tolist())
     model = lens_model(model)  # once: every pass and batch reads the same adapter
     attention = select_layers(recipe.capture.layers, model.n_layers) if needs.attention else ()
@@ -185,21 +187,78 @@ def with_fixed(
 
 def fit_step(
     stats: CaptureStatistics,
-    spec: Any,
+    stage: ProxiesSpec,
     fixed: Mapping[str, Mapping[str, FixedProxy]],
     status: Status = _quiet,
 ) -> dict[str, FittedProxies]:
-    """The proxies of every site fitted on ``stats`` (``spec``: the tangent_energy probe's
-    settings), with the ``fixed`` proxies added."""
-    status(f"fitting proxies ({', '.join(spec.proxies.methods)})")
-    fitted = {n: fit_proxies(s, spec.proxies) for n, s in stats.sites.items()}
+    """The proxies of every site fitted on ``stats`` (``stage``: the recipe's ``[proxies]``),
+    with the ``fixed`` proxies added."""
+    status(f"fitting proxies ({', '.join(stage.methods)})")
+    config = stage.proxy_config()
+    fitted = {n: fit_proxies(s, config) for n, s in stats.sites.items()}
     return with_fixed(fitted, fixed)
 
 
-def _probe_rows(probe: Probe, key: str, config: Any, inputs: StepInputs) -> list[dict[str, Any]]:
+def capture_scored(
+    model: Any,
+    sites: dict[str, int | None],
+    data: AnalysisData,
+    recipe: Recipe,
+    step: int,
+    *,
+    passes: int = 1,
+    sequence_energy: SequenceEnergyConfig | None = None,
+    fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
+    status: Status = _quiet,
+) -> tuple[CaptureStatistics, CaptureStatistics, dict[str, FittedProxies] | None]:
+    """A step's capture for every probe of ``recipe``: ``(statistics, scored, fitted)`` — the
+    whole stream's statistics, those the energies are scored on and the step's own fit when it
+    is fitted on other data than it is scored on, else None.
+
+    With the stage's ``held_out``, each step's proxies are fitted on the first half of the
+    sequences and scored on the second (an in-sample proxy flatters its own energy): two
+    captures over disjoint halves cost one over all sequences, and merged they are exactly the
+    whole stream's statistics for the other probes; ``fixed`` proxies join the fit. Otherwise
+    one capture (``sequence_energy``: per-sequence sums of proxies known in advance)."""
+    needs = recipe.needs
+    stage = recipe.proxies
+    if stage is not None and stage.held_out:
+        half = len(data.rows) // 2
+        stats, scored = (
+            capture_step(
+                model,
+                sites,
+                data,
+                recipe,
+                needs,
+                step,
+                gradients=needs.gradients,
+                part=part,
+                passes=passes,
+            )
+            for part in (slice(0, half), slice(half, None))
+        )
+        fitted = fit_step(stats, stage, fixed or {}, status)
+        stats.merge(scored)
+        return stats, scored, fitted
+    stats = capture_step(
+        model,
+        sites,
+        data,
+        recipe,
+        needs,
+        step,
+        gradients=needs.gradients,
+        sequence_energy=sequence_energy,
+        passes=passes,
+    )
+    return stats, stats, None
+
+
+def _probe_rows(entry: ProbeEntry, inputs: StepInputs) -> list[dict[str, Any]]:
     """The probe's rows on ``inputs``, checked against the schema and its declared metrics."""
-    rows = probe.rows(inputs, config)
-    probe.check_rows(rows, f"probe {key!r} at step {inputs.capture.step}")
+    rows = entry.probe.rows(inputs, entry.config)
+    entry.probe.check_rows(rows, f"probe {entry.key!r} at step {inputs.capture.step}")
     return rows
 
 
@@ -222,8 +281,8 @@ def step_rows(
     phases: Phases | None = None,
 ) -> tuple[list[dict[str, Any]], Proxies | None]:
     """Every per-step probe of ``recipe`` on ``capture`` (the whole stream), in the recipe's
-    order: the capture's rows, the ``step`` probes, then the tangent account — fit diagnostics,
-    the ``tangent_energy`` rows and its companions' (scope ``tangent``). Returns the rows and
+    order: the capture's rows, the ``step`` probes, then the tangent account — the fit
+    diagnostics of the proxies stage and the ``tangent`` probes' rows. Returns the rows and
     the step's own fit (``{site: {method: basis}}``, None when nothing was fitted).
 
     ``scored``: the statistics energies are scored on (held out: the second half; default the
@@ -235,17 +294,17 @@ def step_rows(
     <name>``), the step's own fit (``fit``, or ``refit`` when it runs beside the probes) and
     the fit rows.
     """
-    probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.per_step}
-    spec = recipe.probes.get(TANGENT)
+    probes = {k: e for k, e in recipe.probes.items() if e.probe.per_step}
+    stage = recipe.proxies
     fixed = fixed or {}
     if frozen is not None:  # the probes compute where the statistics are
         device = capture.statistics.device
         frozen = {n: {m: b.to(device) for m, b in by.items()} for n, by in frozen.items()}
     if (
-        spec is None
+        stage is None
         or fitted is not None
         or frozen is None
-        or not any(p.refits for p in probes.values())
+        or not any(e.probe.refits for e in probes.values())
     ):
         return _rows_with_fit(
             recipe, capture, probes, scored, fitted, frozen, fixed, status, replicates, phases
@@ -255,9 +314,9 @@ def step_rows(
 
     def refit() -> dict[str, FittedProxies]:
         with _timed(phases, "refit"):
-            return fit_step(capture.statistics, spec, fixed)
+            return fit_step(capture.statistics, stage, fixed)
 
-    status(f"fitting proxies ({', '.join(spec.proxies.methods)}) beside the probes")
+    status(f"fitting proxies ({', '.join(stage.methods)}) beside the probes")
     with alongside(refit) as pending:
         return _rows_with_fit(
             recipe,
@@ -277,7 +336,7 @@ def step_rows(
 def _rows_with_fit(
     recipe: Recipe,
     capture: Capture,
-    probes: dict[str, Probe],
+    probes: dict[str, ProbeEntry],
     scored: CaptureStatistics | None,
     fitted: dict[str, FittedProxies] | None,
     frozen: Proxies | None,
@@ -291,17 +350,17 @@ def _rows_with_fit(
     frozen; or ``pending()`` waits for it, and the refitting probes run last)."""
     rows = capture_rows(capture)
     plain = StepInputs(capture=capture, scored=capture)
-    for key, probe in probes.items():
-        if probe.scope == "step":
+    for key, entry in probes.items():
+        if entry.probe.scope == "step":
             status(key)
             with _timed(phases, f"probe {key}"):
-                rows += _probe_rows(probe, key, recipe.probes[key], plain)
-    spec = recipe.probes.get(TANGENT)
-    if spec is None:
+                rows += _probe_rows(entry, plain)
+    stage = recipe.proxies
+    if stage is None:
         return rows, None
     if fitted is None and frozen is None:
         with _timed(phases, "fit"):
-            fitted = fit_step(capture.statistics, spec, fixed, status)
+            fitted = fit_step(capture.statistics, stage, fixed, status)
     own = _bases(fitted)
     proxies = frozen if frozen is not None else own
     diagnostics = {} if frozen is not None else {n: f.diagnostics for n, f in fitted.items()}
@@ -309,19 +368,17 @@ def _rows_with_fit(
     with _timed(phases, "fit rows"):
         rows += fit_rows(capture, proxies, diagnostics)
     scored_capture = capture if scored is None else dataclasses.replace(capture, statistics=scored)
-    inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, spec, replicates)
-    tangent = sorted(
-        (k for k, p in probes.items() if p.scope == "tangent"), key=lambda k: k != TANGENT
-    )
+    inputs = StepInputs(capture, scored_capture, proxies, own or None, frozen, stage, replicates)
+    tangent = [k for k, e in probes.items() if e.probe.scope == "tangent"]
     by_probe: dict[str, list[dict[str, Any]]] = {}
 
     def run(keys: list[str]) -> None:
         for key in keys:
-            status(f"controls ({spec.energy.draws} per measurement)" if key == TANGENT else key)
+            status(f"{key} ({stage.draws} control frames per measurement)")
             with _timed(phases, f"probe {key}"):
-                by_probe[key] = _probe_rows(probes[key], key, recipe.probes[key], inputs)
+                by_probe[key] = _probe_rows(probes[key], inputs)
 
-    waiting = [k for k in tangent if pending is not None and probes[k].refits]
+    waiting = [k for k in tangent if pending is not None and probes[k].probe.refits]
     run([k for k in tangent if k not in waiting])
     if pending is not None:  # the refitting probes read the fit run beside the others
         with _timed(phases, "waiting for the refit"):

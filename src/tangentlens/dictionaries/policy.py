@@ -21,7 +21,7 @@ from tangentlens.checks import check_count, check_fraction, suggest
 
 __all__ = ["FIT_POLICIES", "FitConfig", "early_window", "in_window"]
 
-#: The fit policies (``probes.tangent_energy.fit_policy``), defined above.
+#: The fit policies (``proxies.fit_policy``), defined above.
 FIT_POLICIES: tuple[str, ...] = ("frozen_early", "per_checkpoint")
 
 

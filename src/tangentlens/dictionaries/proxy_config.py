@@ -22,7 +22,8 @@ class ProxyConfig:
     """Which dictionaries span the proxies, at which rank, with which seed.
 
     ``methods``: the dictionaries that span them (from :data:`METHODS`); ``rank``: their rank k;
-    ``seed``: the seed of the seeded fits (a recipe's ``seed`` seeds the controls too);
+    ``seed``: the seed of the seeded fits (the ``[proxies]`` stage's ``seed`` seeds the controls
+    too);
     ``seminmf_max_iter``: semi-NMF iterations;
     ``sae_samples``: activation rows the SAE trains on (the sample is cycled); ``sae_k``: active
     latents per row of the TopK SAE; ``centre``: fit on activations centred per checkpoint;
@@ -44,7 +45,7 @@ class ProxyConfig:
             if method == PRETRAINED_SAE:
                 raise ValueError(
                     f"methods: {PRETRAINED_SAE!r} is not fitted; enable it with a "
-                    f"[probes.tangent_energy.{PRETRAINED_SAE}] table (release, ids)"
+                    f"[proxies.{PRETRAINED_SAE}] table (release, ids)"
                 )
             if method not in METHODS:
                 raise ValueError(
@@ -70,7 +71,7 @@ PRETRAINED_SAE = "pretrained_sae"
 
 @dataclass(frozen=True)
 class PretrainedSAESpec:
-    """Published SAEs as tangent proxies (``[probes.tangent_energy.pretrained_sae]``, method
+    """Published SAEs as tangent proxies (``[proxies.pretrained_sae]``, method
     ``pretrained_sae``): the SAEs ``ids`` of the SAELens pretrained-registry ``release``, loaded
     through ``sae_lens.SAE.from_pretrained``, one per captured site (the site is the SAE's hook
     name, e.g. ``blocks.3.hook_resid_post``).
@@ -88,7 +89,7 @@ class PretrainedSAESpec:
     select_step: int | None = None
 
     def __post_init__(self) -> None:
-        path = f"probes.tangent_energy.{PRETRAINED_SAE}"
+        path = f"proxies.{PRETRAINED_SAE}"
         if not isinstance(self.release, str) or not self.release.strip():
             raise ValueError(
                 f"{path}.release must name a release of SAELens' pretrained registry (e.g. "

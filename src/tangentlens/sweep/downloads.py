@@ -44,10 +44,10 @@ def sweep_downloads(recipe: Recipe, plan: Plan, suite: Any) -> list[Download]:
 
 
 def sae_downloads(recipe: Recipe) -> list[Download]:
-    """Offline, the published SAEs of ``[probes.tangent_energy.pretrained_sae]`` whose files are
+    """Offline, the published SAEs of ``[proxies.pretrained_sae]`` whose files are
     not in the local Hugging Face cache (SAELens reads each from a folder of its release's
     repository)."""
-    spec = getattr(recipe.probes.get("tangent_energy"), PRETRAINED_SAE, None)
+    spec = getattr(recipe.proxies, PRETRAINED_SAE, None)
     if spec is None or not offline_requested(recipe.suite.offline or None):
         return []
     from tangentlens.dictionaries import pretrained_location

@@ -14,7 +14,7 @@ from tangentlens.core.recipe import Recipe
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
 from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import ENTRY_POINT_GROUP, resolve_all
+from tangentlens.registry import ENTRY_POINT_GROUP
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.store import RunStore, read_results
 
@@ -61,10 +61,10 @@ def _interval_estimator(recipe: Recipe) -> dict[str, str]:
     proxies are known before it (frozen_early), else the reservoir's sample."""
     from tangentlens.probes import tangent_energy
 
-    spec = recipe.probes.get("tangent_energy")
-    if spec is None or not spec.energy.bootstrap:
+    energy, stage = recipe.config(tangent_energy.NAME), recipe.proxies
+    if energy is None or stage is None or not energy.bootstrap:
         return {}
-    if spec.fit.fit_policy == "frozen_early":
+    if stage.frozen:
         source = tangent_energy.INTERVAL_ALL_SEQUENCES
         how = "every analysed sequence, from per-sequence sums gathered during capture"
     else:
@@ -74,7 +74,7 @@ def _interval_estimator(recipe: Recipe) -> dict[str, str]:
         "ratios of per-sequence sums, the controls' at their exact mean projector; quantiles at "
         "the (B + 1)·p-th order statistic"
     )
-    return {"energy_interval": f"{spec.energy.interval} bootstrap over {source}: {how}; {ratios}"}
+    return {"energy_interval": f"{energy.interval} bootstrap over {source}: {how}; {ratios}"}
 
 
 def _git_hash() -> str | None:
@@ -119,7 +119,8 @@ def _probe_sources(recipe: Recipe) -> dict[str, dict[str, str]]:
     """Recipe key → the probe's name, the module that declares it and the distribution (with
     its version) that ships it: what a reader needs to find a user's probe again."""
     out = {}
-    for key, probe in resolve_all(recipe.probes).items():
+    for key, entry in recipe.probes.items():
+        probe = entry.probe
         distribution, version = _distribution(probe.module, key)
         out[key] = {
             "name": probe.name,

@@ -57,7 +57,6 @@ from typing import Any
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
 from tangentlens.core.recipe import Recipe, select_layers, site_groups
 from tangentlens.models.shapes import ModelShape, suite_shape
-from tangentlens.registry import needs_of, resolve_all
 from tangentlens.sweep.plan import gathers_sequence_sums
 
 __all__ = [
@@ -388,7 +387,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     peak, saved, tensors, statistics, reservoir = max(heaviest_pass(g) for g in groups)
     by = "data.batch_size"
     statistics_hint = (
-        "capture.layers/sites (or more capture.passes), data.n_bins, tangent_energy.methods "
+        "capture.layers/sites (or more capture.passes), data.n_bins, proxies.methods "
         "(frozen-early energy sums) or the probes that keep type sums"
     )
     parts = [
@@ -399,7 +398,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
         MemoryPart("statistics", accelerator, statistics, True, statistics_hint),
         MemoryPart("accumulation", accelerator, accumulation, False, f"{by} or data.n_bins"),
         MemoryPart("reservoir", accelerator, reservoir, True, "capture.reservoir"),
-        MemoryPart("control draws", probes_where, draws, False, "tangent_energy.draws"),
+        MemoryPart("control draws", probes_where, draws, False, "proxies.draws"),
         MemoryPart("probes", probes_where, probes, False, "capture.reservoir"),
         MemoryPart("loading", "host", loading, False, "suite.dtype"),
     ]
@@ -418,27 +417,28 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
 
 def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
     """The plan's inputs for ``recipe`` on models of ``shape`` (what its probes keep:
-    :func:`~tangentlens.registry.needs_of`). Type sums are planned for the sum of each
+    :attr:`~tangentlens.core.recipe.Recipe.needs`; the control frames of the proxies stage).
+    Type sums are planned for the sum of each
     type-tracking probe's ``max_tracked_types`` (e.g. ``data.max_tokens // min_count`` for
     frequency geometry): the analysis data is not read before the plan."""
-    needs = needs_of(recipe.probes)
+    needs = recipe.needs
     sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
     layers = select_layers(recipe.capture.layers, shape.n_layers)
     sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
     n_types = 0
     if needs.type_sums:
-        for key, probe in resolve_all(recipe.probes).items():
-            if probe.max_tracked_types is not None:
-                n_types += probe.max_tracked_types(recipe.probes[key], recipe.data.max_tokens)
+        for entry in recipe.probes.values():
+            if entry.probe.max_tracked_types is not None:
+                n_types += entry.probe.max_tracked_types(entry.config, recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
-    spec = recipe.probes.get("tangent_energy")
+    stage = recipe.proxies
     draws, draw_columns, energy_methods = 0, 0, 0
-    if spec is not None:
-        methods = len(spec.proxies.methods) + (spec.pretrained_sae is not None)
-        draws = spec.energy.draws
-        draw_columns = control_draw_columns(spec.proxies.rank, spec.proxies.mean_direction, methods)
+    if stage is not None:
+        methods = len(stage.methods) + (stage.pretrained_sae is not None)
+        draws = stage.draws
+        draw_columns = control_draw_columns(stage.rank, stage.mean_direction, methods)
         if gathers_sequence_sums(recipe):
-            energy_methods = methods + spec.proxies.mean_direction
+            energy_methods = methods + stage.mean_direction
     return PlanInputs(
         shape=shape,
         dtype=recipe.suite.dtype,

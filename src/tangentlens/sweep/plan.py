@@ -4,11 +4,11 @@ Planning needs only the recipe and the suite's checkpoint steps; it imports no m
 so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by kind:
 
 * ``data`` — token rows, frequency table and bins, written once (``state/data.npz``);
-* ``pretrained-sae`` (with ``[probes.tangent_energy.pretrained_sae]``) — a forward-only capture
+* ``pretrained-sae`` (with ``[proxies.pretrained_sae]``) — a forward-only capture
   of the selection step (:func:`pretrained_step`), the published SAEs loaded through SAELens and
   checked against the suite, their proxy latents chosen and the proxy bases saved
   (``state/pretrained-sae.pt``) with the SAEs' fit diagnostics as rows;
-* ``window-<N>`` (``fit_policy = "frozen_early"``) — a forward-only capture of fit-window
+* ``window-<N>`` (``proxies.fit_policy = "frozen_early"``) — a forward-only capture of fit-window
   checkpoint N: its activation moments and sampled rows (``state/window-<N>.pt``);
 * ``fit-proxies`` — the frozen proxies fitted on the pooled window (``state/proxies.pt``, with the
   published SAEs' proxies added), and their fit diagnostics as rows;
@@ -34,7 +34,6 @@ from typing import Any
 from tangentlens.core.recipe import Recipe
 from tangentlens.dictionaries.policy import early_window
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
-from tangentlens.registry import resolve_all
 
 __all__ = [
     "PRETRAINED_UNIT",
@@ -150,17 +149,17 @@ def _name(kind: str, step: int) -> str:
 
 def gathers_sequence_sums(recipe: Recipe) -> bool:
     """Whether step captures gather per-sequence energy sums: the proxies are known before the
-    capture (``frozen_early``) and the energies carry intervals."""
-    spec = recipe.probes.get("tangent_energy")
-    return spec is not None and spec.fit.fit_policy == "frozen_early" and spec.energy.bootstrap > 0
+    capture (``frozen_early``) and the ``tangent_energy`` rows carry intervals."""
+    stage, energy = recipe.proxies, recipe.config("tangent_energy")
+    return stage is not None and stage.frozen and energy is not None and energy.bootstrap > 0
 
 
 def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
     """The frozen-early fit window over the suite's checkpoints ``steps`` (``()`` without one)."""
-    spec = recipe.probes.get("tangent_energy")
-    if spec is None or spec.fit.fit_policy != "frozen_early":
+    stage = recipe.proxies
+    if stage is None or not stage.frozen:
         return ()
-    return early_window(steps, spec.fit.early_fraction, spec.fit.window_checkpoints)
+    return early_window(steps, stage.early_fraction, stage.window_checkpoints)
 
 
 #: The unit that loads the published SAEs and chooses their proxy latents.
@@ -174,14 +173,14 @@ def pretrained_step(
     ``pretrained_sae``): ``select_step``, else the first selected step. It must be one of the
     suite's checkpoints and not after the first selected step (a proxy comes from data of the
     scored step or earlier)."""
-    spec = recipe.probes.get("tangent_energy")
-    if spec is None or spec.pretrained_sae is None:
+    stage = recipe.proxies
+    if stage is None or stage.pretrained_sae is None:
         return None
     first = min(selected)
-    step = spec.pretrained_sae.select_step
+    step = stage.pretrained_sae.select_step
     if step is None:
         return first
-    key = f"probes.tangent_energy.{PRETRAINED_SAE}.select_step"
+    key = f"proxies.{PRETRAINED_SAE}.select_step"
     if step not in suite_steps:
         raise ValueError(
             f"{key} = {step} is not a checkpoint of the suite; its steps: "
@@ -243,8 +242,7 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
         for s in selected
     ]
     units += steps
-    probes = resolve_all(recipe.probes)
-    if any(probe.across is not None for probe in probes.values()):
+    if any(entry.probe.across is not None for entry in recipe.probes.values()):
         units.append(
             Unit(
                 "across-steps",
@@ -254,7 +252,7 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
                 "results/across-steps.parquet",
             )
         )
-    if any(probe.scope == "model_free" for probe in probes.values()):
+    if recipe.scoped("model_free"):
         units.append(
             Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
         )

@@ -32,7 +32,7 @@ from tangentlens.models.catalog import (
 )
 from tangentlens.models.schedule import select_steps
 from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import TANGENT, builtin_probes, resolve_all
+from tangentlens.registry import builtin_probes
 from tangentlens.runtime import half_precision_slowdown
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
@@ -119,10 +119,9 @@ def check_lm_head(recipe: Recipe) -> None:
     architectures = headless_architectures(recipe.suite.name)
     if architectures is None:
         return
-    probes = resolve_all(recipe.probes)
-    needing = [key for key, probe in probes.items() if probe.needs.gradients]
+    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.gradients]
     if needing:
-        activation_only = [  # the tangent probes score tangent_energy's proxies: gradients
+        activation_only = [  # the tangent probes score the proxies' gradient energy
             n for n, p in builtin_probes().items() if not p.needs.gradients and p.scope != "tangent"
         ]
         raise ValueError(
@@ -138,7 +137,7 @@ def check_attention_heads(recipe: Recipe) -> None:
     heads than query heads, from ``config.json``): one line naming the suite, its heads or
     loader and those probes. Whether a loaded model exposes queries,
     keys and patterns at all is checked again when each unit plans its capture."""
-    needing = [key for key, probe in resolve_all(recipe.probes).items() if probe.needs.attention]
+    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.attention]
     if not needing:
         return
     if suite_loader(recipe.suite.name, recipe.suite.loader) == "hf":
@@ -160,13 +159,13 @@ def check_attention_heads(recipe: Recipe) -> None:
 
 
 def check_pretrained_sae(recipe: Recipe) -> None:
-    """Refuse published SAEs (``[probes.tangent_energy.pretrained_sae]``) before anything runs:
+    """Refuse published SAEs (``[proxies.pretrained_sae]``) before anything runs:
     a release or SAE id SAELens' registry lacks, or a release of another model than the suite's
     — the names matched through TransformerLens' alias table, the widths (``d_model``) compared
     where both are known offline (:mod:`tangentlens.models.naming`). A local suite's model is its
     ``suite.json`` ``model_name``, else its folder's name, as when its SAEs are loaded. Imports
     SAELens and TransformerLens, for a recipe with that table only; nothing is downloaded."""
-    spec = getattr(recipe.probes.get("tangent_energy"), PRETRAINED_SAE, None)
+    spec = getattr(recipe.proxies, PRETRAINED_SAE, None)
     if spec is None:
         return
     from tangentlens.dictionaries import check_pretrained, pretrained_models
@@ -185,10 +184,8 @@ def check_pretrained_sae(recipe: Recipe) -> None:
     same_name = model_key(model) == model_key(ours)
     if same_name and (None in (width, theirs) or width == theirs):
         return
-    path = f"probes.tangent_energy.{PRETRAINED_SAE}"
-    train = (
-        "train an SAE on the suite's activations with method 'sae' in probes.tangent_energy.methods"
-    )
+    path = f"proxies.{PRETRAINED_SAE}"
+    train = "train an SAE on the suite's activations with method 'sae' in proxies.methods"
     if same_name:
         raise ValueError(
             f"{path}: release {spec.release!r} holds SAEs of model {model!r} (d_model "
@@ -225,20 +222,21 @@ def check_model_shape(recipe: Recipe) -> None:
     except ValueError:  # an architecture without a memory plan: refused by the plan itself
         return
     select_layers(recipe.capture.layers, shape.n_layers)
-    spec = recipe.probes.get(TANGENT)
-    if spec is None:
+    stage = recipe.proxies
+    if stage is None:
         return
     where, d = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})", shape.d_model
-    if not spec.proxies.rank < d:
+    if not stage.rank < d:
         raise ValueError(
-            f"probes.{TANGENT}.rank = {spec.proxies.rank} must be below the model's width: {where} "
-            f"allows 1 … {d - 1}"
+            f"proxies.rank = {stage.rank} must be below the model's width: {where} allows "
+            f"1 … {d - 1}"
         )
-    m = spec.energy.data_matched_m
-    if m is not None and not spec.proxies.rank < m <= d:
+    energy = recipe.config("tangent_energy")
+    m = None if energy is None else energy.data_matched_m
+    if m is not None and not stage.rank < m <= d:
         raise ValueError(
-            f"probes.{TANGENT}.data_matched_m = {m} must be above the rank "
-            f"({spec.proxies.rank}) and at most the model's width: {where}"
+            f"probes.tangent_energy.data_matched_m = {m} must be above the rank "
+            f"(proxies.rank = {stage.rank}) and at most the model's width: {where}"
         )
 
 
@@ -361,7 +359,7 @@ def run_sweep(
         manifest["memory_plan"] = memory
         if store.resuming:
             previous = store.read_manifest()
-            if previous.get("recipe") != recipe.identity():
+            if not recipe.same_identity(previous.get("recipe")):
                 raise ValueError(
                     f"--resume: {store.root} was started with a different recipe; start a new "
                     "run directory or resume with the same recipe and overrides (executor "

@@ -41,9 +41,9 @@ from tangentlens.core.recipe import Recipe
 from tangentlens.core.step import (
     Proxies,
     Status,
+    capture_scored,
     capture_sites,
     capture_step,
-    fit_step,
     step_rows,
     with_fixed,
 )
@@ -56,13 +56,10 @@ from tangentlens.probes import tangent_energy
 from tangentlens.proxies import ActivationPool, FixedProxy
 from tangentlens.registry import (
     FIT_PROBE,
-    TANGENT,
     AcrossInputs,
     ModelFreeInputs,
     StateInputs,
     Transition,
-    needs_of,
-    resolve_all,
 )
 from tangentlens.results import StepLabel, make_row, row
 from tangentlens.runtime import Phases, threads
@@ -286,8 +283,8 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
 
 def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """Pool the window's checkpoints (each centred on its own mean) and fit the frozen proxies."""
-    spec = recipe.probes["tangent_energy"]
-    status(f"fitting the frozen proxies ({', '.join(spec.proxies.methods)})")
+    stage = recipe.proxies
+    status(f"fitting the frozen proxies ({', '.join(stage.methods)})")
     pools: dict[str, ActivationPool] = {}
     layers: dict[str, int | None] = {}
     for name in (d for d in unit.deps if d != PRETRAINED_UNIT):  # the window, in order
@@ -296,9 +293,9 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
         for site, state in saved["moments"].items():
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
-    device = _device(recipe)
+    device, config = _device(recipe), stage.proxy_config()
     fitted = with_fixed(
-        {site: pool.fit(spec.proxies, device) for site, pool in pools.items()},
+        {site: pool.fit(config, device) for site, pool in pools.items()},
         _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
     )
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
@@ -345,14 +342,14 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     (model name, hook = a captured site, d_in = its width); its ``rank`` most frequently active
     latents on the selection step's sampled rows (raw activations, as the SAE reads them; the
     fitting half under ``held_out``) span its proxy, saved once for every step."""
-    spec = recipe.probes["tangent_energy"]
-    chosen = spec.pretrained_sae
+    stage = recipe.proxies
+    chosen = stage.pretrained_sae
     step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
     status(f"loading {len(chosen.ids)} SAE(s) of {chosen.release} through SAELens")
     offline = offline_requested(recipe.suite.offline or None)
     with hf_offline_mode() if offline else contextlib.nullcontext():
         saes = {
-            sae_id: SAE.from_pretrained(chosen.release, sae_id, spec.proxies.rank, _device(recipe))
+            sae_id: SAE.from_pretrained(chosen.release, sae_id, stage.rank, _device(recipe))
             for sae_id in chosen.ids
         }
     model = _load_model(recipe, suite, step)
@@ -365,11 +362,11 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         if site in by_site:
             raise ValueError(
                 f"SAEs {by_site[site]!r} and {sae_id!r} of release {chosen.release!r} both read "
-                f"{site!r}: list one SAE per site in probes.tangent_energy.{PRETRAINED_SAE}.ids"
+                f"{site!r}: list one SAE per site in proxies.{PRETRAINED_SAE}.ids"
             )
         by_site[site] = sae_id
     status(f"step {step}: capture (activations) to choose the SAEs' latents")
-    part = slice(0, len(data.rows) // 2) if spec.fit.held_out else slice(None)
+    part = slice(0, len(data.rows) // 2) if stage.held_out else slice(None)
     stats = capture_step(
         model,
         {site: sites[site] for site in by_site},
@@ -424,7 +421,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads. Returns where its time went (:class:`Phases`)."""
     step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
-    needs = needs_of(recipe.probes)
+    needs = recipe.needs
     passes = _capture_passes(recipe)
     phases = Phases(_device(recipe))
     status("loading")
@@ -433,7 +430,6 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
-    spec = recipe.probes.get("tangent_energy")
     # the probes compute where the statistics stay: the model's device, or the host after
     # several capture passes (the frozen proxies, and the frames drawn from them, go there)
     probes_at = _device(recipe) if passes == 1 else torch.device("cpu")
@@ -449,8 +445,16 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
                 frozen, recipe.data.n_bins if needs.bins else 0, recipe.data.seq_len
             )
     with phases.phase("capture"):
-        stats, scored, fitted = _step_capture(
-            recipe, model, sites, data, needs, step, passes, energy_sums, pretrained, status
+        stats, scored, fitted = capture_scored(
+            model,
+            sites,
+            data,
+            recipe,
+            step,
+            passes=passes,
+            sequence_energy=energy_sums,
+            fixed=pretrained,
+            status=status,
         )
     capture = Capture(
         suite=recipe.suite.name,
@@ -461,7 +465,8 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
-    replicates = [] if spec is not None and spec.energy.keep_replicates else None
+    energy = recipe.config(tangent_energy.NAME)
+    replicates = [] if energy is not None and energy.keep_replicates else None
     rows, own = step_rows(
         recipe,
         capture,
@@ -476,11 +481,11 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     rows += _duplicate_rows(capture, store)
     with phases.phase("state"):
         saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
-        if spec is not None:
+        if recipe.proxies is not None:
             saved["proxies"] = own
-        for key, probe in resolve_all(recipe.probes).items():
-            if probe.state is not None:
-                saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
+        for entry in recipe.probes.values():
+            if entry.probe.state is not None:
+                saved.update(entry.probe.state(StateInputs(model, capture, data), entry.config))
         saved = _on_host(saved)
     with phases.phase("write"):
         # the state and replicates first, the part last: the part marks the unit done
@@ -491,60 +496,13 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     return phases.seconds
 
 
-def _step_capture(
-    recipe: Recipe,
-    model: Any,
-    sites: dict[str, int | None],
-    data: AnalysisData,
-    needs: Needs,
-    step: int,
-    passes: int,
-    energy_sums: Any,
-    pretrained: dict[str, dict[str, FixedProxy]],
-    status: Status,
-) -> tuple[Any, Any, Any]:
-    """A step's statistics, the statistics its energies are scored on and its own fit when it
-    is fitted on other data than it is scored on (held out), else None."""
-    spec = recipe.probes.get("tangent_energy")
-    gradients = needs.gradients
-    fitted = None
-    if spec is not None and spec.fit.held_out:
-        # fit on the first half of the sequences, score the second: an in-sample proxy flatters
-        # its own energy. Two captures over disjoint halves cost one over all sequences, and
-        # merged they are exactly the whole stream's statistics for the other probes.
-        half = len(data.rows) // 2
-        halves = [slice(0, half), slice(half, None)]
-        stats, scored = (
-            capture_step(
-                model, sites, data, recipe, needs, step, gradients=gradients, part=p, passes=passes
-            )
-            for p in halves
-        )
-        fitted = fit_step(stats, spec, pretrained, status)
-        stats.merge(scored)
-        return stats, scored, fitted
-    stats = capture_step(
-        model,
-        sites,
-        data,
-        recipe,
-        needs,
-        step,
-        gradients=gradients,
-        sequence_energy=energy_sums,
-        passes=passes,
-    )
-    return stats, stats, None
-
-
 def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """What compares steps, from every step's saved state and rows: each probe's ``across``
     rows over the transitions from one selected step to the next and every step's rows."""
-    probes = {k: p for k, p in resolve_all(recipe.probes).items() if p.across is not None}
+    probes = {k: e for k, e in recipe.probes.items() if e.probe.across is not None}
     transitions: list[Transition] = []
     if probes:  # every across probe reads the transitions (the saved states, the proxies)
-        spec = recipe.probes.get(TANGENT)
-        frozen = spec is not None and spec.fit.fit_policy == "frozen_early"
+        frozen = recipe.proxies is not None and recipe.proxies.frozen
         scoring = _load_frozen(store)["bases"] if frozen else None
         window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
         before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)
@@ -558,10 +516,10 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     step_rows = read_parts([store.part_path(name) for name in unit.deps]).to_pylist()
     inputs = AcrossInputs(step_rows, tuple(transitions))
     rows: list[dict[str, Any]] = []
-    for key, probe in probes.items():
+    for key, entry in probes.items():
         status(f"{key} across steps")
-        found = probe.across(inputs, recipe.probes[key])
-        probe.check_rows(found, f"unit {unit.name!r}")
+        found = entry.probe.across(inputs, entry.config)
+        entry.probe.check_rows(found, f"unit {unit.name!r}")
         rows += found
     store.write_part(unit.name, rows)
 
@@ -569,12 +527,11 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
 def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
     """The model-free probes' rows (they read no checkpoint)."""
     rows: list[dict[str, Any]] = []
-    for key, probe in resolve_all(recipe.probes).items():
-        if probe.scope == "model_free":
-            status(key)
-            found = probe.rows(ModelFreeInputs(recipe.suite.name), recipe.probes[key])
-            probe.check_rows(found, f"unit {unit.name!r}")
-            rows += found
+    for entry in recipe.scoped("model_free"):
+        status(entry.key)
+        found = entry.probe.rows(ModelFreeInputs(recipe.suite.name), entry.config)
+        entry.probe.check_rows(found, f"unit {unit.name!r}")
+        rows += found
     store.write_part(unit.name, rows)
 
 
