@@ -45,6 +45,7 @@ from tangentlens.probes.tangent_energy import (
     exchangeable_frames,
     seed_key,
 )
+from tangentlens.reporting import Estimator, MustMatch, Reporting, Table
 from tangentlens.results import make_row, measurement
 
 if TYPE_CHECKING:
@@ -161,4 +162,24 @@ PROBE = Probe(
             "permutation p-value (floor `1/(isoscore_draws + 1)`: 1/21 by default)"
         ),
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "anisotropy_share_spectral",
+                "spectral share of gradient anisotropy",
+                in_report=False,
+            ),
+        ),
+        figures=(),
+        must_match=(MustMatch("draws", "probes.anisotropy_share.isoscore_draws"),),
+        estimators=(
+            Estimator(
+                "anisotropy_share",
+                (
+                    "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* on "
+                    "the covariance; controls = tangent_energy's exchangeable frames"
+                ),
+            ),
+        ),
+    ),
 )

@@ -86,6 +86,7 @@ from tangentlens.dictionaries.proxy_config import (
     ProxyConfig,
 )
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
+from tangentlens.reporting import Figure, Reporting, Table
 from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
@@ -695,4 +696,34 @@ PROBE = Probe(
         ),
         "data_matched_complement_energy_p_value": "permutation p-value against those frames",
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "energy_ratio",
+                "energy ratio and p-value against the exchangeable controls",
+                in_compare=False,
+                render="tangentlens.report.sweep_report:energy_tables",
+            ),
+            Table("energy_ratio", "tangent/control energy ratio", in_report=False),
+            Table("energy_p_value", "tangent energy p-value", in_report=False),
+        ),
+        figures=(
+            Figure(
+                "tangent_energy.png",
+                "energy_fraction",
+                "gradient energy fraction",
+                "Tangent energy vs matched-rank controls",
+                render="tangentlens.report.figures:tangent_energy_figure",
+            ),
+            Figure(
+                "energy_ratio.png",
+                "energy_ratio",
+                "energy ratio (proxy / controls' exact mean)",
+                "Tangent energy ratio over training",
+                in_report=False,
+                in_compare=True,
+                render="tangentlens.report.compare_report:energy_ratio_figure",
+            ),
+        ),
+    ),
 )

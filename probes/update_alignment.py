@@ -38,6 +38,7 @@ from tangentlens.probes.tangent_energy import (
     exchangeable_frames,
     seed_key,
 )
+from tangentlens.reporting import Estimator, MustMatch, Reporting
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -242,4 +243,20 @@ PROBE = Probe(
         "centroid_update_in_window_energy_ratio": "idem",
         "centroid_update_in_window_energy_p_value": "idem",
     },
+    reporting=Reporting(
+        tables=(),
+        figures=(),
+        must_match=(MustMatch("draws", "probes.update_alignment.draws"),),
+        estimators=(
+            Estimator(
+                "update_alignment",
+                (
+                    "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: s's "
+                    "own fit; frozen_early: the frozen proxies, *_update_in_window_* when s < the "
+                    "window's last checkpoint); centroid differences in float64; exchangeable "
+                    "controls"
+                ),
+            ),
+        ),
+    ),
 )

@@ -279,9 +279,14 @@ def test_docstring_examples():
 
 def _estimators(**changes: str | None) -> dict[str, str]:
     """A manifest's ``estimators`` (this version's), with ``changes`` (None: not recorded)."""
-    from tangentlens.sweep.manifest import ESTIMATORS
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
-    out = {**ESTIMATORS, "energy_interval": "studentized bootstrap over all_sequences"}
+    out = {
+        **ESTIMATORS,
+        **probe_estimators(load_recipe("quickstart")),
+        "energy_interval": "studentized bootstrap over all_sequences",
+    }
     for key, value in changes.items():
         if value is None:
             out.pop(key)
@@ -324,10 +329,15 @@ def test_runs_whose_estimators_differ_are_compared_only_on_the_rows_they_leave_a
 
 
 def test_every_estimator_the_manifest_records_has_a_scope():
-    from tangentlens.comparison.settings import ESTIMATOR_SCOPES
-    from tangentlens.sweep.manifest import ESTIMATORS
+    from tangentlens.comparison.settings import estimator_scopes
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
-    assert set(ESTIMATOR_SCOPES) == {*ESTIMATORS, "energy_interval"}
+    recorded = probe_estimators(load_recipe("quickstart"))
+    assert set(estimator_scopes()) == {*ESTIMATORS, *recorded, "energy_interval"}
+    # a probe's declared entry refuses that probe's rows only
+    assert estimator_scopes()["drift_cosine"].probe_names() == ("cosine_drift",)
+    assert estimator_scopes()["drift_cosine"].metric_prefix == "drift_cosine_"
 
 
 @pytest.mark.parametrize(

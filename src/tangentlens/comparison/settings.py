@@ -1,22 +1,23 @@
 """Which recipe settings must match for a metric to be compared, which are only flagged, and what
 else differs between the runs' recipes and fit windows (all read from the manifests).
 
-Must match (:data:`MUST_MATCH`): a difference refuses the rows it concerns, in one line naming
-the setting and every run's value; the other rows are still compared.
+Must match (:func:`must_match`): a difference refuses the rows it concerns, in one line naming
+the setting and every run's value; the other rows are still compared. The core's:
 
 ==================  =========================================  ================================
 setting             recipe key                                 rows refused when it differs
 ==================  =========================================  ================================
 rank                probes.tangent_energy.rank                 the tangent account's probes
 draws               probes.tangent_energy.draws                tangent_energy, anisotropy_share
-draws               probes.anisotropy_share.isoscore_draws     anisotropy_share
-draws               probes.update_alignment.draws              update_alignment
 control family      probes.tangent_energy.mean_direction       the tangent account's probes
 control family      probes.tangent_energy.data_matched_m       tangent_energy's data_matched_*
 fit policy          probes.tangent_energy.fit_policy           the tangent account's probes
 held_out            probes.tangent_energy.held_out             the tangent account's probes
 bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
 ==================  =========================================  ================================
+
+then each registered probe's own (:class:`~tangentlens.reporting.MustMatch`, over its rows;
+built in: ``probes.anisotropy_share.isoscore_draws``, ``probes.update_alignment.draws``).
 
 The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
 ``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
@@ -27,8 +28,8 @@ Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_le
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
 ``capture`` probe's ``n_tokens`` at the compared steps).
 
-Estimators (:data:`ESTIMATOR_SCOPES`): the manifest's ``estimators`` entry says how each family
-of metrics was computed; an entry that differs between the runs — or that one run does not
+Estimators (:func:`estimator_scopes`): the manifest's ``estimators`` entry says how each family
+of metrics was computed (the core's, and each probe's :class:`~tangentlens.reporting.Estimator`); an entry that differs between the runs — or that one run does not
 record (written before that estimator was named) — refuses the rows it describes, in one line
 naming the entry and each run's text; an entry of no known scope refuses every row. Runs from
 before and after a change of estimator are not compared on what the change moved.
@@ -45,15 +46,15 @@ from tangentlens.comparison.runs import Run
 from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes
 
 __all__ = [
-    "ESTIMATOR_SCOPES",
     "FLAGGED",
-    "MUST_MATCH",
     "Refusal",
     "Setting",
     "corpus_size_flag",
     "estimator_refusals",
+    "estimator_scopes",
     "fit_window_lines",
     "flag_lines",
+    "must_match",
     "recipe_differences",
     "refusals",
 ]
@@ -126,12 +127,11 @@ class Setting:
         return f"{probes} rows" + (f" ({pattern})" if pattern != "*" else "")
 
 
-#: Settings that must match for the rows they concern to be compared (else those rows are refused).
-MUST_MATCH: tuple[Setting, ...] = (
+#: The core's settings that must match for the rows they concern to be compared (else those
+#: rows are refused); each probe adds its own (``Reporting.must_match``, :func:`must_match`).
+_CORE_MUST_MATCH: tuple[Setting, ...] = (
     Setting("rank", "probes.tangent_energy.rank", TANGENT_ACCOUNT),
     Setting("draws", "probes.tangent_energy.draws", ("tangent_energy", "anisotropy_share")),
-    Setting("draws", "probes.anisotropy_share.isoscore_draws", ("anisotropy_share",)),
-    Setting("draws", "probes.update_alignment.draws", ("update_alignment",)),
     Setting("control family", "probes.tangent_energy.mean_direction", TANGENT_ACCOUNT),
     Setting(
         "control family",
@@ -145,33 +145,54 @@ MUST_MATCH: tuple[Setting, ...] = (
 )
 
 
+def _registered() -> list[Any]:
+    return [*builtin_probes().values(), *installed_probes().values()]
+
+
+@functools.cache
+def must_match() -> tuple[Setting, ...]:
+    """Every setting that must match: the core's, then each registered probe's declared ones
+    (``Reporting.must_match``) over that probe's rows."""
+    declared = (
+        Setting(m.name, m.path, (probe.name,), metric_prefix=m.metric_prefix)
+        for probe in _registered()
+        for m in probe.reporting.must_match
+    )
+    return (*_CORE_MUST_MATCH, *declared)
+
+
 def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> Setting:
     return Setting(f"estimator {key}", f"estimators.{key}", probes, **which)
 
 
-#: The rows each manifest ``estimators`` entry describes (a difference refuses them).
-ESTIMATOR_SCOPES: dict[str, Setting] = {
-    s.path.removeprefix("estimators."): s
-    for s in (
-        _estimator("fit_window", TANGENT_ACCOUNT),
-        _estimator("update_alignment", ("update_alignment",)),
-        _estimator("controls", TANGENT_ACCOUNT),
-        _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
-        _estimator(
-            "energy_interval",
-            ("tangent_energy",),
-            metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
-        ),
-        _estimator("subspace_stability", ("subspace_stability",)),
-        _estimator("drift_cosine", ("cosine_drift",), metric_prefix="drift_cosine_"),
-        _estimator("frequency_spread", ("frequency_geometry",)),
-        _estimator("proxies", TANGENT_ACCOUNT),
-        _estimator("pretrained_sae", TANGENT_ACCOUNT),
-        _estimator("anisotropy_share", ("anisotropy_share",)),
-        _estimator("centred_anisotropy", ("shape_of_learning",), metric_prefix="centred_"),
-        _estimator("positions", None),
+#: The rows each of the core's manifest ``estimators`` entries describes.
+_CORE_ESTIMATORS: tuple[Setting, ...] = (
+    _estimator("fit_window", TANGENT_ACCOUNT),
+    _estimator("controls", TANGENT_ACCOUNT),
+    _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
+    _estimator(
+        "energy_interval",
+        ("tangent_energy",),
+        metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
+    ),
+    _estimator("proxies", TANGENT_ACCOUNT),
+    _estimator("pretrained_sae", TANGENT_ACCOUNT),
+    _estimator("positions", None),
+)
+
+
+@functools.cache
+def estimator_scopes() -> dict[str, Setting]:
+    """The rows each manifest ``estimators`` entry describes (a difference refuses them): the
+    core's entries and each registered probe's declared ones (``Reporting.estimators``) over
+    that probe's rows."""
+    declared = (
+        _estimator(e.key, (probe.name,), metric_prefix=e.metric_prefix)
+        for probe in _registered()
+        for e in probe.reporting.estimators
     )
-}
+    return {s.path.removeprefix("estimators."): s for s in (*_CORE_ESTIMATORS, *declared)}
+
 
 #: Settings that may differ: each difference is flagged in one line.
 FLAGGED: tuple[Setting, ...] = (
@@ -209,7 +230,7 @@ class Refusal:
 def refusals(runs: Sequence[Run]) -> list[Refusal]:
     """The must-match settings whose values differ across the runs, each with its line."""
     out = []
-    for setting in MUST_MATCH:
+    for setting in must_match():
         values = _values(runs, setting)
         if values is not None and len({repr(v) for v in values}) > 1:
             line = (
@@ -238,7 +259,7 @@ def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
         values = [entries.get(key) for entries in recorded]
         if len({repr(v) for v in values}) == 1:
             continue
-        setting = ESTIMATOR_SCOPES.get(key, _estimator(key, None))
+        setting = estimator_scopes().get(key, _estimator(key, None))
         texts = "; ".join(f"{run.label}: {_estimator_text(run, key)}" for run in runs)
         line = f"{setting.name} differs ({texts}): {setting.what()} not compared"
         out.append(Refusal(setting, line))
