@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FIT_PROBE",
     "SCOPES",
-    "TANGENT",
     "STATE_KEYS",
+    "TANGENT",
     "AcrossInputs",
     "AcrossRows",
     "ComposedConfig",
@@ -129,9 +129,9 @@ class Transition:
     """One update from the previous selected step to the next: ``label`` names the later step;
     ``before`` / ``now`` the two steps' saved states as the reading probe sees them: what its
     own ``state`` kept (its namespace: no other probe's keys), plus :data:`STATE_KEYS`
-    (``proxies``: each step's own fit, with a tangent stage); ``scoring`` the proxies an update is scored in (fitted on data
-    of the earlier step or before); ``in_window``: the earlier step lies inside the frozen fit
-    window."""
+    (``proxies``: each step's own fit, with a tangent stage); ``scoring`` the proxies an
+    update is scored in (fitted on data of the earlier step or before); ``in_window``: the
+    earlier step lies inside the frozen fit window."""
 
     label: StepLabel
     before: dict[str, Any]
@@ -315,6 +315,21 @@ class Probe:
     def per_step(self) -> bool:
         """Whether it has rows from one step's capture (scopes ``step`` and ``tangent``)."""
         return self.scope in ("step", "tangent") and self.rows is not None
+
+    def check_state(self, state: Any) -> dict[str, Any]:
+        """``state`` (what ``state`` returned) if it is a dict of string keys outside
+        :data:`STATE_KEYS`, else a ``ValueError`` naming the probe."""
+        where = f"probe {self.name!r} ({self.module})"
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise ValueError(
+                f"{where}: state must return a dict with string keys, got {type(state).__name__}"
+            )
+        if shared := sorted(set(state) & set(STATE_KEYS)):
+            raise ValueError(
+                f"{where}: its state uses the keys {shared}, which every transition already "
+                f"holds ({', '.join(STATE_KEYS)}): rename them"
+            )
+        return state
 
     def check_rows(self, rows: Iterable[Mapping[str, Any]], where: str) -> None:
         """Refuse rows outside the results schema or naming a metric the probe did not declare;

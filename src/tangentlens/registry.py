@@ -33,6 +33,7 @@ from tangentlens.checks import suggest
 from tangentlens.contract import (
     FIT_PROBE,
     SCOPES,
+    STATE_KEYS,
     TANGENT,
     AcrossInputs,
     ModelFreeInputs,
@@ -46,6 +47,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "FIT_PROBE",
     "SCOPES",
+    "STATE_KEYS",
     "TANGENT",
     "AcrossInputs",
     "ModelFreeInputs",

@@ -40,7 +40,9 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 def _check_render(render: str | None, where: str) -> None:
     if render is not None and not (isinstance(render, str) and _IMPORT_PATH.match(render)):
-        raise ValueError(f"{where}: render must be an import path 'module:function', got {render!r}")
+        raise ValueError(
+            f"{where}: render must be an import path 'module:function', got {render!r}"
+        )
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_le
 ``capture`` probe's ``n_tokens`` at the compared steps).
 
 Estimators (:func:`estimator_scopes`): the manifest's ``estimators`` entry says how each family
-of metrics was computed (the core's, and each probe's :class:`~tangentlens.reporting.Estimator`); an entry that differs between the runs — or that one run does not
-record (written before that estimator was named) — refuses the rows it describes, in one line
+of metrics was computed (the core's, and each probe's :class:`~tangentlens.reporting.Estimator`);
+an entry that differs between the runs — or that one run does not record (written before that
+estimator was named) — refuses the rows it describes, in one line
 naming the entry and each run's text; an entry of no known scope refuses every row. Runs from
 before and after a change of estimator are not compared on what the change moved.
 """

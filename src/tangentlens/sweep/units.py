@@ -68,6 +68,7 @@ from tangentlens.results import StepLabel, make_row, row
 from tangentlens.runtime import Phases, threads
 from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
+from tangentlens.sweep.states import own_view
 from tangentlens.sweep.store import RunStore, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
@@ -478,9 +479,11 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
         saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
         if spec is not None:
             saved["proxies"] = own
+        saved["states"] = {}  # each probe's own namespace
         for key, probe in resolve_all(recipe.probes).items():
             if probe.state is not None:
-                saved.update(probe.state(StateInputs(model, capture, data), recipe.probes[key]))
+                kept = probe.state(StateInputs(model, capture, data), recipe.probes[key])
+                saved["states"][probe.name] = probe.check_state(kept)
         saved = _on_host(saved)
     with phases.phase("write"):
         # the state and replicates first, the part last: the part marks the unit done
@@ -556,10 +559,10 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
             )
             before = now
     step_rows = read_parts([store.part_path(name) for name in unit.deps]).to_pylist()
-    inputs = AcrossInputs(step_rows, tuple(transitions))
     rows: list[dict[str, Any]] = []
     for key, probe in probes.items():
         status(f"{key} across steps")
+        inputs = AcrossInputs(step_rows, tuple(own_view(t, probe.name) for t in transitions))
         found = probe.across(inputs, recipe.probes[key])
         probe.check_rows(found, f"unit {unit.name!r}")
         rows += found
