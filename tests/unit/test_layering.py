@@ -167,7 +167,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("contract", "reporting"),
     ("proxies", "user_proxies"),
     ("probes",),
-    ("registry", "conformance"),
+    ("registry", "conformance", "glossary"),
     ("core",),
     ("notebook",),
     ("sweep",),
