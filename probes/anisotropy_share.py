@@ -39,6 +39,7 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.models.sites import site_kind
 from tangentlens.probes.tangent_energy import (
     TangentEnergyConfig,
     check_mean_direction,
@@ -93,7 +94,9 @@ def rows(
         methods = proxies[site_name]
         check_mean_direction(methods, site_name)
         scored = []  # (bin, its accumulator, spectral and ΔIsoScore* results by method)
-        for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+        kind = site_kind(site_name)
+        for bin_index in (None, *range(len(site.g_bins))):
+            acc = data.gradients(kind, layer, bin_index)
             if acc.count < 3 or acc.second_moment is None:
                 continue
             if not float(torch.diagonal(acc.second_moment).sum()) > 0:

@@ -86,6 +86,7 @@ from tangentlens.dictionaries.proxy_config import (
     ProxyConfig,
 )
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
+from tangentlens.models.sites import site_kind
 from tangentlens.reporting import Figure, Reporting, Table
 from tangentlens.results import make_row, measurement, replicate_record
 
@@ -572,7 +573,8 @@ def rows(
                 "": exchangeable_excluded(by_method, method),
                 "complement_": complement_excluded(by_method, method),
             }
-            for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+            for bin_index in (None, *range(len(site.g_bins))):
+                acc = data.gradients(site_kind(site_name), layer, bin_index)
                 if acc.count == 0 or acc.second_moment is None:
                     continue
                 common = measurement(site_name, method, rank, bin_index, acc.count)
