@@ -340,3 +340,11 @@ def test_what_the_models_shape_rules_out_is_refused_at_planning(override, messag
     plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.rank=127"]))  # the widest
     with pytest.raises(ValueError, match=re.escape(message)):
         plan_sweep(load_recipe("quickstart", [override]))
+
+
+def test_the_fixture_package_probes_pass_check_probe():
+    """The README's example and the fixture package's probe of each other scope."""
+    for key in ("grad_norm", "tangentlens_scopes:GRAD_RATIO", "tangentlens_scopes:PROXY_SHARE"):
+        assert check_probe(resolve(key)) == []
+    (row,) = check_probe(resolve("tangentlens_scopes:HAAR"))
+    assert row["probe"] == "haar_energy" and 0 < row["value"] < 1
