@@ -365,7 +365,7 @@ def test_every_estimator_the_manifest_records_has_a_scope():
 )
 def test_each_tangent_setting_refuses_the_tangent_account(tmp_path, two_runs, change, line):
     """Value tests for the must-match settings beyond rank, draws and bins (a setting dropped
-    from MUST_MATCH compares the energy ratio across a changed estimator)."""
+    from must_match() compares the energy ratio across a changed estimator)."""
     dec, _ = two_runs
     other = _write_run(tmp_path / "other", _decoder_rows(100, 2.0), _recipe(**change), n_layers=4)
     comparison = compare([dec, other])

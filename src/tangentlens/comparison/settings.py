@@ -252,7 +252,7 @@ def _estimator_text(run: Run, key: str) -> str:
 
 def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
     """The manifests' ``estimators`` entries that differ across the runs (an entry one run does
-    not record differs), each refusing the rows it describes (:data:`ESTIMATOR_SCOPES`; every
+    not record differs), each refusing the rows it describes (:func:`estimator_scopes`; every
     row for an entry of no known scope)."""
     recorded = [run.manifest.get("estimators", {}) for run in runs]
     out = []
