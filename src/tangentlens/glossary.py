@@ -15,11 +15,12 @@ from tangentlens.registry import SCOPES, builtin_probes
 
 __all__ = ["BEGIN", "CORE_METRICS", "END", "glossary_table", "write_glossary"]
 
-#: The markers around the generated table in the README.
+#: The marker before the generated table in the README.
 BEGIN = (
     "<!-- glossary: generated from each probe's metrics by "
     "`python -m tangentlens.glossary README.md` -->"
 )
+#: The marker after it.
 END = "<!-- glossary: end -->"
 
 #: The metrics the core writes (not a probe's), with their definitions.
