@@ -412,3 +412,24 @@ def test_the_enrichment_is_compared_as_a_difference_beside_its_null(tmp_path):
         "energy_enrichment": (pytest.approx(0.7), "difference"),
         "energy_enrichment_null": (0.0, "difference"),
     }
+
+
+def test_a_probes_declared_setting_refuses_only_its_rows(tmp_path):
+    """``update_alignment`` declares ``MustMatch("draws", "probes.update_alignment.draws")``
+    (``Reporting.must_match``): runs whose draws differ compare everything but its rows."""
+    rows = [
+        *_decoder_rows(100, 2.0),
+        row("dec", 100, 1000, "update_alignment", "centroid_update_energy_ratio", 1.2,
+            site="blocks.3.hook_resid_post", layer=3, method="pca", rank=4),
+    ]  # fmt: skip
+    runs = []
+    for name, draws in (("a", 20), ("b", 50)):
+        recipe = _recipe(**{"probes.update_alignment": {"draws": draws}})
+        runs.append(_write_run(tmp_path / name, rows, recipe, n_layers=4))
+    comparison = compare(runs)
+    assert [r.line for r in comparison.refused] == [
+        "draws differs (probes.update_alignment.draws: a 20, b 50): update_alignment rows not "
+        "compared"
+    ]
+    got = {r["probe"] for r in comparison.to_pylist()}
+    assert got == {"capture", "cosine_drift", "tangent_energy"}

@@ -348,3 +348,17 @@ def test_the_fixture_package_probes_pass_check_probe():
         assert check_probe(resolve(key)) == []
     (row,) = check_probe(resolve("tangentlens_scopes:HAAR"))
     assert row["probe"] == "haar_energy" and 0 < row["value"] < 1
+
+
+def test_the_readme_reporting_example_declares_what_the_report_draws():
+    text = README.read_text(encoding="utf-8")
+    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
+    namespace: dict = {}
+    exec(re.findall(r"```python\n(.*?)```", body, flags=re.S)[1], namespace)
+    probe = namespace["REPORTED"]
+    assert check_probe(probe) == []
+    assert [(t.metric, t.title) for t in probe.tables] == [("gradient_rms", "gradient RMS ‖g‖")]
+    assert [f.file for f in probe.figures] == ["grad_norm.png"]
+    assert [(m.name, m.path) for m in probe.reporting.must_match] == [
+        ("per bin", "probes.grad_norm.per_bin")
+    ]
