@@ -176,7 +176,8 @@ def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]
 
 def _across_rows(inputs: AcrossInputs, config: UpdateAlignmentConfig) -> list[dict[str, Any]]:
     """Each transition's update, scored in ``scoring`` (fitted on data of the earlier step or
-    before: the frozen window's, else the earlier step's own fit)."""
+    before: the frozen window's, else the earlier step's own fit); ``before`` / ``now`` hold
+    this probe's own state (:func:`_state`) and each step's ``proxies``."""
     out: list[dict[str, Any]] = []
     for t in inputs.transitions:
         deltas = {}

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from tangentlens.capture.captured import Capture
     from tangentlens.data.frequency import FrequencyTable
+    from tangentlens.models.adapter import LensModel
     from tangentlens.reporting import Figure, Table
     from tangentlens.results import StepLabel
 
@@ -116,10 +117,12 @@ class StepData(Protocol):
 
 @dataclass(frozen=True)
 class StateInputs:
-    """What a step keeps for a probe's ``across`` rows: the ``model`` (the loaded checkpoint),
-    the step's ``capture`` and the sweep's analysis data (token rows, frequencies)."""
+    """What a step keeps for a probe's ``across`` rows: the ``model`` (the loaded checkpoint:
+    a ``HookedTransformer``, ``TransformerBridge`` or Hugging Face lens;
+    ``tangentlens.models.lens_model(model)`` names its hook sites), the step's ``capture`` and
+    the sweep's analysis data (token rows, frequencies)."""
 
-    model: torch.nn.Module
+    model: torch.nn.Module | LensModel
     capture: Capture
     data: StepData
 
