@@ -174,7 +174,10 @@ PROBE = Probe(
             ),
         ),
         figures=(),
-        must_match=(MustMatch("draws", "probes.anisotropy_share.isoscore_draws"),),
+        must_match=(
+            MustMatch("draws", "probes.tangent_energy.draws"),  # its controls are those frames
+            MustMatch("draws", "probes.anisotropy_share.isoscore_draws"),
+        ),
         estimators=(
             Estimator(
                 "anisotropy_share",

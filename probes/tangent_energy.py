@@ -87,7 +87,7 @@ from tangentlens.dictionaries.proxy_config import (
 )
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.models.sites import site_kind
-from tangentlens.reporting import Figure, Reporting, Table
+from tangentlens.reporting import Figure, MustMatch, Reporting, Table
 from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
@@ -725,6 +725,14 @@ PROBE = Probe(
                 in_report=False,
                 in_compare=True,
                 render="tangentlens.report.compare_report:energy_ratio_figure",
+            ),
+        ),
+        must_match=(
+            MustMatch("draws", "probes.tangent_energy.draws"),
+            MustMatch(
+                "control family",
+                "probes.tangent_energy.data_matched_m",
+                metric_prefix="data_matched_",
             ),
         ),
     ),

@@ -222,6 +222,14 @@ def test_must_match_settings_refuse_the_rows_they_concern(tmp_path, two_runs):
     )
     with pytest.raises(ValueError, match=r"share no comparable row .*draws differs"):
         compare([dec, alone])
+    # the draws both tangent_energy and anisotropy_share declare: one line over both
+    draws = _write_run(
+        tmp_path / "draws", rows, _recipe(**{"probes.tangent_energy.draws": 50}), n_layers=2
+    )
+    assert [r.line for r in compare([dec, draws]).refused] == [
+        "draws differs (probes.tangent_energy.draws: dec 20, draws 50): anisotropy_share, "
+        "tangent_energy rows not compared"
+    ]
 
 
 def test_number_of_layers_from_the_suite_when_the_manifest_lacks_it(tmp_path, two_runs):

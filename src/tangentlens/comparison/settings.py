@@ -8,16 +8,17 @@ the setting and every run's value; the other rows are still compared. The core's
 setting             recipe key                                 rows refused when it differs
 ==================  =========================================  ================================
 rank                probes.tangent_energy.rank                 the tangent account's probes
-draws               probes.tangent_energy.draws                tangent_energy, anisotropy_share
 control family      probes.tangent_energy.mean_direction       the tangent account's probes
-control family      probes.tangent_energy.data_matched_m       tangent_energy's data_matched_*
 fit policy          probes.tangent_energy.fit_policy           the tangent account's probes
 held_out            probes.tangent_energy.held_out             the tangent account's probes
 bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
 ==================  =========================================  ================================
 
-then each registered probe's own (:class:`~tangentlens.reporting.MustMatch`, over its rows;
-built in: ``probes.anisotropy_share.isoscore_draws``, ``probes.update_alignment.draws``).
+then the registered probes' own (:class:`~tangentlens.reporting.MustMatch`, over the rows of
+each probe that declares it; built in: ``probes.tangent_energy.draws`` (tangent_energy,
+anisotropy_share), ``probes.tangent_energy.data_matched_m`` (tangent_energy's
+``data_matched_*``), ``probes.anisotropy_share.isoscore_draws``,
+``probes.update_alignment.draws``).
 
 The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
 ``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
@@ -132,14 +133,7 @@ class Setting:
 #: rows are refused); each probe adds its own (``Reporting.must_match``, :func:`must_match`).
 _CORE_MUST_MATCH: tuple[Setting, ...] = (
     Setting("rank", "probes.tangent_energy.rank", TANGENT_ACCOUNT),
-    Setting("draws", "probes.tangent_energy.draws", ("tangent_energy", "anisotropy_share")),
     Setting("control family", "probes.tangent_energy.mean_direction", TANGENT_ACCOUNT),
-    Setting(
-        "control family",
-        "probes.tangent_energy.data_matched_m",
-        ("tangent_energy",),
-        metric_prefix="data_matched_",
-    ),
     Setting("fit policy", "probes.tangent_energy.fit_policy", TANGENT_ACCOUNT),
     Setting("held_out", "probes.tangent_energy.held_out", TANGENT_ACCOUNT),
     Setting("bins", "data.n_bins", per_bin=True),
@@ -152,14 +146,19 @@ def _registered() -> list[Any]:
 
 @functools.cache
 def must_match() -> tuple[Setting, ...]:
-    """Every setting that must match: the core's, then each registered probe's declared ones
-    (``Reporting.must_match``) over that probe's rows."""
-    declared = (
-        Setting(m.name, m.path, (probe.name,), metric_prefix=m.metric_prefix)
-        for probe in _registered()
-        for m in probe.reporting.must_match
+    """Every setting that must match: the core's, then the registered probes' declared ones
+    (``Reporting.must_match``), each over the rows of every probe that declares it."""
+    declared: dict[tuple[str, str, str], list[str]] = {}
+    for probe in _registered():
+        for m in probe.reporting.must_match:
+            declared.setdefault((m.name, m.path, m.metric_prefix), []).append(probe.name)
+    return (
+        *_CORE_MUST_MATCH,
+        *(
+            Setting(name, path, tuple(probes), metric_prefix=prefix)
+            for (name, path, prefix), probes in declared.items()
+        ),
     )
-    return (*_CORE_MUST_MATCH, *declared)
 
 
 def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> Setting:
