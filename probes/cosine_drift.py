@@ -27,6 +27,7 @@ from tangentlens import metrics  # lazy packages
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.contract import AcrossInputs, Probe, StepInputs
+from tangentlens.reporting import Estimator, Figure, Reporting, Table
 from tangentlens.results import make_row, row
 
 __all__ = ["NAME", "PROBE", "CosineDriftConfig", "across_steps_rows", "rows"]
@@ -140,4 +141,31 @@ PROBE = Probe(
         ),
         "drift_cosine_spearman": "the same with Spearman",
     },
+    reporting=Reporting(
+        tables=(
+            Table("cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
+            Table("drift_norm", "drift ‖mean(H)‖"),
+        ),
+        figures=(
+            Figure(
+                "anisotropy_depth.png",
+                "cosine_anisotropy",
+                "cosine anisotropy",
+                "Anisotropy against depth, over training",
+                over="depth",
+                in_compare=True,
+                compare_title="Anisotropy against relative depth",
+            ),
+        ),
+        estimators=(
+            Estimator(
+                "drift_cosine",
+                (
+                    "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
+                    "steps (per site, at the last step); n_tokens = number of points"
+                ),
+                metric_prefix="drift_cosine_",
+            ),
+        ),
+    ),
 )

@@ -59,6 +59,7 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.reporting import Estimator, Figure, Reporting, Table
 from tangentlens.results import make_row
 
 if TYPE_CHECKING:
@@ -296,4 +297,43 @@ PROBE = Probe(
             "regions — cannot be compared by it alone (`tests/unit/test_curvature_visibility.py`)"
         ),
     },
+    reporting=Reporting(
+        tables=(
+            Table("freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
+            Table(
+                "freq_distance_spearman_excess",
+                "Spearman(log freq, s²) minus its shuffle null",
+                compare_title="Spearman(log freq, s²) − null",
+            ),
+        ),
+        figures=(
+            Figure(
+                "frequency_correlation.png",
+                "freq_distance_pearson",
+                "Pearson(log freq, spread s²)",
+                "Token frequency against centroid spread, over relative depth",
+                over="depth",
+                in_report=False,
+                in_compare=True,
+            ),
+            Figure(
+                "frequency_correlation.png",
+                "freq_distance_spearman_excess",
+                "Spearman(log freq, s²) − shuffle null",
+                "Token frequency against centroid spread, over relative depth",
+                over="depth",
+                in_report=False,
+                in_compare=True,
+            ),
+        ),
+        estimators=(
+            Estimator(
+                "frequency_spread",
+                (
+                    "Σ‖h − c‖² / (n − 1) per type from the streamed sums over every kept token "
+                    "(n = the type's count in the stream); Pearson on the squared spread"
+                ),
+            ),
+        ),
+    ),
 )

@@ -13,6 +13,7 @@ from typing import Any
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.reporting import Figure, Reporting, Table
 from tangentlens.results import make_row
 
 __all__ = ["NAME", "PROBE", "QKDriftConfig", "rows"]
@@ -69,4 +70,34 @@ PROBE = Probe(
         "qk_mean_logit": "per head, `⟨m_Q, m_K⟩ / √d_head`",
         "attention_entropy": "per head, mean `−Σⱼ aᵢⱼ log aᵢⱼ` (nats)",
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "qk_cosine",
+                "cos(m_Q, m_K), mean over heads",
+                compare_title="cos(m_Q, m_K), mean over shared heads",
+                per_method=False,
+            ),
+            Table(
+                "attention_entropy",
+                "attention entropy (nats), mean over heads",
+                compare_title="attention entropy (nats), shared heads' mean",
+                per_method=False,
+            ),
+        ),
+        figures=(
+            Figure(
+                "qk_drift.png",
+                "qk_cosine",
+                "cos(m_Q, m_K), mean over heads",
+                "Query/key drift over training",
+            ),
+            Figure(
+                "qk_drift.png",
+                "attention_entropy",
+                "attention entropy (nats)",
+                "Query/key drift over training",
+            ),
+        ),
+    ),
 )

@@ -20,6 +20,7 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.metrics.options import TWONN_FITS
+from tangentlens.reporting import Estimator, Figure, Reporting, Table
 from tangentlens.results import make_row
 
 torch = LazyModule("torch")
@@ -100,4 +101,34 @@ PROBE = Probe(
         "isoscore": "IsoScore of the activation covariance (1 isotropic, 0 one direction)",
         "twonn_dimension": "TwoNN intrinsic dimension of the distinct sampled rows",
     },
+    reporting=Reporting(
+        tables=(
+            Table("centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
+            Table("twonn_dimension", "TwoNN intrinsic dimension"),
+        ),
+        figures=(
+            Figure(
+                "anisotropy_depth.png",
+                "centred_anisotropy",
+                "centred anisotropy σ₁²/Σσ²",
+                "Anisotropy against depth, over training",
+                over="depth",
+                in_compare=True,
+                compare_title="Anisotropy against relative depth",
+            ),
+            Figure(
+                "twonn.png",
+                "twonn_dimension",
+                "TwoNN intrinsic dimension",
+                "Intrinsic dimension over training",
+            ),
+        ),
+        estimators=(
+            Estimator(
+                "centred_anisotropy",
+                "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
+                metric_prefix="centred_",
+            ),
+        ),
+    ),
 )

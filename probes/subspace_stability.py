@@ -28,6 +28,7 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import AcrossInputs, Probe, StepInputs
+from tangentlens.reporting import Estimator, Reporting
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -180,4 +181,14 @@ PROBE = Probe(
         "principal_angle_max": "the largest principal angle (degrees)",
         "principal_angle_max_random": "its random baseline, likewise",
     },
+    reporting=Reporting(
+        tables=(),
+        figures=(),
+        estimators=(
+            Estimator(
+                "subspace_stability",
+                "angles between each step's own refits; <m>@frozen = refit vs frozen",
+            ),
+        ),
+    ),
 )

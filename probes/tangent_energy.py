@@ -80,6 +80,8 @@ from tangentlens.checks import check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
+from tangentlens.models.sites import site_kind
+from tangentlens.reporting import Figure, MustMatch, Reporting, Table
 from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
@@ -493,7 +495,8 @@ def rows(
                 "": exchangeable_excluded(by_method, method),
                 "complement_": complement_excluded(by_method, method),
             }
-            for bin_index, acc in [(None, site.g), *enumerate(site.g_bins)]:
+            for bin_index in (None, *range(len(site.g_bins))):
+                acc = data.gradients(site_kind(site_name), layer, bin_index)
                 if acc.count == 0 or acc.second_moment is None:
                     continue
                 common = measurement(site_name, method, rank, bin_index, acc.count)
@@ -616,4 +619,42 @@ PROBE = Probe(
         ),
         "data_matched_complement_energy_p_value": "permutation p-value against those frames",
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "energy_ratio",
+                "energy ratio and p-value against the exchangeable controls",
+                in_compare=False,
+                render="tangentlens.report.sweep_report:energy_tables",
+            ),
+            Table("energy_ratio", "tangent/control energy ratio", in_report=False),
+            Table("energy_p_value", "tangent energy p-value", in_report=False),
+        ),
+        figures=(
+            Figure(
+                "tangent_energy.png",
+                "energy_fraction",
+                "gradient energy fraction",
+                "Tangent energy vs matched-rank controls",
+                render="tangentlens.report.figures:tangent_energy_figure",
+            ),
+            Figure(
+                "energy_ratio.png",
+                "energy_ratio",
+                "energy ratio (proxy / controls' exact mean)",
+                "Tangent energy ratio over training",
+                in_report=False,
+                in_compare=True,
+                render="tangentlens.report.compare_report:energy_ratio_figure",
+            ),
+        ),
+        must_match=(
+            MustMatch("draws", "proxies.draws"),
+            MustMatch(
+                "control family",
+                "probes.tangent_energy.data_matched_m",
+                metric_prefix="data_matched_",
+            ),
+        ),
+    ),
 )

@@ -11,6 +11,7 @@ from tangentlens._lazy import LazyModule
 from tangentlens.capture.needs import Needs
 from tangentlens.contract import ModelFreeInputs, Probe
 from tangentlens.models.configs import UntrainedBlockConfig
+from tangentlens.reporting import Reporting, Table
 from tangentlens.results import row
 
 untrained = LazyModule("tangentlens.models.untrained_block")
@@ -66,4 +67,15 @@ PROBE = Probe(
         "norm_ratio": "mean output norm / mean input norm",
         "attention_entropy": "mean attention entropy (nats)",
     },
+    reporting=Reporting(
+        tables=(
+            Table(
+                "input_cosine_anisotropy",
+                "untrained block with a common bias of norm N",
+                in_compare=False,
+                render="tangentlens.report.sweep_report:untrained_block_table",
+            ),
+        ),
+        figures=(),
+    ),
 )

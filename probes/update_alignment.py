@@ -37,6 +37,7 @@ from tangentlens.probes.tangent_energy import (
     exchangeable_frames,
     seed_key,
 )
+from tangentlens.reporting import Estimator, MustMatch, Reporting
 from tangentlens.results import StepLabel, make_row
 
 if TYPE_CHECKING:
@@ -173,7 +174,8 @@ def _state(inputs: StateInputs, config: UpdateAlignmentConfig) -> dict[str, Any]
 
 def _across_rows(inputs: AcrossInputs, config: UpdateAlignmentConfig) -> list[dict[str, Any]]:
     """Each transition's update, scored in ``scoring`` (fitted on data of the earlier step or
-    before: the frozen window's, else the earlier step's own fit)."""
+    before: the frozen window's, else the earlier step's own fit); ``before`` / ``now`` hold
+    this probe's own state (:func:`_state`) and each step's ``proxies``."""
     out: list[dict[str, Any]] = []
     for t in inputs.transitions:
         deltas = {}
@@ -240,4 +242,20 @@ PROBE = Probe(
         "centroid_update_in_window_energy_ratio": "idem",
         "centroid_update_in_window_energy_p_value": "idem",
     },
+    reporting=Reporting(
+        tables=(),
+        figures=(),
+        must_match=(MustMatch("draws", "probes.update_alignment.draws"),),
+        estimators=(
+            Estimator(
+                "update_alignment",
+                (
+                    "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: s's "
+                    "own fit; frozen_early: the frozen proxies, *_update_in_window_* when s < the "
+                    "window's last checkpoint); centroid differences in float64; exchangeable "
+                    "controls"
+                ),
+            ),
+        ),
+    ),
 )

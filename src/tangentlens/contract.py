@@ -1,12 +1,22 @@
 """What a probe declares, once, and what it reads: the :class:`Probe` value a probe module
-defines (conventionally ``PROBE``) and the inputs of each scope. The probes import this module;
-the registry (:mod:`tangentlens.registry`), which finds them, sits above them.
+defines (conventionally ``PROBE``), the inputs of each scope and the function each scope gives.
+The probes import this module; the registry (:mod:`tangentlens.registry`), which finds them,
+sits above them.
 
-One rows signature per scope: ``rows(inputs, config) -> list[row]`` with ``inputs`` a
-:class:`StepInputs` (scopes ``step`` and ``tangent``) or :class:`ModelFreeInputs` (``model_free``);
-a probe that also compares steps gives ``across(inputs: AcrossInputs, config)``, and may keep a
-per-step ``state(inputs: StateInputs, config) -> dict`` for it. Rows are dictionaries of the
-results schema (:func:`tangentlens.results.make_row` builds them).
+One function per scope (:data:`SCOPES`), each typed by a protocol:
+
+* ``step`` and ``tangent`` — ``rows(inputs: StepInputs, config) -> rows`` (:class:`StepRows`);
+* ``model_free`` — ``rows(inputs: ModelFreeInputs, config) -> rows`` (:class:`ModelFreeRows`);
+* ``across`` (and a ``step`` or ``tangent`` probe that also compares steps) —
+  ``across(inputs: AcrossInputs, config) -> rows`` (:class:`AcrossRows`), with an optional
+  per-step ``state(inputs: StateInputs, config) -> dict`` (:class:`StateOf`) kept in the
+  probe's own namespace and handed back as each :class:`Transition`'s ``before`` / ``now``.
+
+Rows are dictionaries of the results schema (:func:`tangentlens.results.make_row` builds
+them). The config is a frozen dataclass, the probe's recipe table; a config that composes
+others reads and writes its table itself (:class:`ComposedConfig`). What the probe reports
+(tables, figures, compared settings, estimator notes) is its :class:`Reporting`
+(:mod:`tangentlens.reporting`). :func:`tangentlens.conformance.check_probe` checks all of it.
 
 This module imports neither torch nor a model library: a recipe is checked without them.
 """
@@ -18,25 +28,38 @@ import keyword
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from tangentlens.capture.needs import Needs
+from tangentlens.reporting import Reporting, default_figures, default_tables
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from tangentlens.capture.captured import Capture
+    from tangentlens.data.frequency import FrequencyTable
+    from tangentlens.models.adapter import LensModel
+    from tangentlens.reporting import Figure, Table
     from tangentlens.results import StepLabel
 
 __all__ = [
     "FIT_PROBE",
     "SCOPES",
+    "STATE_KEYS",
     "TANGENT",
     "AcrossInputs",
+    "AcrossRows",
+    "ComposedConfig",
     "ModelFreeInputs",
+    "ModelFreeRows",
     "Probe",
+    "Reporting",
     "StateInputs",
+    "StateOf",
+    "StepData",
     "StepInputs",
+    "StepRows",
     "Transition",
 ]
 
@@ -56,6 +79,10 @@ SCOPES: dict[str, str] = {
     "model_free": "it needs no model (a unit of its own): call its rows function",
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+#: What every step's saved state holds beside the probes' own states (a probe's state may not
+#: use these keys: each :class:`Transition` gives a probe its state with them).
+STATE_KEYS = ("step", "layers", "tokens_seen", "proxies")
 
 Proxies = dict[str, dict[str, Any]]
 Rows = list[dict[str, Any]]
@@ -78,27 +105,38 @@ class StepInputs:
     proxies: Proxies | None = None
     own: Proxies | None = None
     frozen: Proxies | None = None
-    tangent: Any = None
+    tangent: object | None = None
     replicates: list[dict[str, Any]] | None = None
+
+
+class StepData(Protocol):
+    """The sweep's analysis data as a probe's ``state`` reads it: the token ``rows``
+    (n_rows × seq_len ids) and their ``frequencies``."""
+
+    rows: np.ndarray
+    frequencies: FrequencyTable
 
 
 @dataclass(frozen=True)
 class StateInputs:
-    """What a step keeps for a probe's ``across`` rows: the ``model`` (a lens adapter), the
-    step's ``capture`` and the sweep's analysis data (token rows, frequencies)."""
+    """What a step keeps for a probe's ``across`` rows: the ``model`` (the loaded checkpoint:
+    a ``HookedTransformer``, ``TransformerBridge`` or Hugging Face lens;
+    ``tangentlens.models.lens_model(model)`` names its hook sites), the step's ``capture`` and
+    the sweep's analysis data (token rows, frequencies)."""
 
-    model: Any
+    model: torch.nn.Module | LensModel
     capture: Capture
-    data: Any
+    data: StepData
 
 
 @dataclass(frozen=True)
 class Transition:
     """One update from the previous selected step to the next: ``label`` names the later step;
-    ``before`` / ``now`` the two steps' saved states (``proxies``: each step's own fit, plus what
-    each probe's ``state`` kept); ``scoring`` the proxies an update is scored in (fitted on data
-    of the earlier step or before); ``in_window``: the earlier step lies inside the frozen fit
-    window."""
+    ``before`` / ``now`` the two steps' saved states as the reading probe sees them: what its
+    own ``state`` kept (its namespace: no other probe's keys), plus :data:`STATE_KEYS`
+    (``proxies``: each step's own fit, with a tangent stage); ``scoring`` the proxies an
+    update is scored in (fitted on data of the earlier step or before); ``in_window``: the
+    earlier step lies inside the frozen fit window."""
 
     label: StepLabel
     before: dict[str, Any]
@@ -123,6 +161,52 @@ class ModelFreeInputs:
     suite: str
 
 
+class StepRows(Protocol):
+    """``rows`` of a ``step`` or ``tangent`` probe: one step's rows."""
+
+    def __call__(self, inputs: StepInputs, config: Any, /) -> Rows: ...
+
+
+class ModelFreeRows(Protocol):
+    """``rows`` of a ``model_free`` probe."""
+
+    def __call__(self, inputs: ModelFreeInputs, config: Any, /) -> Rows: ...
+
+
+class AcrossRows(Protocol):
+    """``across`` of a probe that compares steps."""
+
+    def __call__(self, inputs: AcrossInputs, config: Any, /) -> Rows: ...
+
+
+class StateOf(Protocol):
+    """``state``: what one step keeps for the probe's ``across`` (tensors are moved to the
+    host and saved with the step; keys other than :data:`STATE_KEYS`)."""
+
+    def __call__(self, inputs: StateInputs, config: Any, /) -> dict[str, Any]: ...
+
+
+class ComposedConfig(Protocol):
+    """A config that composes other configs reads and writes its recipe table itself:
+    ``from_table(table, path)`` builds it (refusing a bad key with ``path.key``) and
+    ``to_table()`` gives the table back, so ``from_table(c.to_table(), path) == c``. A plain
+    dataclass config needs neither: its fields are its table."""
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], path: str) -> Self: ...
+
+    def to_table(self) -> dict[str, Any]: ...
+
+
+#: The functions each scope requires: one of the named fields must be callable.
+_REQUIRED = {
+    "step": ("rows",),
+    "tangent": ("rows", "across"),
+    "across": ("across",),
+    "model_free": ("rows",),
+}
+
+
 @dataclass(frozen=True)
 class Probe:
     """One probe, declared once.
@@ -139,20 +223,23 @@ class Probe:
     probe that reads each step's own fit (``StepInputs.own``) even when the scored proxies are
     frozen: the step refits them for it. ``recipe_check(config, recipe)``: raises a
     ``ValueError`` when the rest of the recipe cannot serve the probe (e.g. a site it needs is
-    not captured); run when a recipe is built."""
+    not captured); run when a recipe is built. ``reporting``: its tables, figures, compared
+    settings and estimator notes (:class:`~tangentlens.reporting.Reporting`; by default a
+    table and a figure per metric)."""
 
     name: str
     config: type
     scope: str
     metrics: Mapping[str, str]
     needs: Needs = field(default_factory=Needs)
-    rows: Callable[[Any, Any], Rows] | None = None
-    across: Callable[[AcrossInputs, Any], Rows] | None = None
-    state: Callable[[StateInputs, Any], dict[str, Any]] | None = None
+    rows: StepRows | ModelFreeRows | None = None
+    across: AcrossRows | None = None
+    state: StateOf | None = None
     tracked_types: Callable[[Any, np.ndarray], np.ndarray] | None = None
     max_tracked_types: Callable[[Any, int], int] | None = None
     refits: bool = False
     recipe_check: Callable[[Any, Any], None] | None = None
+    reporting: Reporting = field(default_factory=Reporting)
 
     def __post_init__(self) -> None:
         where = f"probe {self.name!r}"
@@ -177,12 +264,14 @@ class Probe:
             raise ValueError(
                 f"{where}: metrics must map each snake_case metric name to its definition"
             )
-        if self.scope == "across" and not callable(self.across):
-            raise ValueError(f"{where}: an 'across' probe needs a callable across")
-        if self.scope in ("step", "model_free") and not callable(self.rows):
-            raise ValueError(f"{where}: a {self.scope!r} probe needs a callable rows")
-        if self.scope == "tangent" and not (callable(self.rows) or callable(self.across)):
-            raise ValueError(f"{where}: a 'tangent' probe needs a callable rows or across")
+        required = _REQUIRED[self.scope]
+        if not any(callable(getattr(self, name)) for name in required):
+            article = "an" if self.scope[0] in "aeiou" else "a"
+            raise ValueError(
+                f"{where}: {article} {self.scope!r} probe needs a callable {' or '.join(required)}"
+            )
+        if self.scope == "model_free" and (self.across is not None or self.state is not None):
+            raise ValueError(f"{where}: a 'model_free' probe has no across rows")
         if self.refits and self.scope != "tangent":
             raise ValueError(f"{where}: only a 'tangent' probe reads the step's own refit")
         if self.state is not None and self.across is None:
@@ -194,6 +283,27 @@ class Probe:
                 f"{where}: a probe needing type sums names its types (tracked_types and "
                 "max_tracked_types), and only such a probe does"
             )
+
+        if not isinstance(self.reporting, Reporting):
+            raise ValueError(f"{where}: reporting must be a tangentlens Reporting")
+        for item in (*self.tables, *self.figures):
+            if item.metric not in self.metrics:
+                raise ValueError(
+                    f"{where}: {type(item).__name__.lower()} {item.title!r} shows "
+                    f"{item.metric!r}, not one of its metrics {sorted(self.metrics)}"
+                )
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """The tables it declares, else one per metric."""
+        declared = self.reporting.tables
+        return default_tables(self.name, self.metrics) if declared is None else declared
+
+    @property
+    def figures(self) -> tuple[Figure, ...]:
+        """The figures it declares, else one ``<name>.png`` with a panel per metric."""
+        declared = self.reporting.figures
+        return default_figures(self.name, self.metrics) if declared is None else declared
 
     def check_recipe(self, config: Any, recipe: Any) -> None:
         """Refuse a recipe that cannot serve this probe (its ``recipe_check``), else nothing."""
@@ -210,6 +320,21 @@ class Probe:
     def per_step(self) -> bool:
         """Whether it has rows from one step's capture (scopes ``step`` and ``tangent``)."""
         return self.scope in ("step", "tangent") and self.rows is not None
+
+    def check_state(self, state: Any) -> dict[str, Any]:
+        """``state`` (what ``state`` returned) if it is a dict of string keys outside
+        :data:`STATE_KEYS`, else a ``ValueError`` naming the probe."""
+        where = f"probe {self.name!r} ({self.module})"
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise ValueError(
+                f"{where}: state must return a dict with string keys, got {type(state).__name__}"
+            )
+        if shared := sorted(set(state) & set(STATE_KEYS)):
+            raise ValueError(
+                f"{where}: its state uses the keys {shared}, which every transition already "
+                f"holds ({', '.join(STATE_KEYS)}): rename them"
+            )
+        return state
 
     def check_rows(self, rows: Iterable[Mapping[str, Any]], where: str) -> None:
         """Refuse rows outside the results schema or naming a metric the probe did not declare;

@@ -5,9 +5,11 @@ A probe module declares one :class:`~tangentlens.contract.Probe` value, conventi
 ``PROBE`` (:mod:`tangentlens.contract`, re-exported here with the inputs of each scope): its
 name (the ``probe`` column of its rows and its ``[probes.<name>]`` recipe table), its config
 class (the recipe table *is* that frozen dataclass), what it needs from a capture
-(:class:`Needs`), its scope (:data:`SCOPES`), its rows function, and its metrics with their
-definitions (the README's metric glossary). Recipe parsing, the plan, the units, the memory
-plan, ``measure`` and the report ask this registry; nothing else lists probes by name.
+(:class:`Needs`), its scope (:data:`SCOPES`), its rows function, its metrics with their
+definitions (the README's metric glossary is generated from them, :mod:`tangentlens.glossary`)
+and what it reports (:mod:`tangentlens.reporting`). Recipe parsing, the plan, the units, the
+memory plan, ``measure``, the report, its figures, ``compare`` and the manifest ask this
+registry.
 
 Where probes come from, in this order:
 
@@ -35,6 +37,7 @@ from tangentlens.checks import suggest
 from tangentlens.contract import (
     FIT_PROBE,
     SCOPES,
+    STATE_KEYS,
     TANGENT,
     AcrossInputs,
     ModelFreeInputs,
@@ -48,6 +51,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "FIT_PROBE",
     "SCOPES",
+    "STATE_KEYS",
     "TANGENT",
     "AcrossInputs",
     "ModelFreeInputs",

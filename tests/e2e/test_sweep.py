@@ -198,7 +198,8 @@ def test_per_checkpoint_held_out_sweep(finished_run, units_env, tmp_path):
     assert all(0.4 * n_kept[s] < scored[s] < 0.6 * n_kept[s] for s in scored)  # the second half
     state = out / "state"
     saved = {s: torch.load(state / f"step-{s:08d}.pt") for s in (10, 40)}
-    before, after = saved[10]["centroids"], saved[40]["centroids"]
+    own = {s: saved[s]["states"]["update_alignment"] for s in (10, 40)}  # its namespace
+    before, after = own[10]["centroids"], own[40]["centroids"]
     proxies = {s: saved[s]["proxies"] for s in (10, 40)}
     site, checked = "blocks.1.hook_resid_post", 0
     (ids_a, old), (ids_b, new) = before[site], after[site]

@@ -219,6 +219,12 @@ def test_must_match_settings_refuse_the_rows_they_concern(tmp_path, two_runs):
     )
     with pytest.raises(ValueError, match=r"share no comparable row .*draws differs"):
         compare([dec, alone])
+    # the draws both tangent_energy and anisotropy_share declare: one line over both
+    draws = _write_run(tmp_path / "draws", rows, _recipe(**{"proxies.draws": 50}), n_layers=2)
+    assert [r.line for r in compare([dec, draws]).refused] == [
+        "draws differs (proxies.draws: dec 20, draws 50): anisotropy_share, "
+        "tangent_energy rows not compared"
+    ]
 
 
 def test_number_of_layers_from_the_suite_when_the_manifest_lacks_it(tmp_path, two_runs):
@@ -276,9 +282,14 @@ def test_docstring_examples():
 
 def _estimators(**changes: str | None) -> dict[str, str]:
     """A manifest's ``estimators`` (this version's), with ``changes`` (None: not recorded)."""
-    from tangentlens.sweep.manifest import ESTIMATORS
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
-    out = {**ESTIMATORS, "energy_interval": "studentized bootstrap over all_sequences"}
+    out = {
+        **ESTIMATORS,
+        **probe_estimators(load_recipe("quickstart")),
+        "energy_interval": "studentized bootstrap over all_sequences",
+    }
     for key, value in changes.items():
         if value is None:
             out.pop(key)
@@ -321,10 +332,15 @@ def test_runs_whose_estimators_differ_are_compared_only_on_the_rows_they_leave_a
 
 
 def test_every_estimator_the_manifest_records_has_a_scope():
-    from tangentlens.comparison.settings import ESTIMATOR_SCOPES
-    from tangentlens.sweep.manifest import ESTIMATORS
+    from tangentlens.comparison.settings import estimator_scopes
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
-    assert set(ESTIMATOR_SCOPES) == {*ESTIMATORS, "energy_interval"}
+    recorded = probe_estimators(load_recipe("quickstart"))
+    assert set(estimator_scopes()) == {*ESTIMATORS, *recorded, "energy_interval"}
+    # a probe's declared entry refuses that probe's rows only
+    assert estimator_scopes()["drift_cosine"].probe_names() == ("cosine_drift",)
+    assert estimator_scopes()["drift_cosine"].metric_prefix == "drift_cosine_"
 
 
 def test_a_run_recorded_before_the_proxies_stage_compares_with_one_after(tmp_path, two_runs):
@@ -372,7 +388,7 @@ def test_a_run_recorded_before_the_proxies_stage_compares_with_one_after(tmp_pat
 )
 def test_each_tangent_setting_refuses_the_tangent_account(tmp_path, two_runs, change, line):
     """Value tests for the must-match settings beyond rank, draws and bins (a setting dropped
-    from MUST_MATCH compares the energy ratio across a changed estimator)."""
+    from must_match() compares the energy ratio across a changed estimator)."""
     dec, _ = two_runs
     other = _write_run(tmp_path / "other", _decoder_rows(100, 2.0), _recipe(**change), n_layers=4)
     comparison = compare([dec, other])
@@ -419,3 +435,24 @@ def test_the_enrichment_is_compared_as_a_difference_beside_its_null(tmp_path):
         "energy_enrichment": (pytest.approx(0.7), "difference"),
         "energy_enrichment_null": (0.0, "difference"),
     }
+
+
+def test_a_probes_declared_setting_refuses_only_its_rows(tmp_path):
+    """``update_alignment`` declares ``MustMatch("draws", "probes.update_alignment.draws")``
+    (``Reporting.must_match``): runs whose draws differ compare everything but its rows."""
+    rows = [
+        *_decoder_rows(100, 2.0),
+        row("dec", 100, 1000, "update_alignment", "centroid_update_energy_ratio", 1.2,
+            site="blocks.3.hook_resid_post", layer=3, method="pca", rank=4),
+    ]  # fmt: skip
+    runs = []
+    for name, draws in (("a", 20), ("b", 50)):
+        recipe = _recipe(**{"probes.update_alignment": {"draws": draws}})
+        runs.append(_write_run(tmp_path / name, rows, recipe, n_layers=4))
+    comparison = compare(runs)
+    assert [r.line for r in comparison.refused] == [
+        "draws differs (probes.update_alignment.draws: a 20, b 50): update_alignment rows not "
+        "compared"
+    ]
+    got = {r["probe"] for r in comparison.to_pylist()}
+    assert got == {"capture", "cosine_drift", "tangent_energy"}

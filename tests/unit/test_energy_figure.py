@@ -266,12 +266,12 @@ def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
     closed = []
     monkeypatch.setattr(figures.plt, "close", closed.append)
     rows = _rows(step=0) + _rows(step=40) + _rows("hook_embed", None)
-    assert figures._tangent_energy(rows, tmp_path / "te.png")
+    assert figures.tangent_energy_figure(rows, tmp_path / "te.png")
     (fig,) = closed
     titles = [ax.get_title() for ax in fig.axes]  # fractions above, ratios below
     assert titles == [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"] + [""] * len(BINS)
     assert "layer 2" in fig.get_suptitle()  # the deepest layer, not the embedding
-    assert not figures._tangent_energy(rows[:0], tmp_path / "none.png")
+    assert not figures.tangent_energy_figure(rows[:0], tmp_path / "none.png")
     # a method has the same colour in both energy figures
     lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
     for method, bars in _bars(energy_by_bin(rows, step=40).axes[0]).items():
@@ -286,7 +286,7 @@ def _run_figure(rows: list[dict[str, Any]], tmp_path, monkeypatch) -> Any:
     closed = []
     monkeypatch.setattr(figures.plt, "close", closed.append)
     rows = [r for r in rows if r["freq_bin"] in FEW_BINS]
-    assert figures._tangent_energy(rows, tmp_path / "te.png")
+    assert figures.tangent_energy_figure(rows, tmp_path / "te.png")
     (fig,) = closed
     return fig
 

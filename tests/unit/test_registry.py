@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from tangentlens.capture.needs import Needs
+from tangentlens.conformance import check_probe
+from tangentlens.glossary import BEGIN, END, glossary_table
+from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.registry import (
     SCOPES,
     Probe,
@@ -70,25 +73,38 @@ def test_the_builtin_catalogue_is_every_probe_module():
     folder = Path(tangentlens.probes.__path__[0])  # probes/, or a staging copy's (make mutate)
     names = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "configs"}
     assert set(builtin_probes()) == names
+    assert set(tangentlens.probes.__all__) == names  # the package's names come from its modules
     for name, probe in builtin_probes().items():
         assert probe.name == name and probe.module == f"tangentlens.probes.{name}"
-    scopes = {name: probe.scope for name, probe in builtin_probes().items()}
-    assert scopes == {
-        "cosine_drift": "step",
-        "shape_of_learning": "step",
-        "qk_drift": "step",
-        "frequency_geometry": "step",
-        "tangent_energy": "tangent",
-        "anisotropy_share": "tangent",
-        "subspace_stability": "tangent",
-        "update_alignment": "tangent",
-        "untrained_block": "model_free",
-    }
-    across = {n for n, p in builtin_probes().items() if p.across is not None}
-    assert across == {"cosine_drift", "subspace_stability", "update_alignment"}
+        assert getattr(tangentlens.probes, name).PROBE is probe
 
 
-def test_each_probes_metrics_are_its_readme_glossary_rows_word_for_word():
+#: Configs smaller than the defaults, where the defaults take long (a model-free probe runs).
+_SMALL = {
+    "untrained_block": UntrainedBlockConfig(
+        d_model=16, n_heads=2, d_mlp=32, n_sequences=2, seq_len=8, vocab_size=50
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(builtin_probes()))
+def test_each_builtin_probe_passes_check_probe(name):
+    """The declaration, the config's round trip through its recipe table and the reporting
+    (a model-free probe's rows are run too: one row per metric and bias norm)."""
+    probe = builtin_probes()[name]
+    rows = check_probe(probe, _SMALL.get(name))
+    if probe.scope == "model_free":
+        norms = len(_SMALL[name].bias_norms)
+        assert len(rows) == norms * len(probe.metrics)
+    else:
+        assert rows == []
+
+
+def test_the_readme_glossary_is_the_generated_one():
+    """Regenerate (``python -m tangentlens.glossary README.md``) after changing a probe's
+    metrics; the table holds each probe's definitions word for word."""
+    text = README.read_text(encoding="utf-8")
+    assert text.split(BEGIN + "\n", 1)[1].split(END, 1)[0] == glossary_table()
     glossary = _glossary()
     for name, probe in builtin_probes().items():
         assert dict(probe.metrics) == glossary[name], name
@@ -331,3 +347,25 @@ def test_what_the_models_shape_rules_out_is_refused_at_planning(override, messag
     plan_sweep(load_recipe("quickstart", ["proxies.rank=127"]))  # the widest
     with pytest.raises(ValueError, match=re.escape(message)):
         plan_sweep(load_recipe("quickstart", [override]))
+
+
+def test_the_fixture_package_probes_pass_check_probe():
+    """The README's example and the fixture package's probe of each other scope."""
+    for key in ("grad_norm", "tangentlens_scopes:GRAD_RATIO", "tangentlens_scopes:PROXY_SHARE"):
+        assert check_probe(resolve(key)) == []
+    (row,) = check_probe(resolve("tangentlens_scopes:HAAR"))
+    assert row["probe"] == "haar_energy" and 0 < row["value"] < 1
+
+
+def test_the_readme_reporting_example_declares_what_the_report_draws():
+    text = README.read_text(encoding="utf-8")
+    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
+    namespace: dict = {}
+    exec(re.findall(r"```python\n(.*?)```", body, flags=re.S)[1], namespace)
+    probe = namespace["REPORTED"]
+    assert check_probe(probe) == []
+    assert [(t.metric, t.title) for t in probe.tables] == [("gradient_rms", "gradient RMS ‖g‖")]
+    assert [f.file for f in probe.figures] == ["grad_norm.png"]
+    assert [(m.name, m.path) for m in probe.reporting.must_match] == [
+        ("per bin", "probes.grad_norm.per_bin")
+    ]

@@ -1,22 +1,24 @@
 """Which recipe settings must match for a metric to be compared, which are only flagged, and what
 else differs between the runs' recipes and fit windows (all read from the manifests).
 
-Must match (:data:`MUST_MATCH`): a difference refuses the rows it concerns, in one line naming
-the setting and every run's value; the other rows are still compared.
+Must match (:func:`must_match`): a difference refuses the rows it concerns, in one line naming
+the setting and every run's value; the other rows are still compared. The core's:
 
 ==================  =========================================  ================================
 setting             recipe key                                 rows refused when it differs
 ==================  =========================================  ================================
 rank                proxies.rank                               the tangent account's probes
-draws               proxies.draws                              tangent_energy, anisotropy_share
-draws               probes.anisotropy_share.isoscore_draws     anisotropy_share
-draws               probes.update_alignment.draws              update_alignment
 control family      proxies.mean_direction                     the tangent account's probes
-control family      probes.tangent_energy.data_matched_m       tangent_energy's data_matched_*
 fit policy          proxies.fit_policy                         the tangent account's probes
 held_out            proxies.held_out                           the tangent account's probes
 bins                data.n_bins                                every per-bin row (freq_bin ≠ all)
 ==================  =========================================  ================================
+
+then the registered probes' own (:class:`~tangentlens.reporting.MustMatch`, over the rows of
+each probe that declares it; built in: ``proxies.draws`` (tangent_energy,
+anisotropy_share), ``probes.tangent_energy.data_matched_m`` (tangent_energy's
+``data_matched_*``), ``probes.anisotropy_share.isoscore_draws``,
+``probes.update_alignment.draws``).
 
 The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
 ``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
@@ -27,9 +29,10 @@ Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_le
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
 ``capture`` probe's ``n_tokens`` at the compared steps).
 
-Estimators (:data:`ESTIMATOR_SCOPES`): the manifest's ``estimators`` entry says how each family
-of metrics was computed; an entry that differs between the runs — or that one run does not
-record (written before that estimator was named) — refuses the rows it describes, in one line
+Estimators (:func:`estimator_scopes`): the manifest's ``estimators`` entry says how each family
+of metrics was computed (the core's, and each probe's :class:`~tangentlens.reporting.Estimator`);
+an entry that differs between the runs — or that one run does not record (written before that
+estimator was named) — refuses the rows it describes, in one line
 naming the entry and each run's text; an entry of no known scope refuses every row. Runs from
 before and after a change of estimator are not compared on what the change moved.
 """
@@ -45,15 +48,15 @@ from tangentlens.comparison.runs import Run
 from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes
 
 __all__ = [
-    "ESTIMATOR_SCOPES",
     "FLAGGED",
-    "MUST_MATCH",
     "Refusal",
     "Setting",
     "corpus_size_flag",
     "estimator_refusals",
+    "estimator_scopes",
     "fit_window_lines",
     "flag_lines",
+    "must_match",
     "recipe_differences",
     "refusals",
 ]
@@ -126,52 +129,70 @@ class Setting:
         return f"{probes} rows" + (f" ({pattern})" if pattern != "*" else "")
 
 
-#: Settings that must match for the rows they concern to be compared (else those rows are refused).
-MUST_MATCH: tuple[Setting, ...] = (
+#: The core's settings that must match for the rows they concern to be compared (else those
+#: rows are refused); each probe adds its own (``Reporting.must_match``, :func:`must_match`).
+_CORE_MUST_MATCH: tuple[Setting, ...] = (
     Setting("rank", "proxies.rank", TANGENT_ACCOUNT),
-    Setting("draws", "proxies.draws", ("tangent_energy", "anisotropy_share")),
-    Setting("draws", "probes.anisotropy_share.isoscore_draws", ("anisotropy_share",)),
-    Setting("draws", "probes.update_alignment.draws", ("update_alignment",)),
     Setting("control family", "proxies.mean_direction", TANGENT_ACCOUNT),
-    Setting(
-        "control family",
-        "probes.tangent_energy.data_matched_m",
-        ("tangent_energy",),
-        metric_prefix="data_matched_",
-    ),
     Setting("fit policy", "proxies.fit_policy", TANGENT_ACCOUNT),
     Setting("held_out", "proxies.held_out", TANGENT_ACCOUNT),
     Setting("bins", "data.n_bins", per_bin=True),
 )
 
 
+def _registered() -> list[Any]:
+    return [*builtin_probes().values(), *installed_probes().values()]
+
+
+@functools.cache
+def must_match() -> tuple[Setting, ...]:
+    """Every setting that must match: the core's, then the registered probes' declared ones
+    (``Reporting.must_match``), each over the rows of every probe that declares it."""
+    declared: dict[tuple[str, str, str], list[str]] = {}
+    for probe in _registered():
+        for m in probe.reporting.must_match:
+            declared.setdefault((m.name, m.path, m.metric_prefix), []).append(probe.name)
+    return (
+        *_CORE_MUST_MATCH,
+        *(
+            Setting(name, path, tuple(probes), metric_prefix=prefix)
+            for (name, path, prefix), probes in declared.items()
+        ),
+    )
+
+
 def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> Setting:
     return Setting(f"estimator {key}", f"estimators.{key}", probes, **which)
 
 
-#: The rows each manifest ``estimators`` entry describes (a difference refuses them).
-ESTIMATOR_SCOPES: dict[str, Setting] = {
-    s.path.removeprefix("estimators."): s
-    for s in (
-        _estimator("fit_window", TANGENT_ACCOUNT),
-        _estimator("update_alignment", ("update_alignment",)),
-        _estimator("controls", TANGENT_ACCOUNT),
-        _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
-        _estimator(
-            "energy_interval",
-            ("tangent_energy",),
-            metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
-        ),
-        _estimator("subspace_stability", ("subspace_stability",)),
-        _estimator("drift_cosine", ("cosine_drift",), metric_prefix="drift_cosine_"),
-        _estimator("frequency_spread", ("frequency_geometry",)),
-        _estimator("proxies", TANGENT_ACCOUNT),
-        _estimator("pretrained_sae", TANGENT_ACCOUNT),
-        _estimator("anisotropy_share", ("anisotropy_share",)),
-        _estimator("centred_anisotropy", ("shape_of_learning",), metric_prefix="centred_"),
-        _estimator("positions", None),
+#: The rows each of the core's manifest ``estimators`` entries describes.
+_CORE_ESTIMATORS: tuple[Setting, ...] = (
+    _estimator("fit_window", TANGENT_ACCOUNT),
+    _estimator("controls", TANGENT_ACCOUNT),
+    _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
+    _estimator(
+        "energy_interval",
+        ("tangent_energy",),
+        metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
+    ),
+    _estimator("proxies", TANGENT_ACCOUNT),
+    _estimator("pretrained_sae", TANGENT_ACCOUNT),
+    _estimator("positions", None),
+)
+
+
+@functools.cache
+def estimator_scopes() -> dict[str, Setting]:
+    """The rows each manifest ``estimators`` entry describes (a difference refuses them): the
+    core's entries and each registered probe's declared ones (``Reporting.estimators``) over
+    that probe's rows."""
+    declared = (
+        _estimator(e.key, (probe.name,), metric_prefix=e.metric_prefix)
+        for probe in _registered()
+        for e in probe.reporting.estimators
     )
-}
+    return {s.path.removeprefix("estimators."): s for s in (*_CORE_ESTIMATORS, *declared)}
+
 
 #: Settings that may differ: each difference is flagged in one line.
 FLAGGED: tuple[Setting, ...] = (
@@ -209,7 +230,7 @@ class Refusal:
 def refusals(runs: Sequence[Run]) -> list[Refusal]:
     """The must-match settings whose values differ across the runs, each with its line."""
     out = []
-    for setting in MUST_MATCH:
+    for setting in must_match():
         values = _values(runs, setting)
         if values is not None and len({repr(v) for v in values}) > 1:
             line = (
@@ -230,7 +251,7 @@ def _estimator_text(run: Run, key: str) -> str:
 
 def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
     """The manifests' ``estimators`` entries that differ across the runs (an entry one run does
-    not record differs), each refusing the rows it describes (:data:`ESTIMATOR_SCOPES`; every
+    not record differs), each refusing the rows it describes (:func:`estimator_scopes`; every
     row for an entry of no known scope)."""
     recorded = [run.manifest.get("estimators", {}) for run in runs]
     out = []
@@ -238,7 +259,7 @@ def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
         values = [entries.get(key) for entries in recorded]
         if len({repr(v) for v in values}) == 1:
             continue
-        setting = ESTIMATOR_SCOPES.get(key, _estimator(key, None))
+        setting = estimator_scopes().get(key, _estimator(key, None))
         texts = "; ".join(f"{run.label}: {_estimator_text(run, key)}" for run in runs)
         line = f"{setting.name} differs ({texts}): {setting.what()} not compared"
         out.append(Refusal(setting, line))

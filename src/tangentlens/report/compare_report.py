@@ -1,10 +1,12 @@
 """The report of a comparison (:mod:`tangentlens.comparison`): rich tables and PNG figures.
 
 :func:`render_comparison` prints the runs and their compared steps, the flagged and refused
-settings, the fit windows and recipe keys that differ, then the headline metrics side by side
-per site kind and relative depth (frequency bin "all") with each later run's difference from the
-first (column "Δ B", or "Δln B" for ratios: ln B − ln A). :func:`write_comparison` writes
-``compare.parquet`` (the table) and the figures, one line (colour) per run:
+settings, the fit windows and recipe keys that differ, then the held-out loss and each compared
+probe's declared tables (:mod:`tangentlens.reporting`; one per metric for a probe that declares
+none) side by side per site kind and relative depth (frequency bin "all") with each later run's
+difference from the first (column "Δ B", or "Δln B" for ratios: ln B − ln A).
+:func:`write_comparison` writes ``compare.parquet`` (the table) and the figures the probes
+declare for ``compare``, one line (colour) per run; the built-in probes':
 
 * ``energy_ratio.png`` — the energy ratio over training, one panel per proxy method, at the
   deepest relative depth every run captured (frequency bin "all"); tokens seen on a
@@ -19,6 +21,7 @@ Rows refused by a must-match setting are neither tabled nor drawn.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -34,7 +37,7 @@ import pyarrow.parquet as pq
 from matplotlib.axes import Axes
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Table as RichTable
 
 from tangentlens.comparison.runs import MODEL_LEVEL, Run, row_place
 from tangentlens.comparison.table import (
@@ -46,30 +49,18 @@ from tangentlens.comparison.table import (
 )
 from tangentlens.report.baseline import INIT_STEP
 from tangentlens.report.console import fmt_value
+from tangentlens.report.declared import Reported, reported_probes
+from tangentlens.reporting import Figure, Table, load_renderer
 
-__all__ = ["TABLE_FILE", "render_comparison", "write_comparison"]
+__all__ = ["TABLE_FILE", "energy_ratio_figure", "render_comparison", "write_comparison"]
 
 Row = dict[str, Any]
 
 #: The comparison table's file name in the output folder.
 TABLE_FILE = "compare.parquet"
 
-#: (probe, metric, title) of the side-by-side tables; qk_drift's heads are averaged.
-_HEADLINES: tuple[tuple[str, str, str], ...] = (
-    ("capture", "mean_loss", "held-out loss (each suite's own loss)"),
-    ("cosine_drift", "cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
-    ("cosine_drift", "drift_norm", "drift ‖mean(H)‖"),
-    ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
-    ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
-    ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over shared heads"),
-    ("qk_drift", "attention_entropy", "attention entropy (nats), shared heads' mean"),
-    ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
-    ("frequency_geometry", "freq_distance_spearman_excess", "Spearman(log freq, s²) − null"),
-    ("tangent_energy", "energy_ratio", "tangent/control energy ratio"),
-    ("tangent_energy", "energy_p_value", "tangent energy p-value"),
-    ("anisotropy_share", "anisotropy_share_spectral", "spectral share of gradient anisotropy"),
-)
-_AVERAGED = ("qk_drift",)
+#: The core's side-by-side table (each probe's come from its declarations).
+_LOSS = Table("mean_loss", "held-out loss (each suite's own loss)")
 
 
 def _place(kind: str, depth: float | None) -> str:
@@ -78,9 +69,12 @@ def _place(kind: str, depth: float | None) -> str:
     return kind if depth is None else f"{kind} {depth:.2f}"
 
 
-def _headline(comparison: Comparison, probe: str, metric: str, title: str) -> Table | None:
-    """One metric at frequency bin "all": a row per (method, site kind, depth), a column per
-    run, then a Δ (or Δln) column per later run."""
+def _headline(comparison: Comparison, probe: str, declared: Table) -> RichTable | None:
+    """One metric at frequency bin "all": a row per (method, site kind, depth) — the methods
+    averaged when the declaration says so — a column per run, then a Δ (or Δln) column per
+    later run."""
+    metric, averaged = declared.metric, not declared.per_method
+    title = declared.compare_title or declared.title
     rows = [
         r
         for r in comparison.to_pylist()
@@ -93,15 +87,17 @@ def _headline(comparison: Comparison, probe: str, metric: str, title: str) -> Ta
     )
     intervals: dict[tuple[str, str, float | None, str], tuple[float, float]] = {}
     for r in rows:
-        method = "-" if probe in _AVERAGED else r["method"]
+        method = "-" if averaged else r["method"]
         cells[(method, r["site_kind"], r["relative_depth"])][r["run"]].append(r["value"])
-        if r["ci_low"] is not None and probe not in _AVERAGED:
+        if r["ci_low"] is not None and not averaged:
             where = (method, r["site_kind"], r["relative_depth"], r["run"])
             intervals[where] = (r["ci_low"], r["ci_high"])
     labels = [run.label for run in comparison.runs]
     later = [difference_label(label, labels[0]) for label in labels[1:]]
     delta = "Δln" if is_ratio(metric) else "Δ"
-    table = Table(title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None)
+    table = RichTable(
+        title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None
+    )
     methods = {key[0] for key in cells}
     if methods != {"-"}:
         table.add_column("method")
@@ -157,10 +153,10 @@ def _header(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _recipe_table(comparison: Comparison) -> Table | None:
+def _recipe_table(comparison: Comparison) -> RichTable | None:
     if not comparison.recipe_differences:
         return None
-    table = Table(
+    table = RichTable(
         title="[bold]recipe settings that differ", title_justify="left", pad_edge=False, box=None
     )
     table.add_column("key")
@@ -171,13 +167,23 @@ def _recipe_table(comparison: Comparison) -> Table | None:
     return table
 
 
+def _probes(comparison: Comparison) -> list[Reported]:
+    """The probes of the compared rows, with their declarations (report order)."""
+    return reported_probes(comparison.to_pylist(), [run.manifest for run in comparison.runs])
+
+
 def render_comparison(comparison: Comparison, console: Console) -> None:
     """Print the comparison's header lines and tables."""
     for line in _header(comparison):
         console.print(line, soft_wrap=True)
     console.print()
-    tables = [_recipe_table(comparison)]
-    tables += [_headline(comparison, p, m, t) for p, m, t in _HEADLINES]
+    tables = [_recipe_table(comparison), _headline(comparison, "capture", _LOSS)]
+    tables += [
+        _headline(comparison, probe.name, declared)
+        for probe in _probes(comparison)
+        for declared in probe.tables
+        if declared.in_compare
+    ]
     for table in tables:
         if table is not None:
             console.print(table)
@@ -212,7 +218,7 @@ def _tokens_axis(ax: Axes, positive: list[int]) -> None:
     )
 
 
-def _energy_ratio(comparison: Comparison, path: Path) -> bool:
+def energy_ratio_figure(comparison: Comparison, path: Path) -> bool:
     """The energy ratio over training, one panel per method every run has, at the deepest
     (site kind, relative depth) every run has."""
     drawn = [_drawn(comparison, run, "tangent_energy", "energy_ratio") for run in comparison.runs]
@@ -284,8 +290,9 @@ def _depth_profile(ax: Axes, comparison: Comparison, probe: str, metric: str) ->
 
 
 def _profiles(
-    comparison: Comparison, path: Path, panels: list[tuple[str, str, str]], title: str
+    comparison: Comparison, path: Path, *, panels: list[tuple[str, str, str]], title: str
 ) -> bool:
+    """A panel per (probe, metric, label) over relative depth (:func:`_depth_profile`)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
     drew = [
         _depth_profile(ax, comparison, probe, metric)
@@ -313,31 +320,20 @@ def write_comparison(comparison: Comparison, out: str | Path) -> list[Path]:
     table = folder / TABLE_FILE
     pq.write_table(comparison.table, table)
     written = [table]
-    jobs: dict[str, Callable[[Path], bool]] = {
-        "energy_ratio.png": lambda p: _energy_ratio(comparison, p),
-        "anisotropy_depth.png": lambda p: _profiles(
-            comparison,
-            p,
-            [
-                ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
-                ("cosine_drift", "cosine_anisotropy", "cosine anisotropy"),
-            ],
-            "Anisotropy against relative depth",
-        ),
-        "frequency_correlation.png": lambda p: _profiles(
-            comparison,
-            p,
-            [
-                ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, spread s²)"),
-                (
-                    "frequency_geometry",
-                    "freq_distance_spearman_excess",
-                    "Spearman(log freq, s²) − shuffle null",
-                ),
-            ],
-            "Token frequency against centroid spread, over relative depth",
-        ),
-    }
+    files: dict[str, list[tuple[str, Figure]]] = {}
+    for probe in _probes(comparison):
+        for figure in probe.figures:
+            if figure.in_compare:
+                files.setdefault(figure.file, []).append((probe.name, figure))
+    jobs: dict[str, Callable[[Path], bool]] = {}
+    for name, panels in files.items():
+        first = panels[0][1]
+        if first.render is not None:
+            jobs[name] = functools.partial(load_renderer(first.render), comparison)
+        else:
+            specs = [(probe, f.metric, f.label) for probe, f in panels]
+            title = first.compare_title or first.title
+            jobs[name] = functools.partial(_profiles, comparison, panels=specs, title=title)
     for name, draw in jobs.items():
         path = folder / name
         if draw(path):

@@ -1,4 +1,6 @@
-"""PNG figures of a run, written to ``RUN_DIR/figures``:
+"""PNG figures of a run, written to ``RUN_DIR/figures``: each figure a present probe declares
+(:mod:`tangentlens.reporting`; a probe that declares none gets ``<probe>.png``, a panel per
+metric over steps). The built-in probes':
 
 * ``tangent_energy.png`` — top row: energy fraction of each proxy against the controls' band
   (min–max, and mean) over steps; bottom row: the energy ratio (proxy over its controls' exact mean)
@@ -16,6 +18,7 @@ Steps are drawn on a symmetric-log axis (step 0 and Pythia's log-spaced early st
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -30,10 +33,12 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from tangentlens import reporting
 from tangentlens.report.baseline import INIT_STEP, step_label
+from tangentlens.report.declared import reported_probes
 from tangentlens.sweep.store import read_results
 
-__all__ = ["energy_by_bin", "write_figures"]
+__all__ = ["energy_by_bin", "tangent_energy_figure", "write_figures"]
 
 Row = dict[str, Any]
 
@@ -129,7 +134,8 @@ def _ratio_over_steps(ax: Axes, rows: list[Row], method: str, color: str) -> Non
         )
 
 
-def _tangent_energy(rows: list[Row], path: Path) -> bool:
+def tangent_energy_figure(rows: list[Row], path: Path) -> bool:
+    """The tangent_energy probe's figure (the module's docstring); False without its rows."""
     energy = _energy_rows(rows)
     if not energy:
         return False
@@ -301,12 +307,11 @@ def energy_by_bin(
     return fig
 
 
-def _anisotropy_depth(rows: list[Row], path: Path) -> bool:
-    panels = [
-        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
-        ("cosine_drift", "cosine_anisotropy", "cosine anisotropy"),
-    ]
-    present = [p for p in panels if any(r["probe"] == p[0] for r in rows)]
+def _over_depth(
+    rows: list[Row], path: Path, panels: list[tuple[str, str, str]], title: str
+) -> bool:
+    """A panel per (probe, metric, label): a line per step over depth."""
+    present = [p for p in panels if any(r["probe"] == p[0] and r["metric"] == p[1] for r in rows)]
     if not present:
         return False
     fig, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 3.8))
@@ -332,7 +337,7 @@ def _anisotropy_depth(rows: list[Row], path: Path) -> bool:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[-1].legend(title="step", fontsize=7, ncol=2)
-    fig.suptitle("Anisotropy against depth, over training")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -363,33 +368,38 @@ def _per_layer_over_steps(
     return True
 
 
+def _declared_figures(
+    rows: list[Row], run_dir: Path
+) -> dict[str, list[tuple[str, reporting.Figure]]]:
+    """File → its panels ``(probe, declaration)``, from each present probe's declared figures
+    (:mod:`tangentlens.reporting`) that the run's report draws, in the report's probe order."""
+    manifest_path = run_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    files: dict[str, list[tuple[str, reporting.Figure]]] = {}
+    for probe in reported_probes(rows, [manifest]):
+        for figure in probe.figures:
+            if figure.in_report:
+                files.setdefault(figure.file, []).append((probe.name, figure))
+    return files
+
+
 def write_figures(run_dir: str | Path) -> list[Path]:
-    """Write every figure the run's results allow; returns their paths."""
+    """Write every figure the run's results allow (each present probe's declared figures, over
+    every token: ``freq_bin`` "all"); returns their paths."""
     rows = read_results(run_dir).to_pylist()
     folder = Path(run_dir) / "figures"
     folder.mkdir(exist_ok=True)
     written = []
-    jobs = {
-        "tangent_energy.png": lambda p: _tangent_energy(rows, p),
-        "anisotropy_depth.png": lambda p: _anisotropy_depth(rows, p),
-        "twonn.png": lambda p: _per_layer_over_steps(
-            rows,
-            p,
-            [("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension")],
-            "Intrinsic dimension over training",
-        ),
-        "qk_drift.png": lambda p: _per_layer_over_steps(
-            rows,
-            p,
-            [
-                ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over heads"),
-                ("qk_drift", "attention_entropy", "attention entropy (nats)"),
-            ],
-            "Query/key drift over training",
-        ),
-    }
-    for name, draw in jobs.items():
+    pooled = [r for r in rows if r["freq_bin"] == "all"]
+    for name, panels in _declared_figures(rows, Path(run_dir)).items():
         path = folder / name
-        if draw(path):
+        first = panels[0][1]
+        if first.render is not None:
+            drew = reporting.load_renderer(first.render)(rows, path)
+        else:
+            draw = _over_depth if first.over == "depth" else _per_layer_over_steps
+            specs = [(probe, f.metric, f.label) for probe, f in panels]
+            drew = draw(pooled, path, specs, first.title)
+        if drew:
             written.append(path)
     return written

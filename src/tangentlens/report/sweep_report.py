@@ -21,11 +21,13 @@ from rich.table import Table
 
 from tangentlens.report.baseline import baseline_notice, step_label
 from tangentlens.report.console import fmt_value
+from tangentlens.report.declared import reported_probes
 from tangentlens.report.reproduction import reproduction_summary
+from tangentlens.reporting import load_renderer
 from tangentlens.sweep.store import read_results
 from tangentlens.sweep.timing import time_line
 
-__all__ = ["render_report"]
+__all__ = ["energy_tables", "render_report", "untrained_block_table"]
 
 Row = dict[str, Any]
 
@@ -74,12 +76,16 @@ def _layer_label(layer: Any) -> str:
     return "emb" if layer is None else f"L{layer}"
 
 
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     """A run without step 0 (no baseline at initialisation); from the run's manifest: the
     frozen-early fit window, and checkpoints whose weights are identical (a suite serving the
     same weights at two steps), the memory plan, the run's time against its prediction."""
-    manifest_path = Path(run_dir) / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = _manifest(run_dir)
     notice = baseline_notice(rows)
     lines = [f"[yellow]{notice}[/]"] if notice else []
     window = manifest.get("fit_window")
@@ -124,7 +130,7 @@ def _ratio_and_p(cell_rows: list[Row]) -> str:
     return f"{fmt_value(ratio)} p{fmt_value(p)}"
 
 
-def _energy_tables(energy: list[Row]) -> list[Table | None]:
+def energy_tables(energy: list[Row]) -> list[Table | None]:
     """Steps × frequency bins of ``energy_ratio`` and its p-value at the deepest layer, one
     table per site there (``resid_post`` and ``mlp_out`` of one block are two tables, each
     titled by its site) and per proxy method."""
@@ -143,16 +149,45 @@ def _energy_tables(energy: list[Row]) -> list[Table | None]:
     return tables
 
 
-def _other_probe_tables(rows: list[Row], probes: set[str]) -> list[Table | None]:
-    """A step × layer table per metric (over every token, ``freq_bin`` "all"; the mean over
-    methods) of each probe that is not built in (a user's: entry point or import path)."""
-    from tangentlens.registry import FIT_PROBE, builtin_probes
+def untrained_block_table(rows: list[Row]) -> list[Table | None]:
+    """The untrained block's metrics per common bias norm N (the probe's ``method``,
+    ``N=<value>``), one row per N ascending."""
+    table = Table(
+        title="[bold]untrained block with a common bias of norm N",
+        box=None,
+        title_justify="left",
+    )
+    metrics = [
+        "input_cosine_anisotropy",
+        "output_cosine_anisotropy",
+        "norm_ratio",
+        "attention_entropy",
+    ]
+    table.add_column("N", justify="right")
+    for m in metrics:
+        table.add_column(m.replace("_", " "), justify="right")
+    norms = sorted({r["method"] for r in rows}, key=lambda m: float(m.split("=")[1]))
+    for norm in norms:
+        values = {r["metric"]: r["value"] for r in rows if r["method"] == norm}
+        table.add_row(norm.split("=")[1], *(fmt_value(values.get(m)) for m in metrics))
+    return [table]
 
+
+def _probe_tables(rows: list[Row], manifest: dict[str, Any]) -> list[Table | None]:
+    """Each present probe's declared tables (:mod:`tangentlens.reporting`), in recipe order: a
+    step × layer table of its metric over every token (``freq_bin`` "all", the mean over
+    methods), or what its custom renderer draws from the probe's rows."""
     tables: list[Table | None] = []
-    for probe in sorted(probes - set(builtin_probes()) - {"capture", FIT_PROBE}):
-        for metric in sorted({r["metric"] for r in rows if r["probe"] == probe}):
-            selected = _select(rows, probe, metric, freq_bin="all")
-            tables.append(_pivot(selected, f"{probe}: {metric}", "layer", _mean_cell, _layer_label))
+    for probe in reported_probes(rows, [manifest]):
+        own = [r for r in rows if r["probe"] == probe.name]
+        for declared in probe.tables:
+            if not declared.in_report:
+                continue
+            if declared.render is not None:
+                tables += load_renderer(declared.render)(own)
+                continue
+            selected = _select(own, probe.name, declared.metric, freq_bin="all")
+            tables.append(_pivot(selected, declared.title, "layer", _mean_cell, _layer_label))
     return tables
 
 
@@ -164,7 +199,6 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         console.print(line, soft_wrap=True)
     if header:
         console.print()
-    probes = {r["probe"] for r in rows}
     tables: list[Table | None] = [
         _pivot(
             _select(rows, "capture", "mean_loss"),
@@ -173,50 +207,8 @@ def render_report(run_dir: str | Path, console: Console) -> None:
             _mean_cell,
             lambda _: "loss",
         ),
+        *_probe_tables(rows, _manifest(Path(run_dir))),
     ]
-    layer_metrics = [
-        ("cosine_drift", "cosine_anisotropy", "cosine anisotropy (mean pairwise cosine)"),
-        ("cosine_drift", "drift_norm", "drift ‖mean(H)‖"),
-        ("shape_of_learning", "centred_anisotropy", "centred anisotropy σ₁²/Σσ²"),
-        ("shape_of_learning", "twonn_dimension", "TwoNN intrinsic dimension"),
-        ("qk_drift", "qk_cosine", "cos(m_Q, m_K), mean over heads"),
-        ("qk_drift", "attention_entropy", "attention entropy (nats), mean over heads"),
-        ("frequency_geometry", "freq_distance_pearson", "Pearson(log freq, centroid spread s²)"),
-        (
-            "frequency_geometry",
-            "freq_distance_spearman_excess",
-            "Spearman(log freq, s²) minus its shuffle null",
-        ),
-    ]
-    for probe, metric, title in layer_metrics:
-        if probe in probes:
-            tables.append(
-                _pivot(_select(rows, probe, metric), title, "layer", _mean_cell, _layer_label)
-            )
-    if "tangent_energy" in probes:
-        tables += _energy_tables([r for r in rows if r["probe"] == "tangent_energy"])
-    if "untrained_block" in probes:
-        block = [r for r in rows if r["probe"] == "untrained_block"]
-        table = Table(
-            title="[bold]untrained block with a common bias of norm N",
-            box=None,
-            title_justify="left",
-        )
-        metrics = [
-            "input_cosine_anisotropy",
-            "output_cosine_anisotropy",
-            "norm_ratio",
-            "attention_entropy",
-        ]
-        table.add_column("N", justify="right")
-        for m in metrics:
-            table.add_column(m.replace("_", " "), justify="right")
-        norms = sorted({r["method"] for r in block}, key=lambda m: float(m.split("=")[1]))
-        for norm in norms:
-            values = {r["metric"]: r["value"] for r in block if r["method"] == norm}
-            table.add_row(norm.split("=")[1], *(fmt_value(values.get(m)) for m in metrics))
-        tables.append(table)
-    tables += _other_probe_tables(rows, probes)
     for table in tables:
         if table is not None:
             console.print(table)

@@ -14,19 +14,17 @@ from tangentlens.core.recipe import Recipe
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
 from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import ENTRY_POINT_GROUP
+from tangentlens.registry import ENTRY_POINT_GROUP, builtin_probes
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.store import RunStore, read_results
 
-__all__ = ["ESTIMATORS", "finished_manifest", "initial_manifest"]
+__all__ = ["ESTIMATORS", "finished_manifest", "initial_manifest", "probe_estimators"]
 
-#: The estimator choices behind the metrics, recorded in every run's manifest.
+#: The core's estimator choices behind the metrics, recorded in every run's manifest beside
+#: each probe's own (:func:`probe_estimators`).
 ESTIMATORS: dict[str, str] = {
     "fit_window": "frozen_early: the suite's checkpoints with step ≤ early_fraction × final step, "
     "at most window_checkpoints, evenly spaced in step",
-    "update_alignment": "s → s′ scored in proxies fitted on data of s or earlier (per_checkpoint: "
-    "s's own fit; frozen_early: the frozen proxies, *_update_in_window_* when s < the window's "
-    "last checkpoint); centroid differences in float64; exchangeable controls",
     "controls": "exchangeable (headline metrics): Haar k-frames in span(m̂)⊥, m̂ the mean "
     "direction projected out of the proxy (ℝ^d for mean_direction itself), p calibrated under a "
     "proxy uniform in span(m̂)⊥; complement (*_complement_*): Haar k-frames in span(T, m̂)⊥; "
@@ -34,11 +32,6 @@ ESTIMATORS: dict[str, str] = {
     "energy_ratio": "E(T) over the control family's exact mean k/(d − r)·(1 − E(X)) (X = m̂, or "
     "span(T, m̂) for the complement; the update alignment's likewise), not over the frames "
     "drawn, whose mean is reported beside it; the frames give z and p",
-    "subspace_stability": "angles between each step's own refits; <m>@frozen = refit vs frozen",
-    "drift_cosine": "‖mean(H)‖ against cosine anisotropy, across layers (per step) and across "
-    "steps (per site, at the last step); n_tokens = number of points",
-    "frequency_spread": "Σ‖h − c‖² / (n − 1) per type from the streamed sums over every kept "
-    "token (n = the type's count in the stream); Pearson on the squared spread",
     "proxies": "every method fitted on activations centred per checkpoint (window checkpoints "
     "centred before pooling), with the mean direction m̂ projected out; mean_direction = m̂ as a "
     "rank-1 proxy, following the fit policy (pooled window mean or the step's mean); held_out: "
@@ -47,13 +40,17 @@ ESTIMATORS: dict[str, str] = {
     "(code > 0; ties: larger mean activation) on the raw sampled rows of one step (select_step, "
     "default the first selected; held_out: its fitting half), chosen once; the proxy is the "
     "orthonormalised span of their decoder rows, m̂ projected out as for every method",
-    "anisotropy_share": "spectral share on the uncentred gradient second moment GᵀG/n; ΔIsoScore* "
-    "on the covariance; controls = tangent_energy's exchangeable frames",
-    "centred_anisotropy": "σ₁²/Σσᵢ² of the centred activations (llm-microscope)",
     "positions": "one kept-position set for every statistic and the token frequencies; masked-LM: "
     "every non-special original position ([MASK] inputs included), binned by the original token, "
     "gradients at every kept row; analysis text tokenised and packed as in training",
 }
+
+
+def probe_estimators(recipe: Recipe) -> dict[str, str]:
+    """The estimator notes the probes declare (``Reporting.estimators``): every built-in
+    probe's and those of the recipe's probes."""
+    probes = [*builtin_probes().values(), *(e.probe for e in recipe.probes.values())]
+    return {e.key: e.text for probe in probes for e in probe.reporting.estimators}
 
 
 def _interval_estimator(recipe: Recipe) -> dict[str, str]:
@@ -144,7 +141,7 @@ def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
         "steps": list(plan.steps),
         "fit_window": list(plan.window),
         "units": len(plan.units),
-        "estimators": {**ESTIMATORS, **_interval_estimator(recipe)},
+        "estimators": {**ESTIMATORS, **probe_estimators(recipe), **_interval_estimator(recipe)},
         "versions": _versions(),
         "probes": _probe_sources(recipe),
         "git_hash": _git_hash(),

@@ -65,6 +65,7 @@ from tangentlens.results import StepLabel, make_row, row
 from tangentlens.runtime import Phases, threads
 from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
+from tangentlens.sweep.states import own_view
 from tangentlens.sweep.store import RunStore, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
@@ -483,9 +484,11 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
         saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
         if recipe.proxies is not None:
             saved["proxies"] = own
+        saved["states"] = {}  # each probe's own namespace
         for entry in recipe.probes.values():
             if entry.probe.state is not None:
-                saved.update(entry.probe.state(StateInputs(model, capture, data), entry.config))
+                kept = entry.probe.state(StateInputs(model, capture, data), entry.config)
+                saved["states"][entry.probe.name] = entry.probe.check_state(kept)
         saved = _on_host(saved)
     with phases.phase("write"):
         # the state and replicates first, the part last: the part marks the unit done
@@ -514,11 +517,11 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
             )
             before = now
     step_rows = read_parts([store.part_path(name) for name in unit.deps]).to_pylist()
-    inputs = AcrossInputs(step_rows, tuple(transitions))
     rows: list[dict[str, Any]] = []
     for key, entry in probes.items():
         status(f"{key} across steps")
-        found = entry.probe.across(inputs, entry.config)
+        views = tuple(own_view(t, entry.probe.name) for t in transitions)
+        found = entry.probe.across(AcrossInputs(step_rows, views), entry.config)
         entry.probe.check_rows(found, f"unit {unit.name!r}")
         rows += found
     store.write_part(unit.name, rows)
