@@ -6,9 +6,8 @@
 
 :func:`check_probe` refuses, with a ``ValueError`` saying what is wrong:
 
-* a config that does not round-trip through its recipe table (``to_table`` and back through the
-  recipe's builder), or that gives only one of ``from_table`` / ``to_table``
-  (:class:`~tangentlens.contract.ComposedConfig`);
+* a config that does not round-trip through its recipe table (its fields, or its ``to_table()``
+  (:class:`~tangentlens.contract.TabledConfig`), and back through the recipe's builder);
 * a reporting declaration whose custom renderer cannot be imported;
 * rows outside the results schema or naming an undeclared metric
   (:meth:`~tangentlens.contract.Probe.check_rows`), from the probe's own functions run on the
@@ -45,11 +44,6 @@ def _table(config: Any) -> dict[str, Any]:
 
 def _check_config(probe: Probe, config: Any) -> None:
     where = f"probe {probe.name!r} ({probe.module})"
-    if hasattr(probe.config, "from_table") != hasattr(probe.config, "to_table"):
-        raise ValueError(
-            f"{where}: config {probe.config.__name__} gives only one of from_table / to_table; "
-            "a composed config gives both (tangentlens.contract.ComposedConfig)"
-        )
     if not isinstance(config, probe.config):
         raise ValueError(f"{where}: config must be a {probe.config.__name__}, got {config!r}")
     table = _table(config)

@@ -13,8 +13,8 @@ One function per scope (:data:`SCOPES`), each typed by a protocol:
   probe's own namespace and handed back as each :class:`Transition`'s ``before`` / ``now``.
 
 Rows are dictionaries of the results schema (:func:`tangentlens.results.make_row` builds
-them). The config is a frozen dataclass, the probe's recipe table; a config that composes
-others reads and writes its table itself (:class:`ComposedConfig`). What the probe reports
+them). The config is a frozen dataclass, the probe's recipe table; a config whose table is not
+its fields as they are gives it itself (:class:`TabledConfig`). What the probe reports
 (tables, figures, compared settings, estimator notes) is its :class:`Reporting`
 (:mod:`tangentlens.reporting`). :func:`tangentlens.conformance.check_probe` checks all of it.
 
@@ -28,7 +28,7 @@ import keyword
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tangentlens.capture.needs import Needs
 from tangentlens.reporting import Reporting, default_figures, default_tables
@@ -50,7 +50,6 @@ __all__ = [
     "TANGENT",
     "AcrossInputs",
     "AcrossRows",
-    "ComposedConfig",
     "ModelFreeInputs",
     "ModelFreeRows",
     "Probe",
@@ -60,6 +59,7 @@ __all__ = [
     "StepData",
     "StepInputs",
     "StepRows",
+    "TabledConfig",
     "Transition",
 ]
 
@@ -186,14 +186,11 @@ class StateOf(Protocol):
     def __call__(self, inputs: StateInputs, config: Any, /) -> dict[str, Any]: ...
 
 
-class ComposedConfig(Protocol):
-    """A config that composes other configs reads and writes its recipe table itself:
-    ``from_table(table, path)`` builds it (refusing a bad key with ``path.key``) and
-    ``to_table()`` gives the table back, so ``from_table(c.to_table(), path) == c``. A plain
-    dataclass config needs neither: its fields are its table."""
-
-    @classmethod
-    def from_table(cls, table: Mapping[str, Any], path: str) -> Self: ...
+class TabledConfig(Protocol):
+    """A config whose recipe table is not its fields as they are (e.g. a key left out at its
+    default, so that runs written before that key resume) gives the table itself: the recipe's
+    builder reads it back to the same config (``build_section(type(c), c.to_table()) == c``).
+    A plain dataclass config needs nothing: its fields are its table."""
 
     def to_table(self) -> dict[str, Any]: ...
 
