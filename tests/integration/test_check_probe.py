@@ -8,12 +8,14 @@ import pytest
 
 from tangentlens.checks import build_section
 from tangentlens.conformance import check_probe
+from tangentlens.core.proxy_stage import ProxiesSpec
 from tangentlens.proxies import fit_proxies
 from tangentlens.registry import StepInputs, builtin_probes
 
-#: The micro recipe's small settings (tests/e2e/recipes/micro.toml).
+#: The micro recipe's small settings (tests/e2e/recipes/micro.toml): its stage, its probes.
+STAGE = {"methods": ["pca"], "rank": 4, "draws": 20}
 TABLES = {
-    "tangent_energy": {"methods": ["pca"], "rank": 4, "draws": 20, "bootstrap": 20},
+    "tangent_energy": {"bootstrap": 20},
     "shape_of_learning": {"twonn_batch": 256},
     "frequency_geometry": {"min_count": 3, "k": 16, "tangent_dim": 4, "n_anchors": 128},
     "anisotropy_share": {"isoscore_draws": 3},
@@ -29,10 +31,10 @@ def _config(name: str):
 
 @pytest.fixture(scope="module")
 def step_inputs(micro_step_data):
-    spec = _config("tangent_energy")
+    stage = build_section(ProxiesSpec, STAGE, "proxies")
     sites = micro_step_data.statistics.sites
-    proxies = {site: fit_proxies(stats, spec.proxies).bases for site, stats in sites.items()}
-    return StepInputs(micro_step_data, micro_step_data, proxies, own=proxies, tangent=spec)
+    proxies = {s: fit_proxies(stats, stage.proxy_config()).bases for s, stats in sites.items()}
+    return StepInputs(micro_step_data, micro_step_data, proxies, own=proxies, tangent=stage)
 
 
 @pytest.mark.parametrize("name", PER_STEP)
