@@ -58,18 +58,19 @@ class ProxiesSpec:
     8
     """
 
-    methods: tuple[str, ...] = ("seminmf", "pca")
-    rank: int = 16
-    seed: int = 0
-    seminmf_max_iter: int = 500
-    sae_samples: int = 100_000
-    sae_k: int = 16
-    centre: bool = True
-    mean_direction: bool = True
-    fit_policy: str = "per_checkpoint"
-    early_fraction: float = 0.3
-    window_checkpoints: int = 8
-    held_out: bool = False
+    # the fit's and the policy's keys, with their defaults (one source: ProxyConfig, FitConfig)
+    methods: tuple[str, ...] = ProxyConfig.methods
+    rank: int = ProxyConfig.rank
+    seed: int = ProxyConfig.seed
+    seminmf_max_iter: int = ProxyConfig.seminmf_max_iter
+    sae_samples: int = ProxyConfig.sae_samples
+    sae_k: int = ProxyConfig.sae_k
+    centre: bool = ProxyConfig.centre
+    mean_direction: bool = ProxyConfig.mean_direction
+    fit_policy: str = FitConfig.fit_policy
+    early_fraction: float = FitConfig.early_fraction
+    window_checkpoints: int = FitConfig.window_checkpoints
+    held_out: bool = FitConfig.held_out
     draws: int = 100
     pretrained_sae: PretrainedSAESpec | None = None
 

@@ -221,37 +221,21 @@ def capture_scored(
     whole stream's statistics for the other probes; ``fixed`` proxies join the fit. Otherwise
     one capture (``sequence_energy``: per-sequence sums of proxies known in advance)."""
     needs = recipe.needs
+
+    def capture(**where: Any) -> CaptureStatistics:
+        return capture_step(
+            model, sites, data, recipe, needs, step, gradients=needs.gradients, passes=passes,
+            **where,
+        )  # fmt: skip
+
     stage = recipe.proxies
     if stage is not None and stage.held_out:
         half = len(data.rows) // 2
-        stats, scored = (
-            capture_step(
-                model,
-                sites,
-                data,
-                recipe,
-                needs,
-                step,
-                gradients=needs.gradients,
-                part=part,
-                passes=passes,
-            )
-            for part in (slice(0, half), slice(half, None))
-        )
+        stats, scored = (capture(part=part) for part in (slice(0, half), slice(half, None)))
         fitted = fit_step(stats, stage, fixed or {}, status)
         stats.merge(scored)
         return stats, scored, fitted
-    stats = capture_step(
-        model,
-        sites,
-        data,
-        recipe,
-        needs,
-        step,
-        gradients=needs.gradients,
-        sequence_energy=sequence_energy,
-        passes=passes,
-    )
+    stats = capture(sequence_energy=sequence_energy)
     return stats, stats, None
 
 
