@@ -118,3 +118,43 @@ def test_a_failure_after_a_checkpoint_was_measured_keeps_the_run_and_resume_comp
     monkeypatch.setitem(units._RUNNERS, "step", original)
     assert main([*argv, "--resume"]) == 0
     assert {r["step"] for r in read_results(out).to_pylist()} == {0, 40}
+
+
+def test_a_full_disk_is_not_retried_and_says_where(units_env, tmp_path, capsys, monkeypatch):
+    """A unit stopped by a full disk (ENOSPC) is not retried (another try cannot free space) and
+    the error says that the disk is full, where, and how much is free; it names no log (there is
+    no room to write one)."""
+    import errno
+
+    out = tmp_path / "run"
+    argv = ["sweep", "--recipe", _recipe(tmp_path), "--out", str(out)]
+    original = units._RUNNERS["step"]
+    calls: list[str] = []
+
+    def full_at_40(recipe, store, unit, status):
+        calls.append(unit.name)
+        if unit.step == 40:
+            where = store.root / "results" / ".step-00000040.parquet.x1"
+            raise OSError(errno.ENOSPC, "No space left on device", str(where))
+        original(recipe, store, unit, status)
+
+    monkeypatch.setitem(units._RUNNERS, "step", full_at_40)
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert calls == ["step-00000000", "step-00000040"]  # not retried
+    assert "step-00000040: DiskFullError: the disk is full: no space left writing " in error
+    assert f"on the filesystem of {out}); free some space there" in error
+    assert "(log:" not in error and not (out / "logs" / "step-00000040.log").exists()
+    monkeypatch.setitem(units._RUNNERS, "step", original)
+    assert main([*argv, "--resume"]) == 0
+
+
+def test_an_out_naming_a_file_is_refused_in_one_line_before_planning(tmp_path, capsys):
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    for out in (existing, existing / "run"):
+        argv = ["sweep", "--recipe", _recipe(tmp_path), "--out", str(out)]
+        assert main(argv) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert "not a folder: choose another --out" in line and "Errno" not in line
+    assert existing.read_text() == "mine"

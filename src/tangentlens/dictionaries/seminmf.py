@@ -28,7 +28,8 @@ Where ``tol`` stops the fit depends on the last bits of the arithmetic: semi-NMF
 flat along some directions. On the quickstart's reservoirs (n = 4096, d = 128, k = 16), scaling
 the input by ``1 + 1e-7`` moved the fitted span by up to 3.8° at the largest principal angle
 (≤ 0.26° on average over the angles) and the relative error by ≤ 6e-5; angles between semi-NMF
-fits (``subspace_stability``) carry that floor.
+fits (``subspace_stability``) carry that floor, which :func:`rounding_angles` measures for a
+given fit (the same rows scaled by :data:`ROUNDING_SCALE`: one span in exact arithmetic).
 
 Initialisation (seeded, shared by both solvers): ``D₀`` = ``k`` distinct rows of ``H`` drawn with a
 local generator, ``Z₀ = max(0, A B⁺)``. The truncated SVD at the same rank bounds the error from
@@ -43,15 +44,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from jaxtyping import Float
 
 from tangentlens.checks import check_choice, check_count, check_fraction, check_matrix
 from tangentlens.dictionaries.base import check_fitted, check_rank
-from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, principal_angles, span_basis
 from tangentlens.runtime import single_thread
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
-__all__ = ["SOLVERS", "SemiNMF"]
+__all__ = ["ROUNDING_SCALE", "SOLVERS", "SemiNMF", "rounding_angles"]
 
 #: Semi-NMF solvers: ``hals`` (the default) or ``mu`` (the multiplicative reference).
 SOLVERS: tuple[str, ...] = ("hals", "mu")
@@ -288,3 +290,28 @@ class SemiNMF:
                 f"effective rank collapsed); fit a rank ≤ {Q.shape[1]} or another seed"
             )
         return Q
+
+
+#: The rescaling of :func:`rounding_angles`: 1 + 2⁻²⁰, eight float32 ulps at 1 — every input
+#: value moves by a few units in its last place, and nothing else changes.
+ROUNDING_SCALE = 1 + 2**-20
+
+
+def rounding_angles(
+    H: ArrayLike, rank: int, *, seed: int = 0, max_iter: int = 500, scale: float = ROUNDING_SCALE
+) -> Float[torch.Tensor, " rank"]:
+    """The rounding floor of a semi-NMF fit: the principal angles (degrees, ascending) between
+    the span fitted on ``H`` (n × d) and the span fitted on ``scale · H``.
+
+    Semi-NMF is scale-equivariant — the initial directions are rows of ``H``, the codes' updates
+    read ``A = H Dᵀ`` against ``B = D Dᵀ`` (the scale cancels), the objective and the stopping
+    test are relative — so in exact arithmetic both fits span one subspace (with ``scale`` a
+    power of two they are bit for bit the same, tested). With the default ``scale`` every value
+    moves by a few units in its last place: the angles are what rounding alone does to the fit
+    (another CPU's BLAS, numpy against torch), and an angle between two semi-NMF fits within the
+    sum of their floors is not a change of geometry."""
+    X = check_matrix(H, "H").to(torch.float64)
+    fits = [
+        SemiNMF(rank, seed=seed, max_iter=max_iter).fit(rows).basis() for rows in (X, X * scale)
+    ]
+    return principal_angles(*fits) * (180 / math.pi)

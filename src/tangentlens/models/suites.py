@@ -64,7 +64,7 @@ from tangentlens.models.training import (
     heldout_corpus,
     train_mini_suite,
 )
-from tangentlens.models.weights import verify_weight_files, weights_hash
+from tangentlens.models.weights import check_finite_files, verify_weight_files, weights_hash
 from tangentlens.paths import cache_root
 
 if TYPE_CHECKING:  # loading (TransformerLens) is imported when a checkpoint is loaded
@@ -649,6 +649,7 @@ class LocalSuite(CheckpointSuite):
         if step not in self._hashes:
             folder = self.folder(step)
             verify_weight_files(folder)
+            check_finite_files(folder, f"weights in {folder}")  # the bytes are read here anyway
             self._hashes[step] = weights_hash(folder)
         return self._hashes[step]
 

@@ -36,6 +36,7 @@ from tangentlens.registry import builtin_probes
 from tangentlens.runtime import half_precision_slowdown
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
+from tangentlens.sweep.stops import stop_signals
 
 __all__ = [
     "PLANNED_LOADER",
@@ -315,17 +316,33 @@ def run_sweep(
     """Run ``recipe`` into the run directory ``out`` on ``recipe.executor``; returns ``out``.
 
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
-    later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
+    later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed. A stop
+    signal (``SIGTERM``, ``SIGHUP``, ``SIGUSR1``: :mod:`tangentlens.sweep.stops`) or Ctrl-C
+    raises :class:`~tangentlens.sweep.stops.Stopped` / ``KeyboardInterrupt`` with the lock
+    released and the finished units kept for ``resume``.
     """
+    with stop_signals():
+        return _run_sweep(recipe, out, resume=resume, detach=detach, on_event=on_event)
+
+
+def _run_sweep(
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    resume: bool,
+    detach: bool,
+    on_event: Callable[[UnitEvent], None] | None,
+) -> Path:
     from tangentlens.core.data import DATA_FILE, data_sha256
     from tangentlens.models import open_suite
     from tangentlens.sweep.downloads import check_downloads, sweep_downloads
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
-    from tangentlens.sweep.store import RunStore
+    from tangentlens.sweep.store import RunStore, check_run_dir
     from tangentlens.sweep.timing import time_summary
 
     started = time.perf_counter()
+    check_run_dir(out)  # a file, or a folder that cannot be written: before anything is made
     emit = on_event or (lambda event: None)
     check_executor(recipe, detach=detach)  # before a suite is trained or the run directory made
     plan = plan_sweep(recipe)

@@ -66,13 +66,14 @@ from tangentlens.runtime import Phases, threads
 from tangentlens.sweep.memory import host_budget, plan_recipe
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.states import own_view
-from tangentlens.sweep.store import RunStore, read_parts
+from tangentlens.sweep.store import DiskFullError, RunStore, disk_full, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
 __all__ = [
     "NOT_RETRIED",
     "UnitReport",
     "accelerator_budget",
+    "failure_log",
     "read_failure",
     "retryable",
     "run_unit",
@@ -95,6 +96,12 @@ def unit_log(root: str | Path, unit: str) -> Path:
     return Path(root) / "logs" / f"{unit}.log"
 
 
+def failure_log(root: str | Path, unit: str) -> str:
+    """The failed unit's log when it was written ("" when it could not be: a full disk)."""
+    log = unit_log(root, unit)
+    return str(log) if log.exists() else ""
+
+
 #: Errors a retry cannot change: the same recipe, inputs and files give the same error (a
 #: configuration error, a missing file or module, a type or key the code does not know).
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -115,9 +122,9 @@ NOT_RETRIED = "# not retried: a retry cannot change this error (same recipe, sam
 
 def retryable(error: BaseException) -> bool:
     """Whether running the unit again could end otherwise: not for :data:`PERMANENT_ERRORS`
-    (configuration errors, missing files); yes for the rest (a lost worker, memory, I/O, the
-    network)."""
-    return not isinstance(error, PERMANENT_ERRORS)
+    (configuration errors, missing files) nor a full disk; yes for the rest (a lost worker,
+    memory, I/O, the network)."""
+    return not (isinstance(error, PERMANENT_ERRORS) or disk_full(error))
 
 
 def read_failure(log: str | Path) -> tuple[str, bool] | None:
@@ -148,7 +155,11 @@ def run_unit(
         # the caller's thread count is restored after (in-process executors)
         with threads(recipe.capture.threads):
             parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+    except KeyboardInterrupt:  # Ctrl-C or a stop signal: abandoned, not failed
+        raise
     except BaseException as error:
+        if disk_full(error):
+            raise DiskFullError(store.root, error) from error
         header = "" if retryable(error) else f"{NOT_RETRIED}\n"
         store.write_file(f"logs/{unit.name}.log", header + traceback.format_exc())
         raise

@@ -45,6 +45,7 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
+from tangentlens.sweep.store import disk_full
 from tangentlens.sweep.units import UnitReport, read_failure, run_unit, unit_log
 
 __all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]
@@ -176,6 +177,20 @@ class SubmititBackend:
         for unit, job in zip(units, jobs, strict=True):
             self.adopt(unit, job)
 
+    def cancel_local(self, grace: float = 10.0) -> None:
+        """Cancel the local jobs in flight (``submitit-local``: processes of this machine that
+        would outlive a stopped coordinator) and wait up to ``grace`` seconds for them to end.
+        Slurm's jobs run on: ``jobs.json`` names them and a resumed coordinator waits for
+        them instead of submitting them again."""
+        if self.slurm:
+            return
+        jobs = [job for _, job, _ in self.jobs.values()]
+        for job in jobs:
+            job.cancel(check=False)
+        deadline = time.monotonic() + grace
+        while any(not job.done() for job in jobs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def wait(self, timeout: float) -> list[Finished]:
         deadline = time.monotonic() + timeout
         while True:
@@ -209,6 +224,9 @@ class SubmititBackend:
             # the unit wrote its traceback (last line: the error) before the job failed
             log = unit_log(self.root, unit.name)
             failure = read_failure(log)
+            if failure is None and disk_full(error):  # no room for the unit's own log
+                line = f"the disk is full (no space left on the filesystem of {self.root})"
+                return Finished(unit, line, "", seconds, retry=False)
             if failure is None:
                 return Finished(unit, error_line(error), str(job.paths.stderr), seconds)
             line, retry = failure
@@ -267,6 +285,10 @@ def run_on_submitit(
     for name, job in live.items():
         backend.adopt(plan[name], job)
     running = [plan[name] for name in live]
-    return schedule(
-        plan, root, backend, retries=recipe.executor.retries, emit=emit, running=running
-    )
+    try:
+        return schedule(
+            plan, root, backend, retries=recipe.executor.retries, emit=emit, running=running
+        )
+    except KeyboardInterrupt:  # Ctrl-C or a stop signal: no local job outlives the sweep
+        backend.cancel_local()
+        raise
