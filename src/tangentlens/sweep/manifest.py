@@ -4,8 +4,10 @@ and exclusion counts when every unit is done."""
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -99,13 +101,21 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    """Top-level package → the installed distributions that ship it (one scan of every
+    distribution's file list: seconds with many packages installed, so done once)."""
+    return metadata.packages_distributions()
+
+
 def _distribution(module: str, key: str) -> tuple[str, str]:
     """(distribution, version) that ships ``module``: the one that registers the entry point
     ``key``, else the installed one owning the module's top-level package, else unknown."""
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=key):
         if entry.dist is not None:
             return entry.dist.name, entry.dist.version
-    names = metadata.packages_distributions().get(module.split(".")[0], [])
+    top = module.split(".")[0]
+    names = ["tangentlens"] if top == "tangentlens" else _owners().get(top, [])
     try:
         return (names[0], metadata.version(names[0])) if names else ("unknown", "unknown")
     except metadata.PackageNotFoundError:

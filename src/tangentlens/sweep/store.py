@@ -27,7 +27,6 @@ import os
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tangentlens.locking import release, try_lock
 from tangentlens.results import REPLICATE_SCHEMA, SCHEMA
 
 __all__ = [
@@ -103,117 +103,24 @@ def _atomic_write_bytes(path: Path, write: Any) -> None:
         raise
 
 
-def _lock_holder(lock: Path) -> dict[str, Any] | None:
-    """``{"host", "pid"}`` from a lock file, or None when it is unreadable or gone."""
-    try:
-        holder = json.loads(lock.read_text())
-        return {"host": str(holder["host"]), "pid": int(holder["pid"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _refuse_holder(root: Path, lock: Path, holder: dict[str, Any]) -> None:
-    """Raise when the lock's ``holder`` may still be running: on another host, or a live
-    process (not this one) on this host; return when it is a dead process of this host."""
+def take_lock(root: Path) -> tuple[Path, bool]:
+    """Take the coordinator's lock ``root/.lock`` (:func:`tangentlens.locking.try_lock`: one
+    atomic step, a dead coordinator's lock taken over); returns its path and whether a dead
+    coordinator's lock was taken over. A lock a live coordinator holds, or one on another host
+    (whose liveness cannot be checked from here), is refused naming its holder."""
+    lock = root / ".lock"
+    holder, took_over = try_lock(lock)
+    if holder is None:
+        return lock, took_over
     if holder["host"] != socket.gethostname():
         raise ValueError(
             f"{root} is locked by a sweep on host {holder['host']} (pid {holder['pid']}); wait "
             f"for it, or delete {lock} if that sweep is dead"
         )
-    if holder["pid"] != os.getpid() and _pid_alive(holder["pid"]):
-        raise ValueError(
-            f"{root} is locked by a running sweep (pid {holder['pid']}); wait for it or choose "
-            "another --out"
-        )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-#: A takeover marker older than this (seconds) was left by a coordinator that died while it
-#: took over a dead lock (a takeover takes milliseconds): it is removed.
-_TAKEOVER_STALE_S = 10.0
-#: How long :func:`take_lock` waits for another coordinator's takeover of a dead lock.
-_TAKEOVER_WAIT_S = 30.0
-
-
-def take_lock(root: Path) -> tuple[Path, bool]:
-    """Take the coordinator's lock ``root/.lock`` (``{"host", "pid"}``) in one atomic step;
-    returns its path and whether a dead coordinator's lock was taken over.
-
-    The lock is created exclusively, whole (written under a temporary name and hard-linked
-    into place: a link fails when the lock exists, and nobody reads a half-written lock), so of
-    coordinators started together exactly one gets it. An existing lock is judged where it
-    stands: held by a live process of this host, or by any process on another host (whose
-    liveness cannot be checked from here), it is refused naming its holder; left by a dead
-    process of this host (or unreadable), it is taken over under an exclusive marker
-    ``.lock.takeover`` — the holder is read again under the marker and removed only if it is
-    still the one judged dead — so two coordinators taking over the same dead lock cannot both
-    win."""
-    lock, marker = root / ".lock", root / ".lock.takeover"
-    deadline = time.monotonic() + _TAKEOVER_WAIT_S
-    took_over, tmp = False, None
-    try:
-        while True:
-            if tmp is None or not os.path.exists(tmp):  # (a holder clearing a dead run removes it)
-                tmp = _holder_file(root)
-            try:
-                os.link(tmp, lock)
-                return lock, took_over
-            except (FileExistsError, FileNotFoundError):
-                pass
-            holder = _lock_holder(lock)
-            if holder is not None:
-                _refuse_holder(root, lock, holder)  # a live or remote holder: refused here
-            removed = _take_over(lock, marker, holder)
-            if removed is None:  # another coordinator is taking it over: look again
-                if time.monotonic() > deadline:
-                    raise ValueError(
-                        f"could not take the lock {lock}: another sweep has been taking it over "
-                        f"for {_TAKEOVER_WAIT_S:.0f} s; delete {marker} if no sweep is starting"
-                    )
-                time.sleep(0.005)
-            took_over = took_over or removed
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-
-
-def _holder_file(root: Path) -> str:
-    """A temporary file in ``root`` holding this process's ``{"host", "pid"}``."""
-    fd, tmp = tempfile.mkstemp(prefix=".lock.", dir=root)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"host": socket.gethostname(), "pid": os.getpid()}, handle)
-    return tmp
-
-
-def _take_over(lock: Path, marker: Path, seen: dict[str, Any] | None) -> bool | None:
-    """Under the exclusive ``marker``, remove ``lock`` if it still holds the dead holder
-    ``seen`` (None: unreadable); whether it was removed, or None when another coordinator
-    holds the marker. A marker older than :data:`_TAKEOVER_STALE_S` is a dead coordinator's:
-    it is removed."""
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-    except FileExistsError:
-        with contextlib.suppress(FileNotFoundError):
-            if time.time() - marker.stat().st_mtime > _TAKEOVER_STALE_S:
-                marker.unlink()
-        return None
-    try:
-        if lock.exists() and _lock_holder(lock) == seen:  # still the dead (or unreadable) one
-            lock.unlink()
-            return True
-        return False
-    finally:
-        marker.unlink(missing_ok=True)
+    raise ValueError(
+        f"{root} is locked by a running sweep (pid {holder['pid']}); wait for it or choose "
+        "another --out"
+    )
 
 
 def check_run_dir(root: str | Path) -> None:
@@ -278,7 +185,7 @@ class RunStore:
         try:
             store._judge(resume, created, took_over)
         except BaseException:
-            lock.unlink(missing_ok=True)
+            release(lock)
             if created:
                 shutil.rmtree(store.root, ignore_errors=True)
             raise
@@ -294,8 +201,7 @@ class RunStore:
                 store._remove(created)
             raise
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()
+            release(lock)
 
     def _judge(self, resume: bool, created: bool, took_over: bool) -> None:
         """With the lock held: clear a run a dead coordinator left unstarted (``took_over``

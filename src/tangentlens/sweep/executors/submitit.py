@@ -20,13 +20,14 @@ as the machine's cores hold at ``capture.threads`` each) are submitted at a time
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +78,14 @@ def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
     spec = recipe.executor
     cluster = "slurm" if spec.kind == "slurm" else "local"
     executor = submitit.AutoExecutor(folder=_job_folder(recipe, root), cluster=cluster)
-    setup = [f"export {k}={shlex.quote(v)}" for k, v in worker_env(recipe.capture.threads).items()]
     params: dict[str, Any] = {
         "name": f"tangentlens-{recipe.name}",
         "timeout_min": spec.time_min,
         "cpus_per_task": unit_cpus(recipe),
-        f"{cluster}_setup": setup,
     }
     if cluster == "slurm":
+        env = worker_env(recipe.capture.threads)
+        params["slurm_setup"] = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         params["slurm_array_parallelism"] = spec.array_parallelism or 256
         if spec.partition:
             params["slurm_partition"] = spec.partition
@@ -92,6 +93,28 @@ def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
             params["mem_gb"] = spec.memory_gb
     executor.update_parameters(**params)
     return executor
+
+
+@contextlib.contextmanager
+def _local_env(executor: submitit.AutoExecutor, recipe: Recipe) -> Iterator[None]:
+    """For ``submitit-local``: the units' environment (:func:`worker_env`) set in this process
+    while its jobs start (a local job copies it). Not through submitit's ``local_setup``: that
+    starts each job under ``sh -c``, and cancelling a job then signals the shell, not the job
+    — a stopped sweep would leave its units running."""
+    if executor.cluster == "slurm":
+        yield
+        return
+    env = worker_env(recipe.capture.threads)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _additional(recipe: Recipe, dependency: Sequence[str] = ()) -> dict[str, Any]:
@@ -123,7 +146,7 @@ def _submit(
             )
         else:
             executor.update_parameters(gpus_per_node=gpus)
-        with executor.batch():
+        with _local_env(executor, recipe), executor.batch():  # jobs start as the batch ends
             submitted = [executor.submit(UnitJob(), recipe, str(root), u) for u in group]
         jobs.update({u.name: job for u, job in zip(group, submitted, strict=True)})
     return [jobs[u.name] for u in units]
