@@ -1,9 +1,9 @@
 """``capture.precision = "float32"``: second moments from float32 Grams of rows shifted by a
-frozen mean, added into float64, against float64 on anisotropic rows with a mean 30× their
-spread — moments, every eigenvalue, energy fractions and their ratios within the bound
-:mod:`tangentlens.capture.precision` states (a worst case derived from float32's unit
-roundoff, not a measured number); plain float32 Grams of the unshifted rows break it. The
-attention entropy's float32 rows within their own bound; ``auto`` by device."""
+frozen mean, added into float64, against float64 on anisotropic rows whose mean is 30 times
+their spread (ρ = ‖μ‖/√tr Σ) — moments, every eigenvalue, energy fractions and their ratios
+within the bound :mod:`tangentlens.capture.precision` states (a worst case derived from
+float32's unit roundoff, not a measured number); plain float32 Grams of unshifted rows break
+it. The attention entropy's float32 rows within their own bound; ``auto`` by device."""
 
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ D, BATCH, N_BATCHES, K = 48, 2000, 10, 6
 U64 = 2.0**-53
 
 
-def _rows(seed: int = 0, mean: float = 30.0) -> list[torch.Tensor]:
+def _rows(seed: int = 0, rho: float = 30.0) -> list[torch.Tensor]:
     """Batches of float32-representable rows: an anisotropic Gaussian (variances spanning three
-    decades) around a mean ``mean`` times the largest spread."""
+    decades) around a mean of norm ``rho`` times the spread (ρ = ‖μ‖/√tr Σ)."""
     gen = torch.Generator().manual_seed(seed)
     basis = torch.linalg.qr(torch.randn(D, D, generator=gen, dtype=torch.float64))[0]
     spread = 10.0 ** torch.linspace(0, -1.5, D, dtype=torch.float64)  # std: 1 to 0.03
-    centre = mean * torch.randn(D, generator=gen, dtype=torch.float64) / math.sqrt(D)
+    direction = torch.randn(D, generator=gen, dtype=torch.float64)
+    centre = rho * math.sqrt(float(spread.pow(2).sum())) * direction / direction.norm()
     out = []
     for _ in range(N_BATCHES):
         z = torch.randn(BATCH, D, generator=gen, dtype=torch.float64)
@@ -61,9 +62,9 @@ def _bounds(batches: list[torch.Tensor], shift: torch.Tensor) -> tuple[float, fl
     return eps, slack
 
 
-@pytest.mark.parametrize("mean", [30.0, 1e4])
-def test_float32_moments_keep_every_eigenvalue_within_the_bound(mean):
-    batches = _rows(mean=mean)
+@pytest.mark.parametrize("rho", [30.0, 1e4])
+def test_float32_moments_keep_every_eigenvalue_within_the_bound(rho):
+    batches = _rows(rho=rho)
     exact, fast = _accumulated(batches, "float64"), _accumulated(batches, "float32")
     assert fast.shift is not None and torch.equal(fast.sum, exact.sum)  # first moments: float64
     eps, slack = _bounds(batches, fast.shift)
@@ -81,7 +82,7 @@ def test_plain_float32_grams_of_unshifted_rows_break_the_bound():
     test above can fail. (At a mean 30× the spread, per-batch float32 Grams added into float64
     stay within this worst case at this size; plain float32 running sums lose the lower
     spectrum at 10⁶ rows, METHODS.md §1.3.)"""
-    batches = _rows(mean=1e4)
+    batches = _rows(rho=1e4)
     exact, fast = _accumulated(batches, "float64"), _accumulated(batches, "float32")
     plain = torch.zeros(D, D, dtype=torch.float64)
     for x in batches:

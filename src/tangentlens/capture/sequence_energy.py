@@ -127,8 +127,8 @@ class EnergySums(NamedTuple):
 class _GramPlan:
     """How :func:`group_grams` gathers the groups of consecutive rows (``sizes`` (groups,),
     ``n`` rows) by size class: per class the rows of its groups (padded with the index ``n``,
-    a zero row) and where their Gram matrices go, on the host; on ``device`` after
-    :meth:`sent` (one copy)."""
+    a zero row) and where their Gram matrices go, on the host — or on a device, once
+    :meth:`with_indices` has the copies (sent in one transfer)."""
 
     n: int
     n_groups: int
