@@ -64,7 +64,7 @@ class RowSink:
 
     def __call__(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
-        self.console.print(describe(row), highlight=False, soft_wrap=True)
+        self.console.print(describe(row), highlight=False, markup=False, soft_wrap=True)
         if self.path is None:
             return
         stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
