@@ -22,6 +22,7 @@ size); the accuracy test at a size the CPU affords is ``tests/unit/test_precisio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -137,10 +138,19 @@ def accuracy_rows(d: int, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """The accuracy table (see the module docstring)."""
+def run(
+    quick: bool = False, emit: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """The accuracy table (see the module docstring), each shape's rows passed to ``emit`` as
+    soon as they are measured."""
+    rows = []
     with torch.no_grad():
-        return [row for d, n in SHAPES[quick] for row in accuracy_rows(d, n)]
+        for d, n in SHAPES[quick]:
+            for row in accuracy_rows(d, n):
+                rows.append(row)
+                if emit is not None:
+                    emit(row)
+    return rows
 
 
 def render(rows: list[dict[str, Any]], console: Any) -> None:
