@@ -47,7 +47,7 @@ from tangentlens.data import (
 from tangentlens.models import LensModel, lens_model
 from tangentlens.registry import SCOPES, TANGENT, ProbeEntry, builtin_probes, entries, resolve
 from tangentlens.results import ResultTable
-from tangentlens.runtime import threads
+from tangentlens.runtime import exact_float32, threads
 from tangentlens.user_proxies import resolve_proxies
 
 __all__ = [
@@ -286,6 +286,7 @@ def _loss(model: LensModel, loss: str | None, configs: Mapping[str, ProbeEntry])
     return loss
 
 
+@exact_float32()  # no TF32 whatever the notebook set; its settings restored after
 def capture_model(
     model: torch.nn.Module,
     texts_or_tokens: Any,
@@ -411,6 +412,7 @@ def _check_capture(capture: Capture, configs: Mapping[str, ProbeEntry]) -> None:
             )
 
 
+@exact_float32()  # no TF32 whatever the notebook set; its settings restored after
 def measure(
     model_or_capture: torch.nn.Module | Capture,
     texts_or_tokens: Any = None,

@@ -221,3 +221,29 @@ def test_the_float32_accelerator_loop_ends_as_close_as_float32_allows(seed):
         basis = accelerator.basis().cpu()
     assert accelerator.relative_error_ == pytest.approx(cpu.relative_error_, rel=1e-3)
     assert float(principal_angles(basis, cpu.basis()).max()) < math.radians(0.5)
+
+
+def _fit_syncs(max_iter: int, solver: str) -> tuple[int, int]:
+    """(host syncs, iterations) of a semi-NMF fit of noisy planted rows on the emulated
+    accelerator, ``tol`` small enough that it runs ``max_iter`` iterations."""
+    H, _ = _planted(n=300, d=12, k=4, seed=5, noise=0.5)
+    with emulated_accelerator() as device:
+        X = H.to(device.device)
+        start = len(device.transfers.syncs)
+        model = SemiNMF(4, solver=solver, seed=1, tol=1e-14, max_iter=max_iter, dtype="float64")
+        model.fit(X)
+        return len(device.transfers.syncs) - start, model.n_iter_
+
+
+@pytest.mark.parametrize("solver", ["hals", "mu"])
+def test_a_device_fit_waits_on_the_host_at_most_once_per_ten_iterations(solver):
+    """The device loop reads its objective (the stopping test) once per block of 10
+    iterations, in one transfer: 50 more iterations add at most 5 syncs (before: about 5 per
+    iteration). The fit's own set-up waits 9 times whatever its length — the input's finiteness,
+    its norm, the initial rows' index, the initial codes' and directions' pseudo-inverses (3),
+    the SVD bound (2), the final error — and 10 iterations read one block."""
+    short, short_iterations = _fit_syncs(10, solver)
+    long, long_iterations = _fit_syncs(60, solver)
+    assert (short_iterations, long_iterations) == (10, 60)
+    assert long - short <= 5
+    assert short <= 9 + 1

@@ -33,7 +33,8 @@ from typing import NamedTuple
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.capture.transfer import upload
+from tangentlens.capture.batch_rows import BatchRows
+from tangentlens.capture.transfer import upload, upload_many
 from tangentlens.checks import check_count
 from tangentlens.metrics.controls import exclusion_basis, expected_projector
 
@@ -122,6 +123,51 @@ class EnergySums(NamedTuple):
     complement: torch.Tensor
 
 
+@dataclass(eq=False)
+class _GramPlan:
+    """How :func:`group_grams` gathers the groups of consecutive rows (``sizes`` (groups,),
+    ``n`` rows) by size class: per class the rows of its groups (padded with the index ``n``,
+    a zero row) and where their Gram matrices go, on the host — or on a device, once
+    :meth:`with_indices` has the copies (sent in one transfer)."""
+
+    n: int
+    n_groups: int
+    classes: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def of(cls, sizes: Int[torch.Tensor, " groups"], n: int) -> _GramPlan:
+        sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host
+        ends = torch.cumsum(sizes, 0)
+        starts = ends - sizes
+        size_class = torch.ceil(torch.log2(sizes.double())).long()
+        classes = []
+        for c in torch.unique(size_class).tolist():
+            at = torch.nonzero(size_class == c).squeeze(1)
+            offsets = torch.arange(2**c)
+            rows = starts[at, None] + offsets
+            classes.append((torch.where(offsets < sizes[at, None], rows, n), at))
+        return cls(n, len(sizes), classes)
+
+    def indices(self) -> list[torch.Tensor]:
+        """Every index of the plan, class by class (rows, then where they go)."""
+        return [t for pair in self.classes for t in pair]
+
+    def with_indices(self, sent: list[torch.Tensor]) -> _GramPlan:
+        """The plan with its indices replaced by ``sent`` (in :meth:`indices`' order)."""
+        pairs = [(sent[2 * i], sent[2 * i + 1]) for i in range(len(self.classes))]
+        return _GramPlan(self.n, self.n_groups, pairs)
+
+    def grams(self, x: Float[torch.Tensor, "n d"]) -> Float[torch.Tensor, "groups d d"]:
+        """The groups' Gram matrices of ``x`` (indices on ``x``'s device)."""
+        d = x.shape[1]
+        padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
+        out = x.new_empty(self.n_groups, d, d)
+        for rows, at in self.classes:
+            block = padded[rows]  # (groups of the class, 2^c, d)
+            out[at] = block.transpose(1, 2) @ block
+        return out
+
+
 def group_grams(
     x: Float[torch.Tensor, "n d"], sizes: Int[torch.Tensor, " groups"]
 ) -> Float[torch.Tensor, "groups d d"]:
@@ -129,21 +175,58 @@ def group_grams(
     ``sizes[i]`` rows). Groups are batched by size class (padded with zero rows to the next power
     of two, at most twice the work), so a batch costs a handful of batched products, not one
     small product per group."""
-    n, d = x.shape
-    sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host, indices uploaded
-    ends = torch.cumsum(sizes, 0)
-    starts = ends - sizes
-    padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
-    size_class = torch.ceil(torch.log2(sizes.double())).long()
-    out = x.new_empty(len(sizes), d, d)
-    for c in torch.unique(size_class).tolist():
-        at = torch.nonzero(size_class == c).squeeze(1)
-        offsets = torch.arange(2**c)
-        rows = starts[at, None] + offsets
-        rows = torch.where(offsets < sizes[at, None], rows, n)
-        block = padded[upload(rows, x.device)]  # (groups of the class, 2^c, d)
-        out[upload(at, x.device)] = block.transpose(1, 2) @ block
-    return out
+    plan = _GramPlan.of(sizes, x.shape[0])
+    return plan.with_indices(upload_many(plan.indices(), x.device)).grams(x)
+
+
+@dataclass(eq=False)
+class _Groups:
+    """One batch's (sequence, slot) groups for :meth:`SequenceEnergy.update`, the same for
+    every site: the sequences (``ids``, host), the rows' order, where each group's sums go
+    (slot 0 and, for binned groups, their bin's slot) and the Gram plan; indices on the
+    device, sent in one copy."""
+
+    ids: torch.Tensor
+    order: torch.Tensor
+    to_all: torch.Tensor
+    binned: torch.Tensor | None
+    to_bin: torch.Tensor | None
+    plan: _GramPlan
+
+    @classmethod
+    def of(
+        cls,
+        row_ids: Int[torch.Tensor, " n"],
+        bins: Int[torch.Tensor, " n"] | None,
+        seq_len: int,
+        n_slots: int,
+        device: torch.device,
+    ) -> _Groups:
+        s = n_slots
+        sequences = row_ids.cpu().long() // seq_len  # ids and bins: host bookkeeping
+        slot = torch.zeros_like(sequences)
+        if bins is not None and s > 1:
+            b = bins.cpu().long()
+            slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
+        key, order = torch.sort(sequences * s + slot, stable=True)
+        groups, sizes = torch.unique_consecutive(key, return_counts=True)
+        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
+        ids, where = torch.unique(group_seq, return_inverse=True)
+        binned = torch.nonzero(group_slot > 0).squeeze(1)
+        plan = _GramPlan.of(sizes, len(order))
+        host = [order, where * s]
+        if len(binned):
+            host += [binned, where[binned] * s + group_slot[binned]]
+        sent = upload_many(host + plan.indices(), device)
+        extra = 4 if len(binned) else 2
+        return cls(
+            ids,
+            sent[0],
+            sent[1],
+            sent[2] if len(binned) else None,
+            sent[3] if len(binned) else None,
+            plan.with_indices(sent[extra:]),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +265,7 @@ class SequenceEnergy:
         m, d = len(projectors.methods), projectors.d
         # flattened to d² columns: kind-major (every method's P_Q, then P̄, then P̄ complement)
         flat = projectors.stacked.transpose(0, 1).reshape(len(_KINDS) * m, d * d)
-        self._flat = flat.to(device, torch.float64)
+        self._flat = upload(flat.to(torch.float64), device)  # pinned: no wait
         self._chunks: list[tuple[torch.Tensor, ...]] = []
 
     @property
@@ -194,9 +277,13 @@ class SequenceEnergy:
         g: Float[torch.Tensor, "n d"],
         row_ids: Int[torch.Tensor, " n"],
         bins: Int[torch.Tensor, " n"] | None = None,
+        *,
+        batch: BatchRows | None = None,
     ) -> None:
         """Add kept gradient rows ``g`` (n, d), their global row ids and frequency bins (n,;
-        bins outside ``[0, slots − 1)`` count in slot 0 only)."""
+        bins outside ``[0, slots − 1)`` count in slot 0 only); ``batch``: the same rows'
+        :class:`~tangentlens.capture.batch_rows.BatchRows`, whose grouping every site of the
+        batch shares (made once)."""
         p = self.projectors
         if g.ndim != 2 or g.shape[1] != p.d or row_ids.shape != (g.shape[0],):
             raise ValueError(
@@ -206,34 +293,30 @@ class SequenceEnergy:
         if not g.shape[0]:
             return
         m, s = len(p.methods), self.n_slots
-        sequences = row_ids.cpu().long() // self.seq_len  # ids and bins: host bookkeeping
-        slot = torch.zeros_like(sequences)
-        if bins is not None and s > 1:
-            b = bins.cpu().long()
-            slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
-        key, order = torch.sort(sequences * s + slot, stable=True)
-        groups, sizes = torch.unique_consecutive(key, return_counts=True)
         device = self._flat.device
-        x = g.detach().to(device, torch.float64)[upload(order, device)]
-        grams = group_grams(x, sizes).flatten(1)  # (groups, d²)
+        if batch is None:
+            groups = _Groups.of(row_ids, bins, self.seq_len, s, device)
+        else:
+            key = ("sequence groups", self.seq_len, s, device)
+            groups = batch.shared(
+                key, lambda: _Groups.of(batch.row_ids, batch.bins, self.seq_len, s, device)
+            )
+        x = g.detach().to(device, torch.float64)[groups.order]
+        grams = groups.plan.grams(x).flatten(1)  # (groups, d²)
         energies = (grams @ self._flat.T).view(-1, len(_KINDS), m)  # (groups, kind, method)
         total = torch.diagonal(grams.view(-1, p.d, p.d), dim1=1, dim2=2).sum(dim=1)
-        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
-        ids, where = torch.unique(group_seq, return_inverse=True)
-        n, kinds = len(ids), len(_KINDS)
+        n, kinds = len(groups.ids), len(_KINDS)
         # per (sequence, slot) row: Σ‖g‖², then the energies (kind-major); slot 0 gets every
         # group, a group of bin b its slot b + 1 as well (the rows' indices made on the host)
         values = torch.cat([total[:, None], energies.flatten(1)], dim=1)
         out = torch.zeros(n * s, 1 + kinds * m, dtype=torch.float64, device=device)
-        out.index_add_(0, upload(where * s, device), values)
-        binned = torch.nonzero(group_slot > 0).squeeze(1)
-        if len(binned):
-            rows = upload(where[binned] * s + group_slot[binned], device)
-            out.index_add_(0, rows, values[upload(binned, device)])
+        out.index_add_(0, groups.to_all, values)
+        if groups.binned is not None:
+            out.index_add_(0, groups.to_bin, values[groups.binned])
         out = out.view(n, s, 1 + kinds * m)
         out_total = out[:, :, 0].contiguous()
         out_kinds = out[:, :, 1:].reshape(n, s, kinds, m).permute(2, 0, 3, 1).contiguous()
-        self._chunks.append((ids, out_total, *out_kinds))
+        self._chunks.append((groups.ids, out_total, *out_kinds))
 
     def _consolidated(self) -> tuple[torch.Tensor, ...]:
         """One chunk per sequence (sequences split across updates or merges are summed)."""

@@ -25,6 +25,13 @@ The tangent account's probes (:func:`tangent_account`, from the registry): every
 and the proxy fit's rows (proxy_fit). A setting is checked only where every run's recipe has it
 (a probe one run lacks has no shared rows).
 
+Statistics precision (:func:`precision_refusals`, read from the manifests' ``statistics_dtype``;
+runs from before the setting are float64): runs whose statistics were accumulated at different
+precisions are compared only when every float32 run's stated bound (``statistics_bound``: the
+second moments' error per unit of ``Σ‖x − c‖²``, :mod:`tangentlens.capture.precision`) is at
+most :data:`MIXED_PRECISION_BOUND`, flagged in one line; otherwise every row is refused, in one
+line naming each run's precision and bound.
+
 Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_len``,
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
 ``capture`` probe's ``n_tokens`` at the compared steps).
@@ -49,6 +56,7 @@ from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_p
 
 __all__ = [
     "FLAGGED",
+    "MIXED_PRECISION_BOUND",
     "Refusal",
     "Setting",
     "corpus_size_flag",
@@ -57,6 +65,7 @@ __all__ = [
     "fit_window_lines",
     "flag_lines",
     "must_match",
+    "precision_refusals",
     "recipe_differences",
     "refusals",
 ]
@@ -264,6 +273,38 @@ def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
         line = f"{setting.name} differs ({texts}): {setting.what()} not compared"
         out.append(Refusal(setting, line))
     return out
+
+
+#: The largest stated float32 bound (relative, per unit of ``Σ‖x − c‖²``) at which runs of
+#: different statistics precisions are still compared: eigenvalues within 0.1 % of the spread.
+MIXED_PRECISION_BOUND = 1e-3
+
+
+def _precision(run: Run) -> tuple[str, float]:
+    """A run's statistics precision and its stated relative bound (0 for float64)."""
+    dtype = run.manifest.get("statistics_dtype", "float64")
+    bound = run.manifest.get("statistics_bound", {}).get("relative", 0.0)
+    return dtype, float(bound) if dtype == "float32" else 0.0
+
+
+def precision_refusals(runs: Sequence[Run]) -> tuple[list[Refusal], list[str]]:
+    """(refusals, flag lines) for runs of different statistics precisions: nothing when they
+    agree; a flag when every float32 run's bound is within :data:`MIXED_PRECISION_BOUND`; else
+    one refusal of every row."""
+    found = [_precision(run) for run in runs]
+    if len({dtype for dtype, _ in found}) == 1:
+        return [], []
+    listed = ", ".join(
+        f"{run.label} {dtype}" + (f" (bound {bound:.1e})" if bound else "")
+        for run, (dtype, bound) in zip(runs, found, strict=True)
+    )
+    if max(bound for _, bound in found) <= MIXED_PRECISION_BOUND:
+        return [], [f"statistics precision differs ({listed}): within {MIXED_PRECISION_BOUND:g}"]
+    line = (
+        f"statistics precision differs ({listed}), a bound above {MIXED_PRECISION_BOUND:g}: "
+        "no row compared (rerun one with capture.precision matching the other)"
+    )
+    return [Refusal(Setting("statistics precision", "statistics_dtype"), line)], []
 
 
 def flag_lines(runs: Sequence[Run]) -> list[str]:

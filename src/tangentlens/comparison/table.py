@@ -45,6 +45,7 @@ from tangentlens.comparison.settings import (
     estimator_refusals,
     fit_window_lines,
     flag_lines,
+    precision_refusals,
     recipe_differences,
     refusals,
 )
@@ -255,8 +256,9 @@ def compare(
         raise ValueError(f"compare needs two or more run directories, got {len(paths)}")
     read = [read_run(p, label) for p, label in zip(paths, _labels(paths, labels), strict=True)]
     steps = [run.pick_step(step) for run in read]
-    refused = [*refusals(read), *estimator_refusals(read)]
-    flagged = flag_lines(read)
+    mixed, precision_flags = precision_refusals(read)
+    refused = [*refusals(read), *estimator_refusals(read), *mixed]
+    flagged = [*flag_lines(read), *precision_flags]
     size = corpus_size_flag(read, steps)
     if size is not None:
         flagged.append(size)

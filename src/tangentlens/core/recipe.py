@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.capture.needs import Needs
-from tangentlens.checks import build_section, check_count, check_fraction, suggest
+from tangentlens.capture.precision import PRECISIONS
+from tangentlens.checks import build_section, check_choice, check_count, check_fraction, suggest
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import LOADER_CHOICES
@@ -203,7 +204,14 @@ class CaptureSpec:
     the same order wherever a unit runs (part of the recipe: another thread count can change the
     last bits of a sum); ``passes``: capture passes per step, each over a contiguous group of the
     sites (the model runs once per pass; a site's statistics do not depend on its group; 0 = the
-    fewest that fit the device's memory, chosen by the memory plan where the unit runs)."""
+    fewest that fit the device's memory, chosen by the memory plan where the unit runs);
+    ``precision``: of the statistics' d × d sums — ``"float64"`` (every sum in float64),
+    ``"float32"`` (the second moments from float32 Grams of rows shifted by a frozen mean, added
+    into float64, and the attention entropy's rows in float32: within the bound
+    :mod:`tangentlens.capture.precision` states, which the manifest records) or ``"auto"``
+    (float64 on the CPU and on GPUs with full-rate float64 — P100, V100, A100, H100, B200 —,
+    float32 on the others, where float64 runs at 1/32–1/64 of float32); recorded in the
+    manifest as resolved (``statistics_dtype``)."""
 
     sites: tuple[str, ...] = ("resid_post",)
     layers: str = "all"
@@ -213,6 +221,7 @@ class CaptureSpec:
     seed: int = 0
     threads: int = 2
     passes: int = 1
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         for kind in self.sites:
@@ -229,6 +238,7 @@ class CaptureSpec:
         check_count(self.reservoir, "capture.reservoir", minimum=0)
         check_count(self.threads, "capture.threads", minimum=1)
         check_count(self.passes, "capture.passes", minimum=0)
+        check_choice(self.precision, "capture.precision", PRECISIONS)
         _layer_form(self.layers)  # the form here; the range once a model is known
 
 
@@ -353,9 +363,12 @@ class Recipe:
         """Plain JSON-able form of what the results depend on: the recipe's identity, recorded
         in the manifest and compared on ``--resume``. The executor is not part of it
         (:meth:`executor_dict`), nor ``capture.passes`` (how the sites are grouped changes no
-        site's statistics)."""
+        site's statistics); ``capture.precision`` is part of it unless float64 (so runs from
+        before the setting, all float64, keep their identity)."""
         capture = dataclasses.asdict(self.capture)
         del capture["passes"]
+        if capture["precision"] == "float64":
+            del capture["precision"]
         out = {
             "name": self.name,
             "suite": dataclasses.asdict(self.suite),

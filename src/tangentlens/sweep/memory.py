@@ -44,6 +44,14 @@ and the probes run there. Peaks take the largest phase (loss; backward; accumula
 probes) on top of what lives throughout. Allocator slack and kernel workspaces are not
 modelled: the plan is checked against measured peaks (``tests/integration/test_memory_plan.py``).
 Multi-device placement is not planned.
+
+A GPU's budget is the memory free on it when a unit starts (``torch.cuda.mem_get_info``: the
+CUDA context, other processes and earlier allocations already deducted) less a stated
+**headroom** (:func:`headroom_bytes`: 1 GiB for kernel workspaces — cuBLAS, cuDNN — plus 5 % of
+the device's memory for the caching allocator's fragmentation). A unit that still runs out of
+memory fails in one line (:func:`out_of_memory_line`) naming the unit, the plan's peak, what the
+unit needed and the largest ``data.batch_size`` whose plan, scaled by what the unit needed
+beyond its plan, fits; it is not retried unchanged.
 """
 
 from __future__ import annotations
@@ -67,9 +75,12 @@ __all__ = [
     "PlanInputs",
     "check_fits",
     "control_draw_columns",
+    "fitting_batch",
+    "headroom_bytes",
     "held_draws_bytes",
     "host_budget",
     "memory_plan",
+    "out_of_memory_line",
     "plan_recipe",
     "probe_bytes",
     "recipe_inputs",
@@ -263,6 +274,55 @@ def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None)
 
 def _gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
+
+
+#: The headroom a GPU's budget leaves: kernel workspaces (cuBLAS, cuDNN) ...
+HEADROOM_FIXED = GIB
+#: ... and the caching allocator's fragmentation, as a share of the device's memory.
+HEADROOM_SHARE = 0.05
+
+
+def headroom_bytes(total: int) -> int:
+    """What a GPU's budget keeps free of a device with ``total`` bytes:
+    :data:`HEADROOM_FIXED` plus :data:`HEADROOM_SHARE` of ``total``."""
+    return HEADROOM_FIXED + int(HEADROOM_SHARE * total)
+
+
+def _peak(plan: MemoryPlan) -> int:
+    """The peak on the model's device (the host's on the CPU)."""
+    return plan.host_peak if plan.device == "cpu" else plan.accelerator_peak
+
+
+def fitting_batch(inputs: PlanInputs, budget: int, scale: float = 1.0) -> int | None:
+    """The largest ``data.batch_size`` below ``inputs.batch`` whose planned peak on the
+    model's device, times ``scale`` (what a unit needed over its plan), is within ``budget``;
+    None when none is."""
+    for batch in range(inputs.batch - 1, 0, -1):
+        if _peak(memory_plan(dataclasses.replace(inputs, batch=batch))) * scale <= budget:
+            return batch
+    return None
+
+
+def out_of_memory_line(unit: str, inputs: PlanInputs, needed: int, budget: int | None) -> str:
+    """One line for a unit that ran out of memory: the unit, what it ``needed`` at least (bytes
+    held and asked for), the plan's peak at the recipe's batch and the ``budget`` it was checked
+    against (None: the plan's peak stands for it), and the largest ``data.batch_size`` that fits
+    once the plan is scaled by ``needed`` over its peak (:func:`fitting_batch`)."""
+    planned = _peak(memory_plan(inputs))
+    where = "host" if inputs.device == "cpu" else "GPU"
+    scale = max(needed / planned, 1.0) if planned else 1.0
+    limit = planned if budget is None else budget
+    batch = fitting_batch(inputs, limit, scale)
+    against = "" if budget is None else f", {_gib(budget)} available"
+    remedy = (
+        f"set data.batch_size = {batch} (fits once the plan is scaled by {scale:.2f})"
+        if batch
+        else "no data.batch_size fits: more capture.passes, fewer sites or a smaller model"
+    )
+    return (
+        f"unit {unit} ran out of {where} memory: it needed ≥ {_gib(needed)}, the plan's peak at "
+        f"data.batch_size = {inputs.batch} is {_gib(planned)}{against}; {remedy}"
+    )
 
 
 def _statistics_bytes(inputs: PlanInputs) -> int:
