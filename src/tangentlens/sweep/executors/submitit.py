@@ -25,6 +25,8 @@ import json
 import math
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -208,8 +210,15 @@ class SubmititBackend:
         if self.slurm:
             return
         jobs = [job for _, job, _ in self.jobs.values()]
-        for job in jobs:
-            job.cancel(check=False)
+        for unit, job, _ in self.jobs.values():
+            # the unit's own process (its marker names it) is interrupted: its job then ends
+            # cleanly; a job whose unit has not started yet is cancelled through submitit
+            pid = _running_pid(self.root, unit.name)
+            if pid is None:
+                job.cancel(check=False)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + grace
         while any(not job.done() for job in jobs) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -255,6 +264,15 @@ class SubmititBackend:
             line, retry = failure
             return Finished(unit, error_line(line), str(log), seconds, retry=retry)
         return Finished(unit, seconds=seconds, work=report.seconds)
+
+
+def _running_pid(root: Path, unit: str) -> int | None:
+    """The pid of the process of this host running ``unit`` (from its marker), or None."""
+    try:
+        marker = json.loads((root / "units" / f"{unit}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(marker["pid"]) if marker.get("host") == socket.gethostname() else None
 
 
 def _live_jobs(
