@@ -76,7 +76,7 @@ from tangentlens import capture, dictionaries, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
-from tangentlens.checks import check_choice, check_count
+from tangentlens.checks import Bound, check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
@@ -99,6 +99,7 @@ __all__ = [
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
+    "exchangeable_room",
     "interval_source",
     "rows",
     "sequence_energy_config",
@@ -544,6 +545,45 @@ def rows(
     return out
 
 
+def _excluded_rank(recipe: Any) -> int:
+    """The rank r of what the exchangeable controls avoid: 1 with the mean direction m̂ (the
+    stage's ``mean_direction``), else 0."""
+    return 1 if recipe.proxies.mean_direction else 0
+
+
+def exchangeable_room(recipe: Any, d: int, probe: str) -> Bound:
+    """The range of ``proxies.rank`` k whose exchangeable control frames (Haar k-frames in m̂⊥,
+    of dimension ``d − r``) fit: ``k ≤ d − r`` (``probe`` names who draws them)."""
+    r = _excluded_rank(recipe)
+    why = f"{probe}'s exchangeable controls are k-frames in m̂⊥, of dimension d − {r} = {d - r}"
+    return Bound("proxies.rank", recipe.proxies.rank, 1, d - r, why)
+
+
+def _width_bounds(config: TangentEnergyConfig, recipe: Any, d: int) -> list[Bound]:
+    """The rank's room for both control families and the data-matched span's range, as the
+    frames are drawn: exchangeable k ≤ d − r; complement (k-frames outside the proxy and m̂, a
+    space of dimension d − k − r) k ≤ ⌊(d − r)/2⌋; the data-matched span, a top-m PCA span
+    (PCA rank m ≤ d − 1), keeps m − k − r ≥ k dimensions outside the proxy and m̂ (its overlap
+    with k + r generic directions has rank k + r), so m ≥ 2k + r."""
+    k, r = recipe.proxies.rank, _excluded_rank(recipe)
+    complement = (
+        f"{NAME}'s complement controls are k-frames outside the proxy and m̂, of dimension "
+        f"d − k − {r} (k ≤ ⌊(d − {r})/2⌋ = {(d - r) // 2} at d = {d})"
+    )
+    out = [
+        exchangeable_room(recipe, d, NAME),
+        Bound("proxies.rank", k, 1, (d - r) // 2, complement),
+    ]
+    m = config.data_matched_m
+    if m is not None:
+        why = (
+            f"the data-matched controls are k-frames in a top-m PCA span (m < d = {d}) outside "
+            f"the proxy and m̂ (m − k − {r} ≥ k: m ≥ {2 * k + r} at proxies.rank = {k})"
+        )
+        out.append(Bound(f"probes.{NAME}.data_matched_m", m, 2 * k + r, d - 1, why))
+    return out
+
+
 def _step_rows(inputs: StepInputs, config: TangentEnergyConfig) -> list[dict[str, Any]]:
     stage = inputs.tangent
     return rows(
@@ -563,6 +603,7 @@ PROBE = Probe(
     scope="tangent",
     needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
     rows=_step_rows,
+    width_bounds=_width_bounds,
     metrics={
         "energy_fraction": (
             "`‖GQ‖²_F / ‖G‖²_F`; `ci_low`/`ci_high`: 95 % studentized bootstrap over sequences "

@@ -29,6 +29,7 @@ from tangentlens.capture import LOSSES, CaptureStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
@@ -353,6 +354,7 @@ def _capture(
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, stage, settings, suite, has_tokens=has_tokens)
     check_attention(model, recipe)  # before any data is prepared or captured
+    check_width(recipe, model.d_model, f"the model (d_model = {model.d_model})")
     width = texts_or_tokens.shape[-1] if has_tokens else None
     if width is not None and settings.get("seq_len", width) != width:
         raise ValueError(
@@ -473,6 +475,10 @@ def measure(
             model_or_capture, texts_or_tokens, configs, stage, **settings
         )
     recipe = Recipe("notebook", SuiteSpec(name=capture.suite), proxies=stage, probes=configs)
+    if isinstance(model_or_capture, Capture):
+        widths = {site.h.d for site in capture.statistics.sites.values()}
+        for d in sorted(widths):
+            check_width(recipe, d, f"the capture (sites of width {d})")
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}

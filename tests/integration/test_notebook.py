@@ -448,3 +448,26 @@ def test_the_stage_keys_given_with_tangent_energy_are_moved_in_one_line(model, t
     capture = tl.capture_model(model, texts[:20], probes=probes, seq_len=32)
     again = tl.measure(capture, probes={"tangent_energy": {"bootstrap": 0}}, fit={"rank": 3})
     assert _same_rows(table, again)
+
+
+def test_the_width_bounds_are_checked_before_the_capture(model, texts, capture, monkeypatch):
+    """A rank whose complement controls do not fit d = 32 (k ≤ ⌊31/2⌋ = 15) is refused by its
+    recipe key before anything is captured, for a model and for a capture; 15 runs."""
+    import tangentlens.notebook as notebook
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("captured before the bounds were checked")
+
+    monkeypatch.setattr(notebook, "capture_scored", no_capture)
+    message = (
+        "the model (d_model = 32): proxies.rank = 16 is out of range: tangent_energy's "
+        "complement controls are k-frames outside the proxy and m̂, of dimension d − k − 1 "
+        "(k ≤ ⌊(d − 1)/2⌋ = 15 at d = 32); allowed: 1 … 15"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tl.measure(model, texts, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
+    with pytest.raises(ValueError, match=re.escape("the capture (sites of width 32): proxies.")):
+        tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
+    monkeypatch.undo()
+    table = tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 15})
+    assert _energy(table, "pca", "energy_ratio") > 0

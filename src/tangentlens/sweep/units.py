@@ -30,6 +30,7 @@ from tangentlens.capture import (
 )
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import (
     DATA_FILE,
     AnalysisData,
@@ -227,6 +228,13 @@ def _load_model(recipe: Recipe, suite: CheckpointSuite, step: int) -> Any:
     )
 
 
+def _check_width(recipe: Recipe, model: Any, step: int) -> None:
+    """Refuse, before the capture, what the loaded model's width rules out (the planning check,
+    for a suite whose shape was not known offline)."""
+    d = lens_model(model).d_model
+    check_width(recipe, d, f"the checkpoint at step {step} (d_model = {d})")
+
+
 def accelerator_budget(device: str) -> int | None:
     """Memory of the GPU ``device`` names (None on the CPU)."""
     if not device.startswith("cuda"):
@@ -264,6 +272,7 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     step, data = _step(unit), _data(recipe, store)
     status(f"window step {step}: capture (activations)")
     model = _load_model(recipe, _suite(recipe), step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     stats = capture_step(
         model, sites, data, recipe, Needs(reservoir=True), step, gradients=False, score_loss=False
@@ -428,6 +437,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     status("loading")
     with phases.phase("load"):
         model = _load_model(recipe, suite, step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
