@@ -664,7 +664,7 @@ PROBE = Probe(
         tables=(
             Table(
                 "energy_ratio",
-                "energy ratio and p-value against the exchangeable controls",
+                "energy ratio [95 % CI], p-value vs the exchangeable controls",
                 in_compare=False,
                 render="tangentlens.report.sweep_report:energy_tables",
             ),
