@@ -92,7 +92,7 @@ DIFFERENCE_LEVEL = 0.95
 
 def is_ratio(metric: str) -> bool:
     """Ratio metrics are compared on the log scale: ``*_ratio`` (a ratio to its null, whose
-    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − E(m̂))·d/(d − 1)``,
+    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − D)·d/(d − 1)``,
     reported beside it (``energy_enrichment_null``), so it is compared as a plain difference."""
     return metric.endswith("_ratio")
 

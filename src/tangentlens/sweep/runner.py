@@ -216,8 +216,8 @@ def check_pretrained_sae(recipe: Recipe) -> None:
 def check_model_shape(recipe: Recipe) -> None:
     """Refuse, before anything runs, the settings that only the suite's model shape rules out:
     blocks ``capture.layers`` names that the model lacks, and every bound the model's width
-    ``d_model`` sets on the proxies stage and the probes (:func:`~tangentlens.core.bounds.
-    check_width`: ``proxies.rank`` within the room of the control frames, ``data_matched_m``, …).
+    ``d_model`` sets on the proxies stage and the probes (``proxies.rank`` within the room of
+    the control frames, ``data_matched_m``, …: :func:`~tangentlens.core.bounds.check_width`).
     A suite whose shape is not known offline is checked when its step units start."""
     try:
         shape = suite_shape(recipe.suite.name)
