@@ -744,6 +744,7 @@ PROBE = Probe(
                 metric_prefix="data_matched_",
             ),
         ),
+        may_differ=("bootstrap", "interval", "keep_replicates"),  # intervals only
         estimators=(
             Estimator(
                 "energy_drift",

@@ -289,6 +289,10 @@ class Probe:
 
         if not isinstance(self.reporting, Reporting):
             raise ValueError(f"{where}: reporting must be a tangentlens Reporting")
+        keys = [f.name for f in dataclasses.fields(self.config)]
+        unknown = [k for k in self.reporting.may_differ if k not in keys]
+        if unknown and not hasattr(self.config, "to_table"):
+            raise ValueError(f"{where}: may_differ names {unknown}, not keys of its config {keys}")
         for item in (*self.tables, *self.figures):
             if item.metric not in self.metrics:
                 raise ValueError(

@@ -109,12 +109,16 @@ class Figure:
 class Reporting:
     """Everything a probe declares for the report, ``compare`` and the manifest: ``tables``
     and ``figures`` (None: the defaults from its metrics, :func:`default_tables` and
-    :func:`default_figures`; ``()``: none), ``must_match`` settings and ``estimators``."""
+    :func:`default_figures`; ``()``: none), ``must_match`` settings, ``estimators`` and
+    ``may_differ``: the keys of its own recipe table two compared runs may set differently
+    (every other key must match, else ``compare`` refuses the probe's rows; e.g. the number of
+    bootstrap replicates, which changes no value)."""
 
     tables: tuple[Table, ...] | None = None
     figures: tuple[Figure, ...] | None = None
     must_match: tuple[MustMatch, ...] = ()
     estimators: tuple[Estimator, ...] = ()
+    may_differ: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
