@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from matplotlib.collections import PolyCollection
+from rich.console import Console
 
 from tangentlens.comparison import compare
 from tangentlens.report import compare_report
@@ -128,3 +129,14 @@ def test_compare_draws_a_figure_for_a_researchers_probe(tmp_path, monkeypatch):
     }
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == 2  # each run's interval
+
+
+def test_compare_tables_show_each_runs_interval(tmp_path):
+    a = _run(tmp_path / "a", _recipe(), [0, 1200])
+    b = _run(tmp_path / "b", _recipe(), [0, 1200])
+    console = Console(record=True, width=120)
+    compare_report.render_comparison(compare([a, b]), console)
+    text = console.export_text()
+    start = text.index("site_grad: site_grad_ratio")
+    table = text[start : text.index("\n\n", start)]
+    assert "2.200 [2.100, 2.300]" in table  # each run's value with its interval
