@@ -119,7 +119,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert "holds a run of another recipe" in shown and "done" not in shown.split("\n", 1)[1]
     assert main(["report", str(finished_run)]) == 0
     out = capsys.readouterr().out
-    assert "energy ratio and p-value" in out and "cosine anisotropy" in out
+    assert "energy ratio [95 % CI], p-value" in out and "cosine anisotropy" in out
     for name in ("tangent_energy", "anisotropy_depth", "twonn", "qk_drift"):
         png = (finished_run / "figures" / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000
