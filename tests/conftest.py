@@ -67,7 +67,7 @@ _trainer: subprocess.Popen | None = None
 #: on one xdist worker, so that each sweep runs once.
 SHARED_SWEEPS = frozenset({"units_reference", "executor_runs"})
 #: Files of long independent tests with nothing shared: spread over the workers test by test.
-SPREAD_FILES = frozenset({"test_interval_coverage.py"})
+SPREAD_FILES = frozenset({"test_interval_coverage.py", "test_drift_null.py"})
 
 
 @pytest.hookimpl(tryfirst=True)

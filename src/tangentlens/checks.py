@@ -16,6 +16,7 @@ import types
 import typing
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,10 @@ else:
 
 __all__ = [
     "CHUNK_ROWS",
+    "Bound",
     "as_tensor",
     "build_section",
+    "check_bounds",
     "check_choice",
     "check_count",
     "check_fraction",
@@ -46,6 +49,35 @@ __all__ = [
     "suggest",
     "to_float64",
 ]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A range ``low … high`` that a model's width sets on the setting ``key`` (its recipe
+    key), whose value is ``value``; ``why``: what sets it, with the formula."""
+
+    key: str
+    value: int
+    low: int
+    high: int
+    why: str
+
+
+def check_bounds(bounds: Iterable[Bound]) -> None:
+    """Refuse the first setting (in the order given) whose value lies outside the
+    intersection of its bounds, naming its key, its value, the allowed range (none when
+    empty) and what sets the binding ends."""
+    by_key: dict[str, list[Bound]] = {}
+    for bound in bounds:
+        by_key.setdefault(bound.key, []).append(bound)
+    for key, found in by_key.items():
+        low = max(found, key=lambda b: b.low)
+        high = min(found, key=lambda b: b.high)
+        value = found[0].value
+        if not low.low <= value <= high.high:
+            allowed = f"{low.low} … {high.high}" if low.low <= high.high else "none"
+            binding = high if value > high.high else low
+            raise ValueError(f"{key} = {value} is out of range: {binding.why}; allowed: {allowed}")
 
 
 def check_count(n: object, name: str, *, minimum: int) -> int:

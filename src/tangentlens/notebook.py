@@ -29,6 +29,7 @@ from tangentlens.capture import LOSSES, CaptureStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
@@ -342,18 +343,22 @@ def _capture(
     step: int | None = None,
     tokens_seen: int | None = None,
     loss: str | None = None,
+    bounded: bool = False,
     **settings: Any,
 ) -> tuple[Capture, CaptureStatistics, dict[str, Any] | None]:
     """:func:`capture_model` for the probes' resolved ``configs`` and the proxies ``stage``:
     the capture, the statistics its energies are scored on and the step's own fit where it
     is fitted on other sequences (``held_out``: :func:`~tangentlens.core.step.capture_scored`),
-    else None."""
+    else None. ``bounded`` (a measurement): the bounds the model's width sets on the stage and
+    the probes are checked before the capture (:func:`~tangentlens.core.bounds.check_width`)."""
     loss = _loss(model, loss, configs)
     suite = suite or model.model_name or _LABEL
     step = int(step if step is not None else (model.checkpoint or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, stage, settings, suite, has_tokens=has_tokens)
     check_attention(model, recipe)  # before any data is prepared or captured
+    if bounded:  # measured: what the model's width rules out, refused before the capture
+        check_width(recipe, model.d_model, f"the model (d_model = {model.d_model})")
     width = texts_or_tokens.shape[-1] if has_tokens else None
     if width is not None and settings.get("seq_len", width) != width:
         raise ValueError(
@@ -472,9 +477,13 @@ def measure(
         raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
     if not isinstance(model_or_capture, Capture):
         capture, scored, fitted = _capture(
-            model_or_capture, texts_or_tokens, configs, stage, **settings
+            model_or_capture, texts_or_tokens, configs, stage, bounded=True, **settings
         )
     recipe = Recipe("notebook", SuiteSpec(name=capture.suite), proxies=stage, probes=configs)
+    if isinstance(model_or_capture, Capture):
+        widths = {site.h.d for site in capture.statistics.sites.values()}
+        for d in sorted(widths):
+            check_width(recipe, d, f"the capture (sites of width {d})")
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}

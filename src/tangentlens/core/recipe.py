@@ -390,7 +390,45 @@ def _table(config: Any) -> dict[str, Any]:
     return config.to_table() if hasattr(config, "to_table") else dataclasses.asdict(config)
 
 
-def _apply_override(data: dict[str, Any], override: str) -> None:
+def _override_path(key: str) -> list[str]:
+    """The table path of a ``--set`` key: its dotted parts, where a part in quotes is one part
+    (TOML's quoted key, as a recipe file writes an import-path probe:
+    ``probes."mypkg.probes:PROBE".per_bin``) and, under ``probes``, an unquoted import path is
+    one part too (``probes.mypkg.probes:PROBE.per_bin``: the first part holding ``:`` ends it —
+    no recipe key has one, and an attribute name has no dot)."""
+    parts: list[str] = []
+    current, quote = "", ""
+    for char in key.strip():
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                current += char
+        elif char in "\"'":
+            quote = char
+        elif char == ".":
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if quote:
+        raise ValueError(f"--set {key}: a quoted key part is not closed ({quote})")
+    parts.append(current.strip())
+    if not all(parts):
+        raise ValueError(f"--set {key}: an empty key part (e.g. proxies.rank=32)")
+    if parts[0] == "probes":
+        colon = next((i for i, part in enumerate(parts[1:], 1) if ":" in part), None)
+        if colon is not None and colon > 1:
+            parts = ["probes", ".".join(parts[1 : colon + 1]), *parts[colon + 1 :]]
+    return parts
+
+
+def _apply_override(
+    data: dict[str, Any], override: str, given: dict[tuple[str, ...], tuple[str, Any]]
+) -> None:
+    """Set ``data`` at the override's key; ``given``: the keys earlier overrides set (the path
+    they reached and their text), so that one key given twice with two values is refused, as
+    a recipe file refuses it."""
     if "=" not in override:
         raise ValueError(f"--set expects KEY=VALUE (e.g. proxies.rank=32), got {override!r}")
     key, raw = override.split("=", 1)
@@ -398,12 +436,19 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is a string
-    parts = key.strip().split(".")
+    parts = _override_path(key)
     stage_keys = [f.name for f in dataclasses.fields(ProxiesSpec)]
     if parts[:2] == ["probes", LEGACY_PROBE] and len(parts) > 2 and parts[2] in stage_keys:
         moved = ".".join([PROXIES, *parts[2:]])
         logger.warning("--set %s: %s now lives in [%s] (set %s)", key, parts[2], PROXIES, moved)
         parts = [PROXIES, *parts[2:]]
+    path = tuple(parts)
+    if path in given and given[path][1] != value:
+        first = given[path][0]
+        raise ValueError(
+            f"--set sets {'.'.join(path)} twice: {first} and {override.strip()}; give it once"
+        )
+    given[path] = (override.strip(), value)
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
@@ -452,8 +497,9 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"recipe {path} is not valid TOML: {err}") from None
     data = move_legacy_keys(data, f"recipe {path.name}")
+    given: dict[tuple[str, ...], tuple[str, Any]] = {}
     for override in overrides:
-        _apply_override(data, override)
+        _apply_override(data, override, given)
     allowed = ["suite", "data", "capture", PROXIES, "probes", "executor"]
     for key in data:
         if key not in allowed:

@@ -31,8 +31,8 @@ element at ``suite.dtype``):
   matrices of an eigen-decomposition), with the **control draws** the step's probes keep
   (tangent_energy's Gaussian draws and frames of both families, at most
   :data:`REUSED_DRAWS_BYTES`: ``tangentlens.metrics.reused_draws``), on top of the statistics
-  and the reservoir. Nothing is drawn before the capture: the per-sequence energy sums use the
-  controls' exact mean projectors;
+  and the reservoir. Nothing is drawn before the capture: the per-sequence energy sums give the
+  controls' exact means;
 * host, loading: **the Hugging Face model and its TransformerLens copy** (2 × weights at
   float32; below float32, TransformerLens' weight processing holds the state dict in float32
   and casts it back: weights + 4 bytes × parameters + the embedding).
@@ -137,7 +137,9 @@ class PlanInputs:
     ``bin_moments``: per-bin d × d moments of G; ``n_types``: types with per-type sums (0 =
     none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
     per-sequence energy sums the capture gathers, the mean direction included (0 = none;
-    frozen-early intervals); ``n_sequences``: analysed sequences; ``passes``: capture passes
+    frozen-early intervals); ``energy_drift``: those sums keep the drift sums ``Σ (m̂ᵀg) g``
+    (d per sequence and slot: the proxies avoid m̂); ``n_sequences``: analysed sequences;
+    ``passes``: capture passes
     over groups of the sites (0 = the fewest that fit, chosen by :func:`check_fits`);
     ``draws``: control draws per seed key the step's probes make and keep, 0 = none;
     ``draw_columns``: the columns kept per draw, site and frequency-bin slot (the ranks of the
@@ -160,6 +162,7 @@ class PlanInputs:
     passes: int = 1
     draws: int = 0
     draw_columns: int = 0
+    energy_drift: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,8 +330,8 @@ def out_of_memory_line(unit: str, inputs: PlanInputs, needed: int, budget: int |
 
 def _statistics_bytes(inputs: PlanInputs) -> int:
     """One site's float64 statistics: moments, type sums and, with per-sequence energy sums,
-    their projectors (``3M`` d × d matrices: ``P_Q`` and both control families' exact mean
-    projectors) and sums (``S × slots × (1 + 3M)``)."""
+    their projectors (``M`` d × d matrices ``P_Q``) and sums (``S × slots × (1 + M)``, and the
+    drift sums ``S × slots × d`` where the proxies avoid m̂)."""
     d, methods, slots = inputs.shape.d_model, inputs.energy_methods, inputs.bins + 1
     moments = statistics_bytes(
         d,
@@ -338,8 +341,9 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
         n_types=inputs.n_types,
         vocab_size=inputs.shape.d_vocab if inputs.n_types else 0,
     )
-    projectors = methods * 3 * d * d * 8
-    sums = inputs.n_sequences * slots * (1 + 3 * methods) * 8 if methods else 0
+    projectors = methods * d * d * 8
+    width = 1 + methods + (d if inputs.energy_drift else 0)
+    sums = inputs.n_sequences * slots * width * 8 if methods else 0
     return moments + projectors + sums
 
 
@@ -492,13 +496,14 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
                 n_types += entry.probe.max_tracked_types(entry.config, recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
     stage = recipe.proxies
-    draws, draw_columns, energy_methods = 0, 0, 0
+    draws, draw_columns, energy_methods, energy_drift = 0, 0, 0, False
     if stage is not None:
         methods = len(stage.methods) + (stage.pretrained_sae is not None)
         draws = stage.draws
         draw_columns = control_draw_columns(stage.rank, stage.mean_direction, methods)
         if gathers_sequence_sums(recipe):
             energy_methods = methods + stage.mean_direction
+            energy_drift = stage.mean_direction
     return PlanInputs(
         shape=shape,
         dtype=recipe.suite.dtype,
@@ -516,6 +521,7 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
         passes=recipe.capture.passes,
         draws=draws,
         draw_columns=draw_columns,
+        energy_drift=energy_drift,
     )
 
 

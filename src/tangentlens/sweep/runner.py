@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.bounds import check_width
 from tangentlens.core.recipe import Recipe, select_layers
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import (
@@ -215,30 +216,17 @@ def check_pretrained_sae(recipe: Recipe) -> None:
 
 def check_model_shape(recipe: Recipe) -> None:
     """Refuse, before anything runs, the settings that only the suite's model shape rules out:
-    blocks ``capture.layers`` names that the model lacks, a proxy ``rank`` not below the width
-    ``d_model``, a ``data_matched_m`` not between the rank and the width. A suite whose shape
-    is not known offline is checked when its units run."""
+    blocks ``capture.layers`` names that the model lacks, and every bound the model's width
+    ``d_model`` sets on the proxies stage and the probes (``proxies.rank`` within the room of
+    the control frames, ``data_matched_m``, …: :func:`~tangentlens.core.bounds.check_width`).
+    A suite whose shape is not known offline is checked when its step units start."""
     try:
         shape = suite_shape(recipe.suite.name)
     except ValueError:  # an architecture without a memory plan: refused by the plan itself
         return
     select_layers(recipe.capture.layers, shape.n_layers)
-    stage = recipe.proxies
-    if stage is None:
-        return
-    where, d = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})", shape.d_model
-    if not stage.rank < d:
-        raise ValueError(
-            f"proxies.rank = {stage.rank} must be below the model's width: {where} allows "
-            f"1 … {d - 1}"
-        )
-    energy = recipe.config("tangent_energy")
-    m = None if energy is None else energy.data_matched_m
-    if m is not None and not stage.rank < m <= d:
-        raise ValueError(
-            f"probes.tangent_energy.data_matched_m = {m} must be above the rank "
-            f"(proxies.rank = {stage.rank}) and at most the model's width: {where}"
-        )
+    where = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})"
+    check_width(recipe, shape.d_model, where)
 
 
 def plan_sweep(recipe: Recipe) -> Plan:

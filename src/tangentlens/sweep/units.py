@@ -36,6 +36,7 @@ from tangentlens.capture import (
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.capture.precision import resolve_precision
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import (
     DATA_FILE,
     AnalysisData,
@@ -306,6 +307,13 @@ def _load_model(recipe: Recipe, suite: CheckpointSuite, step: int) -> Any:
     )
 
 
+def _check_width(recipe: Recipe, model: Any, step: int) -> None:
+    """Refuse, before the capture, what the loaded model's width rules out (the planning check,
+    for a suite whose shape was not known offline)."""
+    d = lens_model(model).d_model
+    check_width(recipe, d, f"the checkpoint at step {step} (d_model = {d})")
+
+
 def accelerator_budget(device: str) -> int | None:
     """Memory a unit may use on the GPU ``device`` names: what is free on it now
     (``torch.cuda.mem_get_info``: the CUDA context, other processes and what is allocated
@@ -347,6 +355,7 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     step, data = _step(unit), _data(recipe, store)
     status(f"window step {step}: capture (activations)")
     model = _load_model(recipe, _suite(recipe), step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     stats = capture_step(
         model,
@@ -520,6 +529,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     status("loading")
     with phases.phase("load"):
         model = _load_model(recipe, suite, step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
