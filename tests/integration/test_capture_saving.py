@@ -183,9 +183,9 @@ def _assert_same(a: CaptureStatistics, b: CaptureStatistics) -> None:
             assert (ea.seq_len, ea.methods) == (eb.seq_len, eb.methods)
             for field in ("sequences", "total", "inside", "drift"):
                 _assert_tensor(getattr(ea, field), getattr(eb, field))
-            b = torch.linspace(-1.0, 1.0, D, dtype=torch.float64)  # any drift coefficient
+            any_b = torch.linspace(-1.0, 1.0, D, dtype=torch.float64)  # any drift coefficient
             for j, method in enumerate(ea.methods):
-                coefficient = None if ea.projectors.excluded[j] is None else b
+                coefficient = None if ea.projectors.excluded[j] is None else any_b
                 for bin_index in [None, *range(N_BINS)]:
                     for x, y in zip(
                         ea.sums(method, bin_index, coefficient),
