@@ -58,8 +58,8 @@ from benchmarks.bench_capture import (
     release_memory,
 )
 from benchmarks.bench_sweep import STEP_PAIRS, StepMeasurement, measure_step
+from tangentlens.core.memory import GIB
 from tangentlens.runtime import half_precision_slowdown
-from tangentlens.sweep.memory import GIB
 from tangentlens.sweep.runner import plan_sweep
 from tangentlens.sweep.timing import plan_counts, predicted_seconds
 

@@ -52,11 +52,12 @@ from transformers.utils import logging as hf_logging
 from benchmarks._timing import best_time, ratio_row, synchronize, torch_dtype
 from benchmarks.bench_capture import SHORT_DTYPES, _training_step, release_memory
 from tangentlens.core.data import prepare_analysis_data
+from tangentlens.core.memory import MemoryPlan
 from tangentlens.core.recipe import Recipe, load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.models.configs import MINI_SUITE_CONFIGS
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.models.suites import LocalSuite, ensure_mini_suite
-from tangentlens.sweep.memory import MemoryPlan, plan_recipe
 from tangentlens.sweep.runner import plan_sweep, run_sweep
 from tangentlens.sweep.timing import (
     TIMINGS_DIR,
@@ -288,7 +289,7 @@ def measure_step(
             marginal = _paired(recipe, tmp / "run", cost, train, pairs)
             tokens = rows.numel()
         parts = step_parts(read_unit_times(tmp / "run"))
-        plan = plan_recipe(recipe)  # from the suite's config.json, while it exists
+        plan = resolve(recipe).memory_plan()  # from the suite's config.json, while it exists
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shape = f"random {name}, {tokens} tokens, {device} {SHORT_DTYPES[dtype]}"

@@ -41,7 +41,6 @@ from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.models.sites import site_kind
 from tangentlens.probes.tangent_energy import (
-    check_mean_direction,
     exchangeable_frames,
     exchangeable_room,
     seed_key,
@@ -52,6 +51,7 @@ from tangentlens.results import make_row, measurement
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
+proxy_fits = LazyModule("tangentlens.proxies")
 torch = LazyModule("torch")
 
 __all__ = ["NAME", "PROBE", "AnisotropyShareConfig", "rows"]
@@ -95,7 +95,7 @@ def rows(
         layer = data.layers.get(site_name)
         c0 = site.g.covariance()
         methods = proxies[site_name]
-        check_mean_direction(methods, site_name)
+        proxy_fits.check_mean_direction(methods, site_name)
         scored = []  # (bin, its accumulator, spectral and ΔIsoScore* results by method)
         kind = site_kind(site_name)
         for bin_index in (None, *range(len(site.g_bins))):

@@ -48,6 +48,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,16 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.findings import (
+    NULL_SDS,
+    Finding,
+    cell,
+    left_out,
+    pick,
+    same_cells,
+    steps_of,
+    untestable,
+)
 from tangentlens.reporting import Estimator, Figure, Reporting, Table
 from tangentlens.results import make_row
 
@@ -251,6 +263,83 @@ def _max_tracked_types(config: FrequencyGeometryConfig, max_tokens: int) -> int:
     return max_tokens // config.min_count
 
 
+def _frequency_finding(
+    kind: str, picked: list[dict[str, Any]], nulls: dict[str, list[dict[str, Any]]]
+) -> Finding:
+    """Bernas et al.: log-frequency correlates negatively with centroid spread
+    (``freq_distance_pearson``, mean over the sites with a shuffle null at the last step and at
+    the baseline) — at the last step below 0, below its count-preserving shuffle null's mean by
+    more than 2 null standard deviations (the null of the mean has at most the mean of the
+    sites' sds), and below the baseline's by more than 2 sd (each step's shuffle-null sd
+    standing for its statistic's: the Pearson rows carry no interval)."""
+    claim = (
+        "log-frequency correlates negatively with centroid spread (freq_distance_pearson, "
+        f"beyond {NULL_SDS:g} sd of its count-preserving shuffle null, {NULL_SDS:g} sd below the "
+        f"baseline) at {kind}"
+    )
+    steps = steps_of(picked)
+    reason = steps.too_few()
+    if reason:
+        return untestable(claim, reason)
+    last, baseline = steps.last, steps.baseline
+    compared = (baseline, last)
+    with_null = {
+        (r["step"], cell(r))
+        for r in nulls.get("freq_distance_pearson_null_std", [])
+        if r["step"] in compared
+    } & {(r["step"], cell(r)) for r in nulls.get("freq_distance_pearson_null_mean", [])}
+    for step in (last, baseline):
+        if not any(s == step for s, _ in with_null):
+            return untestable(
+                claim,
+                f"no shuffle null at step {step} (freq_distance_pearson_null_mean/_std: "
+                f"{NAME}.null_draws = 0, no reservoir, or too few sampled rows)",
+            )
+    usable = [r for r in picked if (r["step"], cell(r)) in with_null]
+    same, _ = same_cells(usable, compared)
+    if not same:
+        return untestable(claim, "no site has the Pearson and its null at both compared steps")
+    cells = {cell(r) for r in same}
+    dropped = sorted({cell(r) for r in picked if r["step"] in compared} - cells, key=str)
+
+    def mean(rows: list[dict[str, Any]], step: int) -> float:
+        return statistics.fmean(r["value"] for r in rows if r["step"] == step and cell(r) in cells)
+
+    observed, base = mean(same, last), mean(same, baseline)
+    null_mean = mean(nulls["freq_distance_pearson_null_mean"], last)
+    null_sd = mean(nulls["freq_distance_pearson_null_std"], last)
+    base_sd = mean(nulls["freq_distance_pearson_null_std"], baseline)
+    beyond = observed < null_mean - NULL_SDS * null_sd
+    spread = math.hypot(null_sd, base_sd)  # the change's sd: √(sd_last² + sd_baseline²)
+    below = (base - observed) / spread if spread > 0 else (math.inf if base > observed else 0.0)
+    return Finding(
+        claim,
+        observed < 0 and beyond and below >= NULL_SDS,
+        f"Pearson at step {last}, mean over {len(cells)} site{'s' * (len(cells) != 1)}: "
+        f"{observed:.3f}; shuffle null {null_mean:.3f} ± {null_sd:.3f} (effect "
+        f"{_in_sds(observed - null_mean, null_sd)}); baseline {steps.baseline_label()}: "
+        f"{base:.3f} ± {base_sd:.3f} (change {_in_sds(observed - base, spread)}; seeds: ≈ −0.5, "
+        "for a statistic of their own)"
+        + left_out(dropped, "no shuffle null, or not scored at both compared steps"),
+    )
+
+
+def _in_sds(effect: float, sd: float) -> str:
+    return f"{effect / sd:+.1f} null sd" if sd > 0 else f"{effect:+.3f}, null sd 0"
+
+
+def findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    """The frequency–spread verdict per site kind (:func:`_frequency_finding`)."""
+    nulls = {
+        metric: pick(rows, NAME, metric)
+        for metric in ("freq_distance_pearson_null_mean", "freq_distance_pearson_null_std")
+    }
+    return [
+        _frequency_finding(kind, picked, {m: by.get(kind, []) for m, by in nulls.items()})
+        for kind, picked in pick(rows, NAME, "freq_distance_pearson").items()
+    ]
+
+
 #: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
@@ -326,6 +415,7 @@ PROBE = Probe(
                 in_compare=True,
             ),
         ),
+        findings=(findings,),
         estimators=(
             Estimator(
                 "frequency_spread",

@@ -19,6 +19,16 @@ from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
+from tangentlens.findings import (
+    Finding,
+    left_out,
+    mean_by,
+    per_kind,
+    same_cells,
+    step_label,
+    steps_of,
+    untestable,
+)
 from tangentlens.metrics.options import TWONN_FITS
 from tangentlens.reporting import Estimator, Figure, Reporting, Table
 from tangentlens.results import make_row
@@ -86,6 +96,95 @@ def _step_rows(inputs: StepInputs, config: ShapeOfLearningConfig) -> list[dict[s
     return rows(inputs.capture, config)
 
 
+def _bell(kind: str, picked: list[dict[str, Any]]) -> Finding:
+    """Razzhigaev et al.: anisotropy over depth is bell-shaped in decoders (no interval and no
+    null: read against the baseline's profile over the same layers) — at the last step the
+    peak is at an interior layer (≥ 3 layers), and the interior peak stands higher above the
+    larger end layer than at the baseline (the bell grew with training)."""
+    claim = (
+        f"bell-shaped anisotropy over depth (centred_anisotropy σ₁²/Σσ², no null: read against "
+        f"the baseline's profile) at {kind}"
+    )
+    steps = steps_of(picked)
+    reason = steps.too_few()
+    if reason:
+        return untestable(claim, reason)
+    same, dropped = same_cells(picked, (steps.baseline, steps.last))
+    last, base = _by_layer(same, steps.last), _by_layer(same, steps.baseline)
+    if len(last) < 3:
+        return untestable(
+            claim,
+            f"{len(last)} layers scored at both step {steps.last} and the baseline (a bell "
+            "needs ≥ 3)",
+        )
+    layers = sorted(last)
+    peak = max(layers, key=last.__getitem__)
+    grown = _bump(last) > max(_bump(base), 0.0)
+    holds = peak not in (layers[0], layers[-1]) and grown
+    return Finding(
+        claim,
+        holds,
+        f"at step {steps.last}: {_profile(last)}; peak at L{peak}; baseline "
+        f"{steps.baseline_label()}: {_profile(base)}" + left_out(dropped),
+    )
+
+
+def _bump(by_layer: dict[Any, float]) -> float:
+    """How far the highest interior layer stands above the larger end layer (−inf: none)."""
+    layers = sorted(by_layer)
+    inner = [by_layer[k] for k in layers[1:-1]]
+    if not inner:
+        return -float("inf")
+    return max(inner) - max(by_layer[layers[0]], by_layer[layers[-1]])
+
+
+def _by_layer(rows: list[dict[str, Any]], step: int) -> dict[Any, float]:
+    return mean_by((r for r in rows if r["step"] == step), "layer")
+
+
+def _profile(by_layer: dict[Any, float]) -> str:
+    """``"L0 0.115, L1 0.135"``."""
+    return ", ".join(f"L{k} {by_layer[k]:.3f}" for k in sorted(by_layer))
+
+
+def _rise_fall(kind: str, picked: list[dict[str, Any]]) -> Finding:
+    """Razzhigaev et al.: the intrinsic dimension (mean over the layers scored at every step)
+    rises then falls — it peaks at a step between the baseline and the last step, at least 5 %
+    above the baseline, and ends at least 5 % below the peak."""
+    claim = (
+        f"intrinsic dimension rises early, then falls (twonn_dimension, mean over layers, "
+        f"against the baseline) at {kind}"
+    )
+    steps = steps_of(picked)
+    reason = steps.too_few()
+    if reason:
+        return untestable(claim, reason)
+    same, dropped = same_cells(picked, steps.steps)
+    if not same:
+        return untestable(claim, "no layer is scored at every step")
+    by_step = mean_by(same, "step")
+    after = [s for s in steps.steps if s > steps.baseline]
+    peak = max(after, key=by_step.__getitem__)
+    holds = (
+        peak != steps.last
+        and by_step[peak] > 1.05 * by_step[steps.baseline]
+        and by_step[steps.last] < by_step[peak] / 1.05
+    )
+    trace = ", ".join(f"{step_label(s)}: {by_step[s]:.1f}" for s in steps.steps)
+    return Finding(
+        claim,
+        holds,
+        f"by step — {trace}; baseline {steps.baseline_label()}; peak at step {peak}"
+        + left_out(dropped),
+    )
+
+
+def findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    """Per site kind: the bell over depth, then the intrinsic dimension's rise and fall."""
+    out = per_kind(rows, NAME, "centred_anisotropy", _bell, layered=True)
+    return out + per_kind(rows, NAME, "twonn_dimension", _rise_fall, layered=True)
+
+
 #: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
@@ -123,6 +222,7 @@ PROBE = Probe(
                 "Intrinsic dimension over training",
             ),
         ),
+        findings=(findings,),
         estimators=(
             Estimator(
                 "centred_anisotropy",

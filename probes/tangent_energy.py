@@ -63,9 +63,9 @@ embedding and for "all").
 orthogonal to it: its controls avoid m̂, so a proxy holding part of m̂ would be credited with the
 drift's energy (a proxy holding m̂ read ratio 3.7, p at the floor, under the null). The sweep and
 ``tangentlens.measure`` project m̂ out of every proxy and record ``mean_direction_overlap``;
-:func:`rows` and :func:`sequence_energy_config` refuse a basis that overlaps m̂
-(:func:`check_mean_direction`), as ``metrics.compare_energy`` refuses a proxy that reaches into
-the span its controls exclude.
+:func:`rows` and the per-sequence sums (``tangentlens.proxies.sequence_energy_config``) refuse
+a basis that overlaps m̂ (``tangentlens.proxies.check_mean_direction``), as
+``metrics.compare_energy`` refuses a proxy that reaches into the span its controls exclude.
 
 ``energy_fraction``, ``energy_ratio`` and ``energy_complement_ratio`` carry bootstrap intervals
 (studentized, resampling sequences) that describe the reported values, which use every kept
@@ -75,9 +75,10 @@ held at the bin's pooled value), so it covers the population ratio given the pro
 (the fit's own variability is not in it). Their source (:func:`interval_source`):
 
 * ``"all_sequences"`` — when the proxies were known before the step was captured (fit policy
-  ``frozen_early``) and the capture gathered per-sequence energy sums with the projectors of
-  :func:`sequence_energy_config`: the bootstrap resamples *every* analysed sequence, and its
-  point values are the reported values (checked);
+  ``frozen_early``) and the capture gathered per-sequence energy sums (the probe's needs ask
+  for ``sequence_sums`` when it draws intervals; the sweep builds their projectors with
+  ``tangentlens.proxies.sequence_energy_config``): the bootstrap resamples *every* analysed
+  sequence, and its point values are the reported values (checked);
 * ``"reservoir_sample"`` — otherwise (``per_checkpoint``, the proxy fitted after the capture):
   the bootstrap resamples the reservoir's sampled sequences, and the interval of that sample's
   ratio is rescaled onto the reported value (``× reported / sample ratio``; the fraction's
@@ -101,6 +102,21 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import Bound, check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION
+from tangentlens.findings import (
+    NULL_SDS,
+    Estimate,
+    Finding,
+    cell,
+    left_out,
+    mean_by,
+    per_kind,
+    same_cells,
+    sds_apart,
+    step_label,
+    steps_of,
+    tokens_seen,
+    untestable,
+)
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.models.sites import site_kind
 from tangentlens.reporting import Estimator, Figure, MustMatch, Reporting, Table
@@ -109,6 +125,7 @@ from tangentlens.results import make_row, measurement, replicate_record
 if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
+proxy_fits = LazyModule("tangentlens.proxies")
 torch = LazyModule("torch")
 
 __all__ = [
@@ -116,15 +133,13 @@ __all__ = [
     "INTERVAL_SAMPLE",
     "NAME",
     "PROBE",
+    "RATIO_ESTIMATOR",
     "TangentEnergyConfig",
-    "check_mean_direction",
     "complement_excluded",
-    "exchangeable_excluded",
     "exchangeable_frames",
     "exchangeable_room",
     "interval_source",
     "rows",
-    "sequence_energy_config",
 ]
 
 
@@ -183,8 +198,6 @@ INTERVAL_SAMPLE = "reservoir_sample"
 
 #: Relative difference allowed between the per-sequence sums' pooled ratio and the moments'.
 _SUMS_RTOL = 1e-8
-#: ``‖Qᵀm̂‖`` above which a proxy counts as holding part of m̂ (the basis tolerance).
-_MEAN_OVERLAP_ATOL = 1e-6
 
 
 def seed_key(
@@ -199,17 +212,11 @@ def seed_key(
     )
 
 
-def exchangeable_excluded(proxies: Mapping[str, Basis], method: str) -> Basis | None:
-    """What the exchangeable (headline) controls of ``proxies[method]`` avoid: the mean
-    direction m̂ that was projected out of it (``proxies["mean_direction"]``, d × 1); None for
-    m̂'s own proxy and when the proxies hold no m̂ (nothing was projected out)."""
-    return None if method == MEAN_DIRECTION else proxies.get(MEAN_DIRECTION)
-
-
 def complement_excluded(proxies: Mapping[str, Basis], method: str) -> Basis:
     """What the complement controls of ``proxies[method]`` avoid: ``span(T, m̂)`` (d × (k_T + 1)),
-    or ``span(T)`` where :func:`exchangeable_excluded` is None."""
-    return metrics.exclusion_basis(proxies[method], exchangeable_excluded(proxies, method))
+    or ``span(T)`` where m̂ is not excluded (:func:`tangentlens.proxies.exchangeable_excluded`)."""
+    excluded = proxy_fits.exchangeable_excluded(proxies, method)
+    return metrics.exclusion_basis(proxies[method], excluded)
 
 
 def exchangeable_frames(
@@ -219,31 +226,8 @@ def exchangeable_frames(
     the frames the headline metrics, the intervals and the anisotropy share score."""
     proxy = proxies[method]
     d, rank = proxy.shape
-    excluded = exchangeable_excluded(proxies, method)
+    excluded = proxy_fits.exchangeable_excluded(proxies, method)
     return metrics.control_frames(d, rank, draws, key, excluded=excluded, device=proxy.device)
-
-
-def check_mean_direction(proxies: Mapping[str, Basis], site: str = "") -> None:
-    """Refuse proxies whose controls avoid m̂ while they hold part of it: where ``proxies``
-    has ``mean_direction`` (m̂, d × 1), every other basis must be orthogonal to it
-    (``‖Qᵀm̂‖ ≤ 1e-6``, the basis tolerance). A ``ValueError`` names the site, the method, its
-    ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` and how to project m̂ out."""
-    m = proxies.get(MEAN_DIRECTION)
-    if m is None:
-        return
-    for method, basis in proxies.items():
-        if method == MEAN_DIRECTION:
-            continue
-        overlap = float((basis.T.to(m.device, torch.float64) @ m.double()).norm())
-        if overlap > _MEAN_OVERLAP_ATOL:
-            where = f"{site!r}, " if site else ""
-            raise ValueError(
-                f"proxy {where}{method!r} holds part of the mean direction m̂ "
-                f"(mean_direction_overlap ‖Qᵀm̂‖² = {overlap**2:.3g}) while its controls avoid "
-                "m̂: it would be credited with the drift's energy. Project m̂ out first "
-                "(tangentlens.proxies.add_fixed_proxy, or measure(..., proxies=...), which "
-                "record the overlap), or leave mean_direction out of the proxies"
-            )
 
 
 def _sampled_gradients(
@@ -256,31 +240,6 @@ def _sampled_gradients(
     columns = site.reservoir.columns()
     g = columns["G"].double()
     return g, (site.reservoir.ids // seq_len).to(g.device), columns.get("bin")
-
-
-def _projectors(proxies: Mapping[str, Basis]) -> capture.EnergyProjectors:
-    """Per method ``P_Q`` and the span its exchangeable controls avoid (m̂, whose drift sums
-    the capture gathers, or None)."""
-    return capture.EnergyProjectors.from_proxies(
-        proxies, {m: exchangeable_excluded(proxies, m) for m in proxies}
-    )
-
-
-def sequence_energy_config(
-    proxies: dict[str, dict[str, Basis]], n_bins: int, seq_len: int
-) -> capture.SequenceEnergyConfig:
-    """What a capture needs to gather per-sequence energy sums for the intervals of
-    :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q`` of
-    each proxy and m̂, whose drift sums give the energies of the drift-regressed gradients and
-    the controls' exact means (nothing is drawn). Pass it as
-    ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the capture's.
-    """
-    check_count(n_bins, "n_bins", minimum=0)
-    projectors = {}
-    for site, methods in proxies.items():
-        check_mean_direction(methods, site)
-        projectors[site] = _projectors(methods)
-    return capture.SequenceEnergyConfig(seq_len=seq_len, projectors=projectors, n_bins=n_bins)
 
 
 def interval_source(data: Capture) -> str | None:
@@ -320,13 +279,13 @@ def _checked_sequence_energy(
             j = projectors.methods.index(method)
             same = same and _same_span(projectors.bases[j], proxy)
             same = same and _same_span(
-                projectors.excluded[j], exchangeable_excluded(proxies, method)
+                projectors.excluded[j], proxy_fits.exchangeable_excluded(proxies, method)
             )
     if not same:
         raise ValueError(
             f"the per-sequence energy sums of {site_name!r} were gathered for other proxies or "
-            "another mean direction: build them with tangent_energy.sequence_energy_config "
-            "from the proxies given here"
+            "another mean direction: build them with tangentlens.proxies."
+            "sequence_energy_config from the proxies given here"
         )
     return energy
 
@@ -501,19 +460,19 @@ def rows(
 ) -> list[dict[str, Any]]:
     """Rows for every site with gradients; ``proxies[site][method]`` are the fitted bases (with
     ``mean_direction``, m̂, where m̂ was projected out of the others: see
-    :func:`exchangeable_excluded`; a basis that overlaps m̂ is refused,
-    :func:`check_mean_direction`), each against ``draws`` control frames per measurement drawn
-    from ``seed`` (the proxies stage's ``draws`` and ``seed``). ``replicates``: a list that
-    receives, for each row with a bootstrap interval, the row's labels
-    (:data:`tangentlens.results.REPLICATE_FIELDS`) and its replicate values (``replicates``), in
-    replicate order."""
+    :func:`tangentlens.proxies.exchangeable_excluded`; a basis that overlaps m̂ is refused,
+    :func:`tangentlens.proxies.check_mean_direction`), each against ``draws`` control frames
+    per measurement drawn from ``seed`` (the proxies stage's ``draws`` and ``seed``).
+    ``replicates``: a list that receives, for each row with a bootstrap interval, the row's
+    labels (:data:`tangentlens.results.REPLICATE_FIELDS`) and its replicate values
+    (``replicates``), in replicate order."""
     out: list[dict[str, Any]] = []
     for site_name, site in data.statistics.sites.items():
         if site.g is None or site_name not in proxies:
             continue
         layer = data.layers.get(site_name)
         by_method = proxies[site_name]
-        check_mean_direction(by_method, site_name)
+        proxy_fits.check_mean_direction(by_method, site_name)
         energy = _checked_sequence_energy(site, site_name, by_method)
         sample = None
         if config.bootstrap and energy is None:
@@ -527,7 +486,7 @@ def rows(
         for method, proxy in by_method.items():
             d, rank = proxy.shape
             families = {
-                "": exchangeable_excluded(by_method, method),
+                "": proxy_fits.exchangeable_excluded(by_method, method),
                 "complement_": complement_excluded(by_method, method),
             }
             for bin_index in (None, *range(len(site.g_bins))):
@@ -640,12 +599,145 @@ def _step_rows(inputs: StepInputs, config: TangentEnergyConfig) -> list[dict[str
     )
 
 
+def _needs(config: TangentEnergyConfig) -> Needs:
+    """Gradients, their per-bin moments and the sampled rows; with a bootstrap, per-sequence
+    energy sums (the intervals then resample every analysed sequence where the proxies are
+    known before the capture) and, with ``keep_replicates``, the replicates kept."""
+    return Needs(
+        gradients=True,
+        bins=True,
+        bin_moments=True,
+        reservoir=True,
+        sequence_sums=config.bootstrap > 0,
+        replicates=config.keep_replicates,
+    )
+
+
+#: How every ratio to a control family is formed (this probe's, the update alignment's).
+RATIO_ESTIMATOR = Estimator(
+    "energy_ratio",
+    "E(T) over the control family's exact mean k/(d − r)·(1 − E(X)) (X = m̂, or span(T, m̂) for "
+    "the complement; the update alignment's likewise), not over the frames drawn, whose mean is "
+    "reported beside it; the frames give z and p",
+    metric_suffix="_ratio",
+)
+
+
+def _interval_note(config: TangentEnergyConfig, recipe: Any) -> str | None:
+    """Where the energy intervals come from (None without a bootstrap): per-sequence sums
+    gathered during capture when the proxies are known before it (frozen_early), else the
+    reservoir's sample."""
+    stage = recipe.proxies
+    if stage is None or not config.bootstrap:
+        return None
+    if stage.frozen:
+        source = INTERVAL_ALL_SEQUENCES
+        how = "every analysed sequence, from per-sequence sums gathered during capture"
+    else:
+        source = INTERVAL_SAMPLE
+        how = "the reservoir's sampled sequences, rescaled onto the reported value"
+    ratios = (
+        "ratios of per-sequence sums, the controls' at their exact mean projector; quantiles at "
+        "the (B + 1)·p-th order statistic"
+    )
+    return f"{config.interval} bootstrap over {source}: {how}; {ratios}"
+
+
+#: "Early": at most this share of the tokens the last scored step had seen.
+EARLY_SHARE = 0.3
+#: What "well above 1" means for the early energy ratio (besides every interval above 1).
+WELL_ABOVE = 1.5
+
+
+def _energy_finding(kind: str, picked: list[dict[str, Any]]) -> Finding:
+    """Bernas et al.: the energy ratio well above 1 early, above its baseline, smaller late —
+    over the **early** steps (the scored steps after the baseline that had seen at most
+    :data:`EARLY_SHARE` of the tokens the last scored step had seen) every step's interval
+    lies above 1 and their mean exceeds :data:`WELL_ABOVE`, the early mean lies 2 sd above the
+    baseline's and 2 sd above the last step's (every layer and dictionary method of the site
+    kind; the rank-1 mean direction reported on its own; not testable without intervals)."""
+    claim = (
+        "tangent energy ratio (energy_ratio: the proxy over the exchangeable controls' exact "
+        f"mean, null 1; read with its bootstrap intervals) well above 1 early, above its "
+        f"baseline, smaller late at {kind}"
+    )
+    tangent = [r for r in picked if r["method"] != MEAN_DIRECTION]
+    steps = steps_of(tangent)
+    reason = steps.too_few()
+    if reason:
+        return untestable(claim, reason)
+    seen = tokens_seen(tangent)
+    unknown = [s for s in steps.steps if seen.get(s) is None]
+    if unknown:
+        return untestable(
+            claim, f'tokens seen unknown at step {unknown[0]}: "early" cannot be defined'
+        )
+    horizon = EARLY_SHARE * seen[steps.last]  # type: ignore[operator]
+    early = [s for s in steps.steps if steps.baseline < s < steps.last and seen[s] <= horizon]
+    if not early:
+        return untestable(
+            claim,
+            f"no scored step between the baseline ({steps.baseline_label()}) and step "
+            f"{steps.last} within the first {EARLY_SHARE:.0%} of its {seen[steps.last]:,} "
+            "tokens seen",
+        )
+    compared = [steps.baseline, *early, steps.last]
+    same, dropped = same_cells(tangent, compared)
+    if not same:
+        return untestable(claim, "no (method, layer, site) is scored at every compared step")
+    if any(r.get("ci_low") is None or r.get("ci_high") is None for r in same):
+        return untestable(
+            claim,
+            f"the energy_ratio rows carry no interval (probes.{NAME}.bootstrap = 0): the "
+            "verdict reads the intervals",
+        )
+    at = {s: Estimate.of([r for r in same if r["step"] == s]) for s in compared}
+    early_mean = Estimate.mean([at[s] for s in early])
+    base, late = at[steps.baseline], at[steps.last]
+    above_one = all(at[s].low > 1 for s in early)
+    over_base, over_late = sds_apart(early_mean, base), sds_apart(early_mean, late)
+    holds = (
+        above_one
+        and early_mean.value > WELL_ABOVE
+        and over_base >= NULL_SDS
+        and over_late >= NULL_SDS
+    )
+    per_step = ", ".join(f"{s}: {at[s]}" for s in early)
+    cells = len({cell(r) for r in same})
+    return Finding(
+        claim,
+        holds,
+        f"early steps (≤ {EARLY_SHARE:.0%} of the {seen[steps.last]:,} tokens seen by step "
+        f"{steps.last}) {per_step}, mean {early_mean}; at step {steps.last}: {late}; baseline "
+        f"{steps.baseline_label()}: {base}; early − baseline {over_base:+.1f} sd, early − late "
+        f"{over_late:+.1f} sd; mean over the same {cells} (method, layer, site) at every "
+        f"compared step" + left_out(dropped) + _mean_direction_trend(picked),
+    )
+
+
+def _mean_direction_trend(picked: list[dict[str, Any]]) -> str:
+    """The rank-1 mean direction's energy ratio at the first and last step (or nothing)."""
+    by_step = mean_by([r for r in picked if r["method"] == MEAN_DIRECTION], "step")
+    if not by_step:
+        return ""
+    first, last = min(by_step), max(by_step)
+    return (
+        f" (mean direction m̂, rank 1: {by_step[first]:.2f} at step {step_label(first)}, "
+        f"{by_step[last]:.2f} at step {last})"
+    )
+
+
+def findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    """The energy ratio's verdict per site kind (:func:`_energy_finding`)."""
+    return per_kind(rows, NAME, "energy_ratio", _energy_finding)
+
+
 #: The probe, declared once (:class:`~tangentlens.contract.Probe`): what the registry runs.
 PROBE = Probe(
     name=NAME,
     config=TangentEnergyConfig,
     scope="tangent",
-    needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
+    needs=_needs,
     rows=_step_rows,
     width_bounds=_width_bounds,
     metrics={
@@ -745,7 +837,20 @@ PROBE = Probe(
             ),
         ),
         may_differ=("bootstrap", "interval", "keep_replicates"),  # intervals only
+        log_scale=(
+            "energy_ratio",
+            "energy_complement_ratio",
+            "data_matched_energy_ratio",
+            "data_matched_complement_energy_ratio",
+        ),
+        findings=(findings,),
         estimators=(
+            RATIO_ESTIMATOR,
+            Estimator(
+                "energy_interval",
+                _interval_note,
+                metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
+            ),
             Estimator(
                 "energy_drift",
                 "a proxy avoiding m̂ and its controls scored on the gradients beyond the drift, "

@@ -32,8 +32,7 @@ from tangentlens.capture.needs import Needs
 from tangentlens.checks import check_count
 from tangentlens.contract import AcrossInputs, Probe, StateInputs
 from tangentlens.probes.tangent_energy import (
-    check_mean_direction,
-    exchangeable_excluded,
+    RATIO_ESTIMATOR,
     exchangeable_frames,
     exchangeable_room,
     seed_key,
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
 
     from tangentlens.typing import Basis
 
+proxy_fits = LazyModule("tangentlens.proxies")
 torch = LazyModule("torch")
 
 __all__ = ["NAME", "PROBE", "UpdateAlignmentConfig", "rows", "tracked_types"]
@@ -95,7 +95,7 @@ def _score(
         key = seed_key(config.seed, data.step, data.layers.get(site), None)
         frames = exchangeable_frames(proxies, method, config.draws, key)
         result = metrics.update_alignment(
-            delta, proxy, frames, exchangeable_excluded(proxies, method)
+            delta, proxy, frames, proxy_fits.exchangeable_excluded(proxies, method)
         )
         common = {
             "site": site,
@@ -129,7 +129,7 @@ def rows(
     tracked types' centroids (m × d, float64)."""
     suffix = "_in_window" if in_window else ""
     for site, methods in proxies.items():
-        check_mean_direction(methods, site)
+        proxy_fits.check_mean_direction(methods, site)
     out: list[dict[str, Any]] = []
     if embedding_delta is not None and embedding_delta[0] in proxies:
         site, delta = embedding_delta
@@ -248,7 +248,14 @@ PROBE = Probe(
         tables=(),
         figures=(),
         must_match=(MustMatch("draws", "probes.update_alignment.draws"),),
+        log_scale=(
+            "embedding_update_energy_ratio",
+            "centroid_update_energy_ratio",
+            "embedding_update_in_window_energy_ratio",
+            "centroid_update_in_window_energy_ratio",
+        ),
         estimators=(
+            RATIO_ESTIMATOR,
             Estimator(
                 "update_alignment",
                 (

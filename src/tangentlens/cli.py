@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tangentlens.core.recipe import EXECUTOR_KINDS, Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.report.console import fail
 from tangentlens.sweep.plan import Plan
 
@@ -38,13 +39,14 @@ def _train_suite(args: argparse.Namespace) -> None:
     _suite(args)
 
 
-def _memory_lines(recipe: Recipe) -> str:
-    """The memory plan, and whether it fits this machine's memory (a GPU is checked when the
-    sweep starts: asking torch about it here would make planning heavy)."""
-    from tangentlens.sweep.memory import host_budget, plan_recipe
+def _memory_lines(run: RunPlan) -> str:
+    """The memory plan (of the fewest capture passes), and whether it fits this machine's
+    memory (a GPU is checked when the sweep starts: asking torch about it here would make
+    planning heavy)."""
+    from tangentlens.core.memory import host_budget
 
-    memory = plan_recipe(recipe)
-    host = host_budget(recipe)
+    memory = run.memory_plan()
+    host = host_budget(run.recipe)
     problem = memory.problem(accelerator=None, host=host)
     verdict = problem or (
         "fits this machine's memory" if host else "host memory not checked (units run elsewhere)"
@@ -63,8 +65,10 @@ def _sweep(args: argparse.Namespace) -> None:
     # validation and planning import no model library: a typo is reported at once (published
     # SAEs are checked against SAELens' registry and the suite's model, with SAELens imported)
     from tangentlens.core.recipe import load_recipe
+    from tangentlens.core.resolve import resolve
     from tangentlens.sweep.executors import check_executor
-    from tangentlens.sweep.runner import check_pretrained_sae, plan_sweep
+    from tangentlens.sweep.plan import make_plan
+    from tangentlens.sweep.runner import check_pretrained_sae
     from tangentlens.sweep.store import check_run_dir
 
     overrides = [*(args.set or ()), *([f"executor.kind={args.executor}"] if args.executor else [])]
@@ -72,14 +76,15 @@ def _sweep(args: argparse.Namespace) -> None:
     out = args.out or f"runs/{recipe.name}"
     if not args.plan_only:
         check_run_dir(out)  # a file or a read-only folder: refused before anything is planned
-    plan = plan_sweep(recipe)
-    check_pretrained_sae(recipe)  # before a suite is trained or --out is made
+    run = resolve(recipe)  # once: the plan, the memory lines and the sweep read it
+    plan = make_plan(run)
+    check_pretrained_sae(run)  # before a suite is trained or --out is made
     if args.timings and not args.plan_only:
         raise ValueError("--timings goes with --plan-only (a run reports its own time)")
     if args.plan_only:
         same = _same_run(out, recipe)
         console.print(plan.render(same), soft_wrap=True, markup=False)
-        console.print(_memory_lines(recipe), soft_wrap=True, markup=False)
+        console.print(_memory_lines(run), soft_wrap=True, markup=False)
         console.print(_time_line(plan, recipe, args.timings, same), soft_wrap=True, markup=False)
         return
 
@@ -96,7 +101,7 @@ def _sweep(args: argparse.Namespace) -> None:
                 with training_progress(recipe.suite.name) as progress:
                     ensure_mini_suite(recipe.suite.name, progress=progress)
             with sweep_progress(plan, out) as on_event:
-                run_sweep(recipe, out, resume=args.resume, detach=args.detach, on_event=on_event)
+                run_sweep(run, out, resume=args.resume, detach=args.detach, on_event=on_event)
     except KeyboardInterrupt as stop:
         stop.args = (f"{stop.args[0] if stop.args else 'interrupted'}: {_kept(out, plan)}",)
         raise

@@ -6,16 +6,19 @@ sits above them.
 One function per scope (:data:`SCOPES`), each typed by a protocol:
 
 * ``step`` and ``tangent`` — ``rows(inputs: StepInputs, config) -> rows`` (:class:`StepRows`);
-* ``model_free`` — ``rows(inputs: ModelFreeInputs, config) -> rows`` (:class:`ModelFreeRows`);
+* ``model_free`` — ``rows(inputs: ModelFreeInputs, config) -> rows`` (:class:`ModelFreeRows`;
+  the engine gives every such row the step :data:`MODEL_FREE_STEP`);
 * ``across`` (and a ``step`` or ``tangent`` probe that also compares steps) —
   ``across(inputs: AcrossInputs, config) -> rows`` (:class:`AcrossRows`), with an optional
   per-step ``state(inputs: StateInputs, config) -> dict`` (:class:`StateOf`) kept in the
   probe's own namespace and handed back as each :class:`Transition`'s ``before`` / ``now``.
 
 Rows are dictionaries of the results schema (:func:`tangentlens.results.make_row` builds
-them). The config is a frozen dataclass, the probe's recipe table; a config whose table is not
-its fields as they are gives it itself (:class:`TabledConfig`). What the probe reports
-(tables, figures, compared settings, estimator notes) is its :class:`Reporting`
+them). The config is a frozen dataclass, the probe's recipe table (``Probe[MyConfig]``: each
+function of the probe takes an instance of it); a config whose table is not its fields as they
+are gives it itself (:class:`TabledConfig`). What the probe reports (tables, figures, compared
+settings, estimator notes, the metrics compared on the log scale, findings) is its
+:class:`Reporting`
 (:mod:`tangentlens.reporting`). :func:`tangentlens.conformance.check_probe` checks all of it.
 
 This module imports neither torch nor a model library: a recipe is checked without them.
@@ -28,7 +31,7 @@ import keyword
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import Bound
@@ -46,9 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIT_PROBE",
+    "MODEL_FREE_STEP",
     "SCOPES",
     "STATE_KEYS",
-    "TANGENT",
     "AcrossInputs",
     "AcrossRows",
     "ModelFreeInputs",
@@ -64,9 +67,6 @@ __all__ = [
     "Transition",
 ]
 
-#: The built-in ``tangent`` probe of the proxies' gradient energy (the tangent account's headline
-#: rows); like every ``tangent`` probe it scores the ``[proxies]`` stage's proxies.
-TANGENT = "tangent_energy"
 #: The ``probe`` value of the proxy fit's own rows (fit quality, frozen-fit diagnostics).
 FIT_PROBE = "proxy_fit"
 #: Where a probe's rows are computed.
@@ -85,8 +85,15 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 #: use these keys: each :class:`Transition` gives a probe its state with them).
 STATE_KEYS = ("step", "layers", "tokens_seen", "proxies")
 
+#: The ``step`` of every model-free row, set by the engine whatever the probe wrote: not a
+#: checkpoint (the step-0 baseline, the report's steps and ``compare`` read checkpoints only).
+MODEL_FREE_STEP = -1
+
 Proxies = dict[str, dict[str, Any]]
 Rows = list[dict[str, Any]]
+#: A probe's config class (the recipe table): its functions take an instance of it.
+C = TypeVar("C")
+C_in = TypeVar("C_in", contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -157,34 +164,36 @@ class AcrossInputs:
 
 @dataclass(frozen=True)
 class ModelFreeInputs:
-    """What a model-free probe reads: the suite's name (its rows' label)."""
+    """What a model-free probe reads: the suite's name (its rows' label) and the step its rows
+    are given (:data:`MODEL_FREE_STEP`, whatever the probe writes)."""
 
     suite: str
+    step: int = MODEL_FREE_STEP
 
 
-class StepRows(Protocol):
+class StepRows(Protocol[C_in]):
     """``rows`` of a ``step`` or ``tangent`` probe: one step's rows."""
 
-    def __call__(self, inputs: StepInputs, config: Any, /) -> Rows: ...
+    def __call__(self, inputs: StepInputs, config: C_in, /) -> Rows: ...
 
 
-class ModelFreeRows(Protocol):
-    """``rows`` of a ``model_free`` probe."""
+class ModelFreeRows(Protocol[C_in]):
+    """``rows`` of a ``model_free`` probe (their ``step`` is set to :data:`MODEL_FREE_STEP`)."""
 
-    def __call__(self, inputs: ModelFreeInputs, config: Any, /) -> Rows: ...
+    def __call__(self, inputs: ModelFreeInputs, config: C_in, /) -> Rows: ...
 
 
-class AcrossRows(Protocol):
+class AcrossRows(Protocol[C_in]):
     """``across`` of a probe that compares steps."""
 
-    def __call__(self, inputs: AcrossInputs, config: Any, /) -> Rows: ...
+    def __call__(self, inputs: AcrossInputs, config: C_in, /) -> Rows: ...
 
 
-class StateOf(Protocol):
+class StateOf(Protocol[C_in]):
     """``state``: what one step keeps for the probe's ``across`` (tensors are moved to the
     host and saved with the step; keys other than :data:`STATE_KEYS`)."""
 
-    def __call__(self, inputs: StateInputs, config: Any, /) -> dict[str, Any]: ...
+    def __call__(self, inputs: StateInputs, config: C_in, /) -> dict[str, Any]: ...
 
 
 class TabledConfig(Protocol):
@@ -206,42 +215,44 @@ _REQUIRED = {
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One probe, declared once.
+class Probe(Generic[C]):
+    """One probe, declared once; ``C`` is its config class.
 
     ``name``: snake_case, the ``probe`` column and the recipe table; ``config``: a frozen
     dataclass validated on construction (the recipe's ``[probes.<name>]`` table); ``scope``:
     one of :data:`SCOPES`; ``metrics``: metric name → its definition (every row's ``metric``
-    must be one of them); ``needs``: what the capture must keep; ``rows(inputs, config)``: the
-    probe's rows (every scope but ``across``; a ``tangent`` probe may have only ``across``);
-    ``across(inputs, config)``: rows across steps;
-    ``state(inputs, config)``: what a step keeps for ``across``. Type-sum probes name the token
-    types they track: ``tracked_types(config, counts) -> type ids`` and at most how many,
-    ``max_tracked_types(config, max_tokens)`` (the memory plan). ``refits``: a ``tangent``
-    probe that reads each step's own fit (``StepInputs.own``) even when the scored proxies are
-    frozen: the step refits them for it. ``recipe_check(config, recipe)``: raises a
+    must be one of them); ``needs``: what the capture must keep (:class:`Needs`), or a function
+    of the config giving it (e.g. per-sequence sums only with a bootstrap:
+    :meth:`needs_for`); ``rows(inputs, config)``: the probe's rows (every scope but
+    ``across``; a ``tangent`` probe may have only ``across``); a model-free probe's rows are
+    given the step :data:`MODEL_FREE_STEP` whatever it writes; ``across(inputs, config)``:
+    rows across steps; ``state(inputs, config)``: what a step keeps for ``across``. Type-sum
+    probes name the token types they track: ``tracked_types(config, counts) -> type ids`` and
+    at most how many, ``max_tracked_types(config, max_tokens)`` (the memory plan). ``refits``:
+    a ``tangent`` probe that reads each step's own fit (``StepInputs.own``) even when the scored
+    proxies are frozen: the step refits them for it. ``recipe_check(config, recipe)``: raises a
     ``ValueError`` when the rest of the recipe cannot serve the probe (e.g. a site it needs is
     not captured); run when a recipe is built. ``width_bounds(config, recipe, d)``: the ranges
     (:class:`tangentlens.checks.Bound`, by recipe key) a model of width ``d`` sets on the
     probe's settings and on the proxies stage's as the probe uses them, computed as the probe
     computes them; checked when a sweep is planned and by ``measure``, before any capture.
-    ``reporting``: its tables, figures, compared
-    settings and estimator notes (:class:`~tangentlens.reporting.Reporting`; by default a
-    table and a figure per metric)."""
+    ``reporting``: its tables, figures, compared settings, estimator notes, the metrics
+    ``compare`` reads on the log scale and its findings
+    (:class:`~tangentlens.reporting.Reporting`; by default a table and a figure per metric)."""
 
     name: str
-    config: type
+    config: type[C]
     scope: str
     metrics: Mapping[str, str]
-    needs: Needs = field(default_factory=Needs)
-    rows: StepRows | ModelFreeRows | None = None
-    across: AcrossRows | None = None
-    state: StateOf | None = None
-    tracked_types: Callable[[Any, np.ndarray], np.ndarray] | None = None
-    max_tracked_types: Callable[[Any, int], int] | None = None
+    needs: Needs | Callable[[C], Needs] = field(default_factory=Needs)
+    rows: StepRows[C] | ModelFreeRows[C] | None = None
+    across: AcrossRows[C] | None = None
+    state: StateOf[C] | None = None
+    tracked_types: Callable[[C, np.ndarray], np.ndarray] | None = None
+    max_tracked_types: Callable[[C, int], int] | None = None
     refits: bool = False
-    recipe_check: Callable[[Any, Any], None] | None = None
-    width_bounds: Callable[[Any, Any, int], Iterable[Bound]] | None = None
+    recipe_check: Callable[[C, Any], None] | None = None
+    width_bounds: Callable[[C, Any, int], Iterable[Bound]] | None = None
     reporting: Reporting = field(default_factory=Reporting)
 
     def __post_init__(self) -> None:
@@ -258,8 +269,13 @@ class Probe:
             raise ValueError(f"{where}: config must be a dataclass type, got {self.config!r}")
         if not self.config.__dataclass_params__.frozen:  # type: ignore[attr-defined]
             raise ValueError(f"{where}: config {self.config.__name__} must be a frozen dataclass")
-        if not isinstance(self.needs, Needs):
-            raise ValueError(f"{where}: needs must be a tangentlens Needs, got {self.needs!r}")
+        if isinstance(self.needs, Needs):
+            self._check_needs(self.needs)
+        elif not callable(self.needs):
+            raise ValueError(
+                f"{where}: needs must be a tangentlens Needs or a function of the config "
+                f"giving one, got {self.needs!r}"
+            )
         if not self.metrics or not all(
             isinstance(k, str) and _NAME.match(k) and isinstance(v, str) and v.strip()
             for k, v in self.metrics.items()
@@ -279,9 +295,7 @@ class Probe:
             raise ValueError(f"{where}: only a 'tangent' probe reads the step's own refit")
         if self.state is not None and self.across is None:
             raise ValueError(f"{where}: state is kept for across rows: give across too")
-        if (self.tracked_types is None) != (self.max_tracked_types is None) or (
-            self.needs.type_sums != (self.tracked_types is not None)
-        ):
+        if (self.tracked_types is None) != (self.max_tracked_types is None):
             raise ValueError(
                 f"{where}: a probe needing type sums names its types (tracked_types and "
                 "max_tracked_types), and only such a probe does"
@@ -299,6 +313,32 @@ class Probe:
                     f"{where}: {type(item).__name__.lower()} {item.title!r} shows "
                     f"{item.metric!r}, not one of its metrics {sorted(self.metrics)}"
                 )
+        if unknown := [m for m in self.reporting.log_scale if m not in self.metrics]:
+            raise ValueError(
+                f"{where}: log_scale names {unknown}, not among its metrics {sorted(self.metrics)}"
+            )
+
+    def _check_needs(self, needs: Needs) -> None:
+        """Refuse needs whose type sums and the probe's named types disagree."""
+        if needs.type_sums != (self.tracked_types is not None):
+            raise ValueError(
+                f"probe {self.name!r}: a probe needing type sums names its types (tracked_types "
+                "and max_tracked_types), and only such a probe does"
+            )
+
+    def needs_for(self, config: C | None) -> Needs:
+        """What the probe needs from a capture with ``config`` (None: its config's defaults):
+        ``needs``, or what the function ``needs`` gives for it."""
+        if isinstance(self.needs, Needs):
+            return self.needs
+        needs = self.needs(self.config() if config is None else config)
+        if not isinstance(needs, Needs):
+            raise ValueError(
+                f"probe {self.name!r} ({self.module}): needs(config) must return a tangentlens "
+                f"Needs, got {type(needs).__name__}"
+            )
+        self._check_needs(needs)
+        return needs
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -312,12 +352,12 @@ class Probe:
         declared = self.reporting.figures
         return default_figures(self.name, self.metrics) if declared is None else declared
 
-    def check_recipe(self, config: Any, recipe: Any) -> None:
+    def check_recipe(self, config: C, recipe: Any) -> None:
         """Refuse a recipe that cannot serve this probe (its ``recipe_check``), else nothing."""
         if self.recipe_check is not None:
             self.recipe_check(config, recipe)
 
-    def bounds(self, config: Any, recipe: Any, d: int) -> list[Bound]:
+    def bounds(self, config: C, recipe: Any, d: int) -> list[Bound]:
         """The ranges a model of width ``d`` sets on its settings (its ``width_bounds``)."""
         return [] if self.width_bounds is None else list(self.width_bounds(config, recipe, d))
 
@@ -346,6 +386,15 @@ class Probe:
                 f"holds ({', '.join(STATE_KEYS)}): rename them"
             )
         return state
+
+    def model_free_rows(self, inputs: ModelFreeInputs, config: C, where: str) -> Rows:
+        """A ``model_free`` probe's rows, each given the step :data:`MODEL_FREE_STEP` (whatever
+        the probe wrote: its rows are no checkpoint's) and checked (:meth:`check_rows`)."""
+        if self.scope != "model_free" or self.rows is None:
+            raise ValueError(f"probe {self.name!r} ({self.scope}) has no model-free rows")
+        rows = [{**r, "step": MODEL_FREE_STEP} for r in self.rows(inputs, config)]  # type: ignore[arg-type]
+        self.check_rows(rows, where)
+        return rows
 
     def check_rows(self, rows: Iterable[Mapping[str, Any]], where: str) -> None:
         """Refuse rows outside the results schema or naming a metric the probe did not declare;

@@ -6,8 +6,10 @@
 :class:`ResultTable` (``.to_pandas()``, ``.to_arrow()``). :func:`capture_model` does the
 forward/backward pass once and returns a :class:`~tangentlens.capture.Capture` that every
 probe (and :func:`measure`) can reuse, and that saves and reloads. Both build the settings as a
-recipe does and run the sweep's own step code (:mod:`tangentlens.core.step`): on the same model,
-tokens and settings a notebook measurement and a sweep step give the same numbers.
+recipe does, resolve it as a sweep resolves its recipe (:func:`tangentlens.core.resolve.resolve`,
+with the model's facts for the suite's) and run the sweep's own step code
+(:mod:`tangentlens.core.step`): on the same model, tokens and settings a notebook measurement and
+a sweep step give the same numbers.
 
 Settings are a recipe's keys: ``seq_len``, ``max_tokens``, ``batch_size``, ``n_bins`` (its
 ``[data]``), ``sites``, ``layers``, ``embed``, ``reservoir``, ``seed``, ``passes``,
@@ -18,6 +20,7 @@ and the proxies stage's (its ``[proxies]``) as ``fit={"rank": 8, "held_out": Tru
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,24 +32,20 @@ from tangentlens.capture import LOSSES, CaptureStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
-from tangentlens.core.bounds import check_width
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
-from tangentlens.core.step import (
-    capture_scored,
-    capture_sites,
-    check_attention,
-    step_rows,
-    with_fixed,
-)
+from tangentlens.core.resolve import RunPlan, resolve
+from tangentlens.core.step import capture_scored, capture_sites, step_rows, with_fixed
 from tangentlens.data import (
     FrequencyTable,
     SpecialTokens,
     special_tokens_of,
 )
 from tangentlens.models import LensModel, lens_model
-from tangentlens.registry import SCOPES, TANGENT, ProbeEntry, builtin_probes, entries, resolve
+from tangentlens.models.facts import SuiteFacts, model_facts
+from tangentlens.registry import SCOPES, ProbeEntry, builtin_probes, entries
+from tangentlens.registry import resolve as resolve_probe
 from tangentlens.results import ResultTable
 from tangentlens.runtime import exact_float32, threads
 from tangentlens.user_proxies import resolve_proxies
@@ -89,24 +88,22 @@ def _per_step_probes() -> tuple[str, ...]:
 
 
 def _runnable(kept: Needs) -> tuple[str, ...]:
-    """The per-step probes whose statistics ``kept`` holds (the tangent probes only where the
-    proxies' energy is scored: with tangent_energy)."""
+    """The per-step built-in probes whose statistics ``kept`` holds (for their default
+    settings)."""
     probes = builtin_probes()
-    fits = [n for n in _per_step_probes() if not kept.missing(probes[n].needs)]
-    if TANGENT not in fits:
-        fits = [n for n in fits if probes[n].scope != "tangent"]
-    return tuple(fits)
+    return tuple(n for n in _per_step_probes() if not kept.missing(probes[n].needs_for(None)))
 
 
 def default_probes(model: Any) -> tuple[str, ...]:
     """Every per-step built-in probe the model supports: the tangent account needs a loss head,
-    ``qk_drift`` per-head queries, keys and patterns with one key per query head (not under
-    grouped-query attention, not through loader ``"hf"``). What is left out is said in one
-    warning line."""
+    a probe needing per-head attention statistics queries, keys and patterns with one key per
+    query head (not under grouped-query attention, not through loader ``"hf"``). What is left
+    out is said in one warning line."""
     lens = lens_model(model)
     chosen = _per_step_probes() if lens.has_lm_head else _runnable(_WITHOUT_GRADIENTS)
     refusal = lens.attention_refusal()
-    skipped = [n for n in chosen if refusal and builtin_probes()[n].needs.attention]
+    needs = {n: builtin_probes()[n].needs_for(None) for n in chosen}
+    skipped = [n for n in chosen if refusal and needs[n].attention]
     if skipped:
         logger.warning("default probes: %s left out, %s", ", ".join(skipped), refusal)
     return tuple(n for n in chosen if n not in skipped)
@@ -124,7 +121,7 @@ def _probe_configs(
     items = probes.items() if isinstance(probes, Mapping) else ((p, None) for p in probes)
     out: dict[str, Any] = {}
     for name, config in items:
-        probe = resolve(name)
+        probe = resolve_probe(name)
         if not probe.per_step:  # its rows compare checkpoints, or need no model
             reason = SCOPES["model_free" if probe.scope == "model_free" else "across"]
             raise ValueError(f"probe {name!r} cannot run on one model: {reason}")
@@ -190,8 +187,11 @@ def _recipe(
     settings: Mapping[str, Any],
     suite: str,
     *,
-    has_tokens: bool,
+    width: int | None,
 ) -> Recipe:
+    """The measurement's one recipe: the probes' entries, the proxies ``stage``, the
+    ``settings`` (a recipe's ``[data]`` and ``[capture]`` keys) and the label ``suite``;
+    ``width``: that of the token ids given (None: texts)."""
     unknown = sorted(set(settings) - set(DATA_SETTINGS) - set(CAPTURE_SETTINGS))
     if unknown:
         raise ValueError(
@@ -200,13 +200,18 @@ def _recipe(
         )
     data = {k: v for k, v in settings.items() if k in DATA_SETTINGS}
     capture = {k: v for k, v in settings.items() if k in CAPTURE_SETTINGS}
-    if has_tokens and "max_tokens" in data:
+    if width is not None and "max_tokens" in data:
         raise ValueError("max_tokens limits text; with token ids given, pass the rows to use")
+    if width is not None and data.get("seq_len", width) != width:
+        raise ValueError(
+            f"seq_len = {data['seq_len']} but the token ids are {width} wide: leave seq_len "
+            "out when giving token ids"
+        )
     if capture.get("passes") == 0:
         raise ValueError("passes must be ≥ 1 here (0, the fewest that fit, is the sweep's)")
     return Recipe(
         name="notebook",
-        suite=SuiteSpec(name=suite),
+        suite=SuiteSpec(name=suite, steps="all"),
         data=build_section(DataSpec, data, "data"),
         capture=build_section(CaptureSpec, capture, "capture"),
         proxies=stage,
@@ -266,25 +271,44 @@ def _analysis_data(
     return AnalysisData(rows, frequencies, frequencies.bins(spec.n_bins), special, loss)
 
 
-def _loss(model: LensModel, loss: str | None, configs: Mapping[str, ProbeEntry]) -> str:
-    """The capture loss: the one given, else the model family's (none without a head); probes
-    needing gradients are refused without a loss."""
+def _loss(model: LensModel, loss: str | None) -> str:
+    """The capture loss: the one given, else the model family's (none without a head)."""
     if loss is None:
-        loss = capture_loss(model.family, model.has_lm_head)
-    elif loss not in LOSSES:
+        return capture_loss(model.family, model.has_lm_head)
+    if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    needing = [k for k, e in configs.items() if e.probe.needs.gradients]
-    if needing and loss == "none":
-        why = (
-            "no loss was chosen"
-            if model.has_lm_head
-            else "the model has no language-modelling head"
-        )
-        raise ValueError(
-            f"probes {needing} need gradients of the model's loss, and {why}; activation-only "
-            f"probes: {list(_runnable(_WITHOUT_GRADIENTS))}"
-        )
     return loss
+
+
+def _resolved(
+    model: LensModel,
+    texts_or_tokens: Any,
+    configs: dict[str, ProbeEntry],
+    stage: ProxiesSpec | None,
+    settings: Mapping[str, Any],
+    *,
+    suite: str | None,
+    step: int | None,
+    loss: str,
+    bounded: bool = True,
+) -> RunPlan:
+    """The measurement's recipe resolved against the model's facts (labelled ``suite`` at
+    ``step``: by default the model's name and checkpoint): what ``measure`` and
+    :func:`capture_model` capture and score, refused as a sweep refuses it; without
+    ``bounded`` (a capture alone) the bounds the model's width sets on the proxies stage and
+    the probes are left to the measurement."""
+    label = suite or model.model_name or _LABEL
+    at = int(step if step is not None else (model.checkpoint or 0))
+    recipe = _recipe(configs, stage, settings, label, width=_token_width(texts_or_tokens))
+    facts = model_facts(model, label, at, loss)
+    return resolve(recipe, facts if bounded else dataclasses.replace(facts, d_model=None))
+
+
+def _token_width(texts_or_tokens: Any) -> int | None:
+    """The width of token ids given as rows (None for texts)."""
+    if isinstance(texts_or_tokens, torch.Tensor | np.ndarray) and texts_or_tokens.ndim == 2:
+        return int(texts_or_tokens.shape[-1])
+    return None
 
 
 @exact_float32()  # no TF32 whatever the notebook set; its settings restored after
@@ -317,90 +341,83 @@ def capture_model(
     model = lens_model(model)  # a HookedTransformer, HookedEncoder or TransformerBridge
     probes, _ = _moved_keys(probes, None)  # the stage's keys do not change what is captured
     configs = _probe_configs(probes, default_probes(model))
-    capture, _, _ = _capture(
+    chosen = _loss(model, loss)
+    run = _resolved(
         model,
         texts_or_tokens,
         configs,
         None,
-        frequencies=frequencies,
+        settings,
         suite=suite,
         step=step,
-        tokens_seen=tokens_seen,
-        loss=loss,
-        **settings,
+        loss=chosen,
+        bounded=False,
     )
+    capture, _, _ = _capture(model, texts_or_tokens, run, chosen, frequencies, tokens_seen)
     return capture
 
 
 def _capture(
     model: LensModel,
     texts_or_tokens: Any,
-    configs: dict[str, ProbeEntry],
-    stage: ProxiesSpec | None,
-    *,
-    frequencies: FrequencyTable | np.ndarray | None = None,
-    suite: str | None = None,
-    step: int | None = None,
-    tokens_seen: int | None = None,
-    loss: str | None = None,
-    bounded: bool = False,
-    **settings: Any,
+    run: RunPlan,
+    loss: str,
+    frequencies: FrequencyTable | np.ndarray | None,
+    tokens_seen: int | None,
 ) -> tuple[Capture, CaptureStatistics, dict[str, Any] | None]:
-    """:func:`capture_model` for the probes' resolved ``configs`` and the proxies ``stage``:
-    the capture, the statistics its energies are scored on and the step's own fit where it
-    is fitted on other sequences (``held_out``: :func:`~tangentlens.core.step.capture_scored`),
-    else None. ``bounded`` (a measurement): the bounds the model's width sets on the stage and
-    the probes are checked before the capture (:func:`~tangentlens.core.bounds.check_width`)."""
-    loss = _loss(model, loss, configs)
-    suite = suite or model.model_name or _LABEL
-    step = int(step if step is not None else (model.checkpoint or 0))
-    has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
-    recipe = _recipe(configs, stage, settings, suite, has_tokens=has_tokens)
-    check_attention(model, recipe)  # before any data is prepared or captured
-    if bounded:  # measured: what the model's width rules out, refused before the capture
-        check_width(recipe, model.d_model, f"the model (d_model = {model.d_model})")
-    width = texts_or_tokens.shape[-1] if has_tokens else None
-    if width is not None and settings.get("seq_len", width) != width:
-        raise ValueError(
-            f"seq_len = {settings['seq_len']} but the token ids are {width} wide: leave seq_len "
-            "out when giving token ids"
-        )
+    """The capture the resolved ``run`` asks of ``model`` over ``texts_or_tokens`` (labelled
+    with the run's suite name and step): the capture, the statistics its energies are scored on
+    and the step's own fit where it is fitted on other sequences (``held_out``:
+    :func:`~tangentlens.core.step.capture_scored`), else None."""
+    recipe = run.recipe
     data = _analysis_data(model, texts_or_tokens, recipe.data, frequencies, loss)
-    sites = capture_sites(model, recipe)
+    sites = capture_sites(model, run)
+    step = run.steps[0]
     with threads(recipe.capture.threads):  # as a sweep's unit pins them
         stats, scored, fitted = capture_scored(
-            model, sites, data, recipe, step, passes=recipe.capture.passes
+            model, sites, data, run, step, passes=recipe.capture.passes
         )
     capture = Capture(
-        suite=suite,
+        suite=run.suite.name,
         step=step,
         tokens_seen=tokens_seen,
         statistics=stats,
         layers=sites,
         seq_len=int(data.rows.shape[1]),
         frequencies=data.frequencies,
+        kept=run.capture.kept,
     )
     return capture, scored, fitted
 
 
-def _kept(capture: Capture) -> Needs:
-    """What a capture kept (so a probe that needs more is refused before it runs)."""
-    config = capture.statistics.statistics
-    return Needs(
-        gradients=config.gradients,
-        bins=config.n_bins > 0,
-        bin_moments=config.n_bins > 0 and config.gradients and config.gradient_bin_moments,
-        type_sums=config.type_sums,
-        reservoir=config.reservoir_size > 0,
-        attention=bool(capture.statistics.attention),
+def _refuse_proxies_without_tangent(proxies: Any, configs: Mapping[str, ProbeEntry]) -> None:
+    """Refuse your own proxies when no ``tangent`` probe would score them."""
+    if proxies and not any(e.probe.scope == "tangent" for e in configs.values()):
+        tangent = [n for n, p in builtin_probes().items() if p.scope == "tangent" and p.per_step]
+        raise ValueError(
+            f"proxies are scored by the tangent probes: add one to probes ({', '.join(tangent)})"
+        )
+
+
+def _capture_facts(capture: Capture) -> SuiteFacts:
+    """The facts of a :class:`Capture` measured again: its label, step and sites' width."""
+    widths = {site.h.d for site in capture.statistics.sites.values()}
+    return SuiteFacts(
+        name=capture.suite,
+        kind="capture",
+        family="",
+        loader="",
+        steps=(capture.step,),
+        d_model=min(widths) if widths else None,
     )
 
 
 def _check_capture(capture: Capture, configs: Mapping[str, ProbeEntry]) -> None:
-    kept = _kept(capture)
+    """Refuse probes that need what ``capture`` did not keep, or types it did not track."""
+    kept = capture.kept or Needs()
     for name, entry in configs.items():
         probe = entry.probe
-        missing = kept.missing(probe.needs)
+        missing = kept.missing(entry.needs)
         if missing:
             raise ValueError(
                 f"probe {name!r} needs {missing}, which this capture did not keep: capture with "
@@ -464,33 +481,35 @@ def measure(
                 "fit={'held_out': True}))"
             )
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
-        configs = _probe_configs(probes, _runnable(_kept(capture)))
+        configs = _probe_configs(probes, _runnable(capture.kept or Needs()))
         _check_capture(capture, configs)
+        recipe = _recipe(configs, stage, {}, capture.suite, width=None)
+        run = resolve(recipe, _capture_facts(capture))
         scored, fitted = None, None
     else:
         if texts_or_tokens is None:
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
-        model_or_capture = lens_model(model_or_capture)  # HookedTransformer, HookedEncoder, bridge
-        configs = _probe_configs(probes, default_probes(model_or_capture))
-        model_name = model_or_capture.model_name
-    if proxies and "tangent_energy" not in configs:
-        raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
-    if not isinstance(model_or_capture, Capture):
-        capture, scored, fitted = _capture(
-            model_or_capture, texts_or_tokens, configs, stage, bounded=True, **settings
+        model = lens_model(model_or_capture)  # HookedTransformer, HookedEncoder, bridge
+        configs = _probe_configs(probes, default_probes(model))
+        model_name = model.model_name
+        loss = _loss(model, settings.pop("loss", None))
+        suite, step = settings.pop("suite", None), settings.pop("step", None)
+        frequencies = settings.pop("frequencies", None)
+        tokens_seen = settings.pop("tokens_seen", None)
+        run = _resolved(
+            model, texts_or_tokens, configs, stage, settings, suite=suite, step=step, loss=loss
         )
-    recipe = Recipe("notebook", SuiteSpec(name=capture.suite), proxies=stage, probes=configs)
-    if isinstance(model_or_capture, Capture):
-        widths = {site.h.d for site in capture.statistics.sites.values()}
-        for d in sorted(widths):
-            check_width(recipe, d, f"the capture (sites of width {d})")
+        capture, scored, fitted = _capture(
+            model, texts_or_tokens, run, loss, frequencies, tokens_seen
+        )
+    _refuse_proxies_without_tangent(proxies, configs)
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}
-        rank = recipe.proxies.rank
+        rank = run.recipe.proxies.rank
         fixed = resolve_proxies(proxies, capture, rank=rank, model_name=model_name, **options)
         if fitted is not None:  # held out: the fit is done, the user's proxies join it
             fitted = with_fixed(fitted, fixed)
     with threads(count):  # as a sweep's step unit pins them: the last bits depend on it
-        rows, _ = step_rows(recipe, capture, scored=scored, fitted=fitted, fixed=fixed)
+        rows, _ = step_rows(run, capture, scored=scored, fitted=fitted, fixed=fixed)
     return ResultTable(rows)

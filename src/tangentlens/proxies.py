@@ -24,6 +24,7 @@ fit diagnostics that tell whether a proxy is a good fit (:func:`fit_rows`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ from jaxtyping import Float
 
 from tangentlens.capture import MomentAccumulator, SiteStatistics
 from tangentlens.capture.captured import Capture
+from tangentlens.capture.sequence_energy import EnergyProjectors, SequenceEnergyConfig
+from tangentlens.checks import check_count
 from tangentlens.contract import FIT_PROBE
 from tangentlens.dictionaries import PCA, SAE, SemiNMF, span_basis
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION, METHODS, ProxyConfig
@@ -46,8 +49,11 @@ __all__ = [
     "FixedProxy",
     "ProxyConfig",
     "add_fixed_proxy",
+    "check_mean_direction",
+    "exchangeable_excluded",
     "fit_proxies",
     "fit_rows",
+    "sequence_energy_config",
 ]
 
 
@@ -229,3 +235,62 @@ def fit_rows(
             for metric, value in diagnostics.get(site, {}).get(method, {}).items():
                 out.append(make_row(data, FIT_PROBE, metric, value, **common))
     return out
+
+
+#: ``‖Qᵀm̂‖`` above which a proxy counts as holding part of m̂ (the basis tolerance).
+_MEAN_OVERLAP_ATOL = 1e-6
+
+
+def exchangeable_excluded(proxies: Mapping[str, Basis], method: str) -> Basis | None:
+    """What the exchangeable (headline) controls of ``proxies[method]`` avoid: the mean
+    direction m̂ that was projected out of it (``proxies["mean_direction"]``, d × 1); None for
+    m̂'s own proxy and when the proxies hold no m̂ (nothing was projected out)."""
+    return None if method == MEAN_DIRECTION else proxies.get(MEAN_DIRECTION)
+
+
+def check_mean_direction(proxies: Mapping[str, Basis], site: str = "") -> None:
+    """Refuse proxies whose controls avoid m̂ while they hold part of it: where ``proxies``
+    has ``mean_direction`` (m̂, d × 1), every other basis must be orthogonal to it
+    (``‖Qᵀm̂‖ ≤ 1e-6``, the basis tolerance). A ``ValueError`` names the site, the method, its
+    ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` and how to project m̂ out."""
+    m = proxies.get(MEAN_DIRECTION)
+    if m is None:
+        return
+    for method, basis in proxies.items():
+        if method == MEAN_DIRECTION:
+            continue
+        overlap = float((basis.T.to(m.device, torch.float64) @ m.double()).norm())
+        if overlap > _MEAN_OVERLAP_ATOL:
+            where = f"{site!r}, " if site else ""
+            raise ValueError(
+                f"proxy {where}{method!r} holds part of the mean direction m̂ "
+                f"(mean_direction_overlap ‖Qᵀm̂‖² = {overlap**2:.3g}) while its controls avoid "
+                "m̂: it would be credited with the drift's energy. Project m̂ out first "
+                "(tangentlens.proxies.add_fixed_proxy, or measure(..., proxies=...), which "
+                "record the overlap), or leave mean_direction out of the proxies"
+            )
+
+
+def _projectors(proxies: Mapping[str, Basis]) -> EnergyProjectors:
+    """Per method ``P_Q`` and the span its exchangeable controls avoid (m̂, whose drift sums
+    the capture gathers, or None)."""
+    return EnergyProjectors.from_proxies(
+        proxies, {m: exchangeable_excluded(proxies, m) for m in proxies}
+    )
+
+
+def sequence_energy_config(
+    proxies: dict[str, dict[str, Basis]], n_bins: int, seq_len: int
+) -> SequenceEnergyConfig:
+    """What a capture needs to gather per-sequence energy sums of ``proxies`` (``{site:
+    {method: basis}}``) known before it (``frozen_early``; for the probes whose needs ask for
+    ``sequence_sums``): per site, ``P_Q`` of each proxy and m̂, whose drift sums give the
+    energies of the drift-regressed gradients and the controls' exact means (nothing is drawn).
+    Pass it as ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the
+    capture's. A proxy holding part of m̂ is refused (:func:`check_mean_direction`)."""
+    check_count(n_bins, "n_bins", minimum=0)
+    projectors = {}
+    for site, methods in proxies.items():
+        check_mean_direction(methods, site)
+        projectors[site] = _projectors(methods)
+    return SequenceEnergyConfig(seq_len=seq_len, projectors=projectors, n_bins=n_bins)

@@ -28,7 +28,7 @@ import functools
 import importlib
 import importlib.metadata
 import pkgutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,6 @@ from tangentlens.contract import (
     FIT_PROBE,
     SCOPES,
     STATE_KEYS,
-    TANGENT,
     AcrossInputs,
     ModelFreeInputs,
     Probe,
@@ -52,7 +51,6 @@ __all__ = [
     "FIT_PROBE",
     "SCOPES",
     "STATE_KEYS",
-    "TANGENT",
     "AcrossInputs",
     "ModelFreeInputs",
     "Probe",
@@ -63,9 +61,7 @@ __all__ = [
     "builtin_probes",
     "entries",
     "installed_probes",
-    "needs_of",
     "resolve",
-    "resolve_all",
 ]
 
 #: The entry-point group an installed package registers its probes under.
@@ -160,27 +156,6 @@ def _import_path(key: str) -> Probe:
     return _load(key, repr(key))
 
 
-def resolve_all(keys: Iterable[str]) -> dict[str, Probe]:
-    """Key → probe for a recipe's probe keys; two keys declaring one name are refused."""
-    probes = {key: resolve(key) for key in keys}
-    names: dict[str, str] = {}
-    for key, probe in probes.items():
-        if probe.name in names:
-            raise ValueError(
-                f"probes {names[probe.name]!r} and {key!r} are both named {probe.name!r}"
-            )
-        names[probe.name] = key
-    return probes
-
-
-def needs_of(probes: Iterable[Probe]) -> Needs:
-    """What the capture must keep for ``probes`` together (no torch imported)."""
-    needs = Needs()
-    for probe in probes:
-        needs = needs.union(probe.needs)
-    return needs
-
-
 @dataclass(frozen=True)
 class ProbeEntry:
     """One probe of a recipe, resolved: its recipe ``key`` (a name or an import path), the
@@ -188,20 +163,32 @@ class ProbeEntry:
     ``probe.config``)."""
 
     key: str
-    probe: Probe
+    probe: Probe[Any]
     config: Any
+
+    @property
+    def needs(self) -> Needs:
+        """What the probe needs from a capture with this config (``Probe.needs_for``)."""
+        return self.probe.needs_for(self.config)
 
 
 def entries(configs: Mapping[str, Any]) -> dict[str, ProbeEntry]:
-    """Key → :class:`ProbeEntry` of a recipe's probes, from each key's config (or its entry,
-    kept); two keys declaring one name and a config of another class than the probe's are
-    refused."""
-    probes = resolve_all(configs)
-    out = {}
-    for key, probe in probes.items():
-        config = configs[key]
+    """Key → :class:`ProbeEntry` of a recipe's probes, from each key's config (its probe found
+    by :func:`resolve`) or its entry (kept: a probe already found, or one given as a value, as
+    :func:`tangentlens.conformance.check_probe` does); two keys declaring one name and a config
+    of another class than the probe's are refused."""
+    out: dict[str, ProbeEntry] = {}
+    names: dict[str, str] = {}
+    for key, config in configs.items():
         if isinstance(config, ProbeEntry):
-            config = config.config
+            probe, config = config.probe, config.config
+        else:
+            probe = resolve(key)
+        if probe.name in names:
+            raise ValueError(
+                f"probes {names[probe.name]!r} and {key!r} are both named {probe.name!r}"
+            )
+        names[probe.name] = key
         if not isinstance(config, probe.config):
             raise ValueError(
                 f"probes.{key}: its config must be a {probe.config.__name__}, got "

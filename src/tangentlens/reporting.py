@@ -1,8 +1,10 @@
 """What a probe reports, declared on the probe (:class:`~tangentlens.contract.Probe`): its
 tables (:class:`Table`), figures (:class:`Figure`), the recipe settings two compared runs must
-share (:class:`MustMatch`) and the estimator notes its manifest entry records
-(:class:`Estimator`). The run's report, its figures, ``compare`` and the manifest read these
-declarations from the registry's probes; none of them names a probe.
+share (:class:`MustMatch`), the estimator notes its manifest entry records
+(:class:`Estimator`), the metrics ``compare`` reads on the log scale and the findings of the
+run's reproduction summary (:mod:`tangentlens.findings`). The run's report, its figures,
+``compare`` and the manifest read these declarations from the registry's probes; none of them
+names a probe.
 
 A probe that declares no tables (``tables=None``) gets :func:`default_tables`: one step × layer
 table per metric, in the report and in ``compare``; one that declares no figures gets
@@ -22,7 +24,10 @@ import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tangentlens.findings import Findings
 
 __all__ = [
     "Estimator",
@@ -109,16 +114,21 @@ class Figure:
 class Reporting:
     """Everything a probe declares for the report, ``compare`` and the manifest: ``tables``
     and ``figures`` (None: the defaults from its metrics, :func:`default_tables` and
-    :func:`default_figures`; ``()``: none), ``must_match`` settings, ``estimators`` and
+    :func:`default_figures`; ``()``: none), ``must_match`` settings, ``estimators``,
     ``may_differ``: the keys of its own recipe table two compared runs may set differently
     (every other key must match, else ``compare`` refuses the probe's rows; e.g. the number of
-    bootstrap replicates, which changes no value)."""
+    bootstrap replicates, which changes no value); ``log_scale``: the metrics ``compare``
+    differences on the log scale, ``ln B − ln A`` (ratios whose null is 1; every other metric
+    as ``B − A``); ``findings``: functions from the run's rows to the verdicts of the
+    reproduction summary (:data:`tangentlens.findings.Findings`)."""
 
     tables: tuple[Table, ...] | None = None
     figures: tuple[Figure, ...] | None = None
     must_match: tuple[MustMatch, ...] = ()
     estimators: tuple[Estimator, ...] = ()
     may_differ: tuple[str, ...] = ()
+    log_scale: tuple[str, ...] = ()
+    findings: tuple[Findings, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,12 +146,22 @@ class MustMatch:
 @dataclass(frozen=True)
 class Estimator:
     """A manifest ``estimators`` entry (``key``: ``text``, how the probe's metrics are
-    computed). A run compared with one whose entry differs refuses the probe's rows (those
-    whose metric starts with ``metric_prefix``)."""
+    computed). ``text`` is the note, or a function ``(config, recipe) -> note`` of the probe's
+    config and the recipe (None: no note for this recipe), recorded then only for a probe the
+    recipe runs. A run compared with one whose entry differs refuses the probe's rows those
+    that the entry covers: whose metric starts with ``metric_prefix`` and ends with
+    ``metric_suffix``, or is one of ``metrics`` when given. Probes may declare one key with the
+    same note: it then covers each one's rows."""
 
     key: str
-    text: str
+    text: str | Callable[[Any, Any], str | None]
     metric_prefix: str = ""
+    metric_suffix: str = ""
+    metrics: tuple[str, ...] | None = None
+
+    def note(self, config: Any, recipe: Any) -> str | None:
+        """The note for a recipe that runs the probe with ``config``."""
+        return self.text(config, recipe) if callable(self.text) else self.text
 
 
 def default_tables(name: str, metrics: Mapping[str, str]) -> tuple[Table, ...]:

@@ -5,7 +5,7 @@ type sums, reservoir), print JSON ``{"measured": bytes, "planned": bytes}``.
 
 Measured: on the CPU, the process's peak resident memory (``VmHWM``) above its resident
 memory once every library is imported (the plan counts the model too); on a GPU,
-``torch.cuda.max_memory_allocated``. Planned: :func:`tangentlens.sweep.memory.memory_plan`'s
+``torch.cuda.max_memory_allocated``. Planned: :func:`tangentlens.core.memory.memory_plan`'s
 host (CPU) or accelerator (GPU) peak.
 """
 
@@ -22,9 +22,9 @@ from peak_memory import peak_resident, resident
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tangentlens.capture import CaptureConfig, StatisticsConfig, capture_statistics
+from tangentlens.core.memory import PlanInputs, memory_plan
 from tangentlens.data import FrequencyBins, SpecialTokens
 from tangentlens.models.shapes import ModelShape
-from tangentlens.sweep.memory import PlanInputs, memory_plan
 
 
 def main(spec: dict) -> dict:

@@ -44,8 +44,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tangentlens.core.memory import PlanInputs, memory_plan
 from tangentlens.models.shapes import ModelShape
-from tangentlens.sweep.memory import PlanInputs, memory_plan
 from tests.integration.conftest import decoder_tokenizer
 from tests.integration.fake_pythia_hub import (
     truncated_config,

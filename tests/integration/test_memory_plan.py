@@ -15,8 +15,8 @@ import torch
 from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
 from transformer_lens.loading_from_pretrained import convert_hf_model_config
 
+from tangentlens.core.memory import DTYPE_BYTES, saved_per_block
 from tangentlens.models.shapes import PYTHIA_CONFIGS, ModelShape
-from tangentlens.sweep.memory import DTYPE_BYTES, saved_per_block
 
 BERT = {
     "architectures": ["BertForMaskedLM"],
@@ -165,18 +165,18 @@ def test_large_recipes_state_their_memory_plan(name) -> None:
     """The header comment of the large-model recipes is the plan the sweep prints, and the
     plan fits one 80 GB GPU."""
     from tangentlens.core.recipe import builtin_recipes, load_recipe
-    from tangentlens.sweep.memory import plan_recipe
+    from tangentlens.core.resolve import resolve
 
-    recipe = load_recipe(name)
-    plan = plan_recipe(recipe, accelerator=80 * 10**9)
+    plan = resolve(load_recipe(name)).memory_plan(accelerator=80 * 10**9)
     assert f"# {plan.summary()}\n" in builtin_recipes()[name].read_text()
 
 
 def _fit_cell(size: str, dtype: str) -> str:
     """The README's cell: planned peak GiB and passes on one 80 GB GPU at pythia_1b's
     settings with automatic passes, or what would make it fit."""
+    from tangentlens.core.memory import GIB
     from tangentlens.core.recipe import load_recipe
-    from tangentlens.sweep.memory import GIB, plan_recipe
+    from tangentlens.core.resolve import resolve
 
     overrides = [
         f"suite.name='EleutherAI/pythia-{size}'",
@@ -185,7 +185,7 @@ def _fit_cell(size: str, dtype: str) -> str:
     ]
     recipe = load_recipe("pythia_1b", overrides)
     try:
-        plan = plan_recipe(recipe, accelerator=80 * 10**9)
+        plan = resolve(recipe).memory_plan(accelerator=80 * 10**9)
     except ValueError as error:
         batch = re.search(r"data\.batch_size = (\d+) fits", str(error))
         return f"`data.batch_size` ≤ {batch.group(1)}" if batch else "does not fit"
@@ -205,7 +205,7 @@ def test_readme_table_of_pythia_sizes_is_the_plan() -> None:
 def test_reservoir_bytes_are_what_the_reservoir_allocates(gradients) -> None:
     """A filled site reservoir holds exactly the plan's bytes (less the offered batch)."""
     from tangentlens.capture import SiteStatistics, StatisticsConfig
-    from tangentlens.sweep.memory import PlanInputs, reservoir_bytes
+    from tangentlens.core.memory import PlanInputs, reservoir_bytes
 
     d, capacity, batch, seq_len = 24, 100, 2, 40
     stats = SiteStatistics(

@@ -24,7 +24,12 @@ from tangentlens.data import (
 from tangentlens.metrics import drift_regression
 from tangentlens.models import lens_model
 from tangentlens.probes import tangent_energy
-from tangentlens.proxies import ProxyConfig, fit_proxies
+from tangentlens.proxies import (
+    ProxyConfig,
+    exchangeable_excluded,
+    fit_proxies,
+    sequence_energy_config,
+)
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10
 #: The control frames per measurement and their seed (the proxies stage's draws and seed).
@@ -53,7 +58,7 @@ def setup(micro_pythia):
     config = ProxyConfig(methods=("pca", "seminmf"), rank=4)
     proxies = {name: fit_proxies(site, config).bases for name, site in early.sites.items()}
     energy_config = tangent_energy.TangentEnergyConfig(bootstrap=200)
-    spec = tangent_energy.sequence_energy_config(proxies, N_BINS, SEQ_LEN)
+    spec = sequence_energy_config(proxies, N_BINS, SEQ_LEN)
     statistics = StatisticsConfig(n_bins=N_BINS, reservoir_size=256, sequence_energy=spec)
     bins = frequencies.bins(N_BINS)
     stats = capture_statistics(
@@ -95,7 +100,7 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
                 mask = token_bin == bin_index
             x = g * mask[:, None]
             d, k = proxy.shape
-            m = tangent_energy.exchangeable_excluded(proxies[site], method)
+            m = exchangeable_excluded(proxies[site], method)
             total = one_hot.T @ (x**2).sum(dim=1)
             b = None
             if m is not None:
@@ -135,7 +140,7 @@ def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
             continue
         energy = data.statistics.sites[r["site"]].sequence_energy
         b = None if r["freq_bin"] == "all" else int(r["freq_bin"])
-        m = tangent_energy.exchangeable_excluded(proxies[r["site"]], r["method"])
+        m = exchangeable_excluded(proxies[r["site"]], r["method"])
         coefficient = None
         if m is not None:  # the bin's drift regression, as the probe fits it
             stats = data.statistics.sites[r["site"]]

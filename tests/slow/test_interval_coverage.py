@@ -36,6 +36,7 @@ import torch
 from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics, StatisticsConfig
 from tangentlens.capture.captured import Capture
 from tangentlens.probes import tangent_energy
+from tangentlens.proxies import sequence_energy_config
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def _capture(setting: dict, n: int, rng: np.random.Generator, reservoir: int) ->
     proxies = {"pca": setting["q"], "mean_direction": setting["m"]}
     energy = None
     if not reservoir:
-        energy = tangent_energy.sequence_energy_config({SITE: proxies}, 0, SEQ_LEN)
+        energy = sequence_energy_config({SITE: proxies}, 0, SEQ_LEN)
     statistics = StatisticsConfig(reservoir_size=reservoir, sequence_energy=energy, seed=n)
     site = SiteStatistics(d, statistics, site=SITE)
     site.update(g, g, torch.zeros(len(ids), dtype=torch.int64), ids)

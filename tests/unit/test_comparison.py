@@ -202,8 +202,8 @@ def test_must_match_settings_refuse_the_rows_they_concern(tmp_path, two_runs):
     )
     comparison = compare([dec, other])
     assert [r.line for r in comparison.refused] == [
-        "rank differs (proxies.rank: dec 4, rank8 8): tangent_energy, "
-        "anisotropy_share, subspace_stability, update_alignment, proxy_fit rows not compared",
+        "rank differs (proxies.rank: dec 4, rank8 8): anisotropy_share, "
+        "subspace_stability, tangent_energy, update_alignment, proxy_fit rows not compared",
         "bins differs (data.n_bins: dec 3, rank8 5): per-bin rows (freq_bin ≠ all) not compared",
     ]
     assert {r["probe"] for r in comparison.to_pylist()} == {"capture", "cosine_drift"}
@@ -282,12 +282,11 @@ def test_docstring_examples():
 
 def _estimators(**changes: str | None) -> dict[str, str]:
     """A manifest's ``estimators`` (this version's), with ``changes`` (None: not recorded)."""
+    from tangentlens.core.estimators import estimator_notes
     from tangentlens.core.recipe import load_recipe
-    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
     out = {
-        **ESTIMATORS,
-        **probe_estimators(load_recipe("quickstart")),
+        **estimator_notes(load_recipe("quickstart")),
         "energy_interval": "studentized bootstrap over all_sequences",
     }
     for key, value in changes.items():
@@ -333,11 +332,19 @@ def test_runs_whose_estimators_differ_are_compared_only_on_the_rows_they_leave_a
 
 def test_every_estimator_the_manifest_records_has_a_scope():
     from tangentlens.comparison.settings import estimator_scopes
+    from tangentlens.core.estimators import estimator_notes
     from tangentlens.core.recipe import load_recipe
-    from tangentlens.sweep.manifest import ESTIMATORS, probe_estimators
 
-    recorded = probe_estimators(load_recipe("quickstart"))
-    assert set(estimator_scopes()) == {*ESTIMATORS, *recorded, "energy_interval"}
+    recorded = estimator_notes(load_recipe("quickstart"))
+    assert set(estimator_scopes()) == set(recorded)
+    # a note declared by two probes covers the rows of both, as it declares them
+    ratio = estimator_scopes()["energy_ratio"]
+    assert (ratio.probe_names(), ratio.metric_suffix) == (
+        ("tangent_energy", "update_alignment"),
+        "_ratio",
+    )
+    interval = estimator_scopes()["energy_interval"]
+    assert interval.metrics == ("energy_fraction", "energy_ratio", "energy_complement_ratio")
     # a probe's declared entry refuses that probe's rows only
     assert estimator_scopes()["drift_cosine"].probe_names() == ("cosine_drift",)
     assert estimator_scopes()["drift_cosine"].metric_prefix == "drift_cosine_"
@@ -369,19 +376,19 @@ def test_a_run_recorded_before_the_proxies_stage_compares_with_one_after(tmp_pat
         (
             {"proxies.fit_policy": "per_checkpoint"},
             "fit policy differs (proxies.fit_policy: dec frozen_early, other "
-            "per_checkpoint): tangent_energy, anisotropy_share, subspace_stability, "
+            "per_checkpoint): anisotropy_share, subspace_stability, tangent_energy, "
             "update_alignment, proxy_fit rows not compared",
         ),
         (
             {"proxies.held_out": True},
             "held_out differs (proxies.held_out: dec false, other true): "
-            "tangent_energy, anisotropy_share, subspace_stability, update_alignment, proxy_fit "
+            "anisotropy_share, subspace_stability, tangent_energy, update_alignment, proxy_fit "
             "rows not compared",
         ),
         (
             {"proxies.mean_direction": False},
             "control family differs (proxies.mean_direction: dec true, other "
-            "false): tangent_energy, anisotropy_share, subspace_stability, update_alignment, "
+            "false): anisotropy_share, subspace_stability, tangent_energy, update_alignment, "
             "proxy_fit rows not compared",
         ),
     ],

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tangentlens.conformance import check_probe
-from tangentlens.registry import Probe, StateInputs
+from tangentlens.contract import MODEL_FREE_STEP
+from tangentlens.registry import ModelFreeInputs, Probe
 from tangentlens.reporting import Figure, Reporting, Table
 from tangentlens.results import row
 
@@ -52,6 +53,20 @@ def test_a_conforming_probe_returns_its_checked_rows():
     assert [(r["probe"], r["metric"], r["value"]) for r in rows] == [("mine", "my_metric", 3.0)]
 
 
+def test_the_engine_sets_a_model_free_rows_step():
+    """The probe writes step 0 (a checkpoint's step); its rows are given the model-free step,
+    so neither the step-0 baseline nor ``compare`` reads them as a checkpoint's."""
+    (written,) = _rows("my_metric")(ModelFreeInputs("s"), Settings())
+    assert written["step"] == 0
+    (row_,) = _probe().model_free_rows(ModelFreeInputs("s"), Settings(), "here")
+    assert row_["step"] == MODEL_FREE_STEP == -1
+    assert {k: v for k, v in row_.items() if k != "step"} == {
+        k: v for k, v in written.items() if k != "step"
+    }
+    with pytest.raises(ValueError, match="'mine' \\(step\\) has no model-free rows"):
+        _probe(scope="step").model_free_rows(ModelFreeInputs("s"), Settings(), "here")
+
+
 @pytest.mark.parametrize(
     ("changes", "config", "message"),
     [
@@ -84,9 +99,8 @@ def test_a_state_may_not_use_the_shared_keys():
         return []
 
     probe = _probe(scope="across", rows=None, across=across, state=state)
-    inputs = StateInputs(model=None, capture=None, data=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"its state uses the keys \['proxies'\]"):
-        check_probe(probe, state=inputs)
+        probe.check_state(state(None, None))
     assert probe.check_state({"mine": 2}) == {"mine": 2}
 
 

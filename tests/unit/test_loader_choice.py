@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tangentlens.core.recipe import SuiteSpec, load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.models.catalog import (
     DEFAULT_LOADERS,
     ENCODER_MODEL_TYPES,
@@ -19,7 +20,7 @@ from tangentlens.models.catalog import (
     suite_family,
 )
 from tangentlens.sweep.manifest import initial_manifest
-from tangentlens.sweep.runner import plan_sweep
+from tangentlens.sweep.plan import make_plan
 
 
 def test_the_loaders_and_their_defaults() -> None:
@@ -96,6 +97,7 @@ def test_suite_families_are_known_without_opening_the_suite(tmp_path) -> None:
 def test_the_manifest_records_the_loader_every_unit_uses(suite, loader, recorded) -> None:
     overrides = [f"suite.name='{suite}'", f"suite.loader='{loader}'", "proxies.rank=8"]
     recipe = load_recipe("quickstart", overrides)  # d = 32: k ≤ 15
-    manifest = initial_manifest(recipe, plan_sweep(recipe), "cpu")
+    run = resolve(recipe)
+    manifest = initial_manifest(run, make_plan(run), "cpu")
     assert manifest["loader"] == recorded
     assert manifest["recipe"]["suite"]["loader"] == loader

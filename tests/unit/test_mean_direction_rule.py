@@ -3,7 +3,7 @@
 out of a user's proxy and records ``mean_direction_overlap`` (tests/integration/
 test_notebook.py); ``metrics.compare_energy`` refuses a proxy that reaches into the span its
 controls exclude; the probes' ``rows`` (tangent_energy, anisotropy_share, update_alignment) and
-``tangent_energy.sequence_energy_config`` refuse a basis that overlaps m̂.
+``tangentlens.proxies.sequence_energy_config`` refuse a basis that overlaps m̂.
 
 The null: gradients whose second moment is exactly ``0.3 m̂m̂ᵀ + 0.7/15 (I − m̂m̂ᵀ)`` (d = 16,
 E(m̂) = 0.3, isotropic in m̂⊥), so any proxy in m̂⊥ reads ``energy_ratio`` exactly 1. A proxy
@@ -21,7 +21,7 @@ from tangentlens.capture import SiteStatistics, StatisticsConfig
 from tangentlens.capture.captured import Capture
 from tangentlens.metrics import compare_energy, control_frames, exclusion_basis
 from tangentlens.probes import anisotropy_share, tangent_energy, update_alignment
-from tangentlens.proxies import FittedProxies, add_fixed_proxy
+from tangentlens.proxies import FittedProxies, add_fixed_proxy, sequence_energy_config
 from tangentlens.results import StepLabel
 
 D, SHARE, SITE = 16, 0.3, "b.0"
@@ -91,7 +91,7 @@ def test_every_other_entry_point_refuses_the_same_basis():
     data = _capture()
     proxies = {SITE: {"mine": HOLDS_M, "mean_direction": M_HAT}}
     with pytest.raises(ValueError, match=REFUSED):
-        tangent_energy.sequence_energy_config(proxies, 0, 1)
+        sequence_energy_config(proxies, 0, 1)
     with pytest.raises(ValueError, match=REFUSED):
         anisotropy_share.rows(data, proxies, anisotropy_share.AnisotropyShareConfig(), **CONTROLS)
     label = StepLabel("null", 4, 40, layers={SITE: 0})

@@ -7,17 +7,16 @@ import dataclasses
 
 import torch
 
-from tangentlens.core.recipe import load_recipe
-from tangentlens.models.shapes import suite_shape
-from tangentlens.sweep import units
-from tangentlens.sweep.memory import (
+from tangentlens.core.memory import (
     GIB,
     fitting_batch,
     headroom_bytes,
     memory_plan,
     out_of_memory_line,
-    recipe_inputs,
 )
+from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
+from tangentlens.sweep import units
 
 
 def test_the_budget_is_free_memory_less_the_headroom(monkeypatch):
@@ -32,9 +31,7 @@ def test_the_budget_is_free_memory_less_the_headroom(monkeypatch):
 
 def _inputs():
     recipe = load_recipe("pythia_160m", ["suite.device='cuda'"])
-    return dataclasses.replace(
-        recipe_inputs(recipe, suite_shape("EleutherAI/pythia-160m")), device="cuda"
-    )
+    return dataclasses.replace(resolve(recipe).memory_inputs, device="cuda")
 
 
 def test_out_of_memory_names_the_unit_the_plans_peak_and_a_batch_that_fits():

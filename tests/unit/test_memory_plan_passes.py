@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
+from tangentlens.core.memory import GIB, PlanInputs, check_fits, memory_plan
 from tangentlens.core.recipe import site_groups
 from tangentlens.models.shapes import PYTHIA_CONFIGS, ModelShape
-from tangentlens.sweep.memory import GIB, PlanInputs, check_fits, memory_plan
 
 
 def _inputs(**change) -> PlanInputs:

@@ -18,6 +18,7 @@ import pytest
 
 from tangentlens.cli import main
 from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 from tangentlens.sweep.runner import check_pretrained_sae, run_sweep
 
@@ -38,7 +39,7 @@ def _recipe(*overrides: str):
 
 def _refused(recipe, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        check_pretrained_sae(recipe)
+        check_pretrained_sae(resolve(recipe))
 
 
 def test_names_match_through_transformer_lens_aliases_and_pythia_widths_are_known():
@@ -57,8 +58,8 @@ def test_the_quickstart_on_mini_pythia_refuses_a_pythia_70m_release():
 
 
 def test_the_release_of_the_suites_model_passes():
-    check_pretrained_sae(_recipe("suite.name='EleutherAI/pythia-70m-deduped'"))
-    check_pretrained_sae(load_recipe("quickstart"))  # no table: nothing to check
+    check_pretrained_sae(resolve(_recipe("suite.name='EleutherAI/pythia-70m-deduped'")))
+    check_pretrained_sae(resolve(load_recipe("quickstart")))  # no table: nothing to check
 
 
 @pytest.mark.parametrize(
@@ -84,7 +85,7 @@ def test_a_refusal_lists_the_registry_releases_of_the_suites_model():
         ],
     )
     with pytest.raises(ValueError) as caught:
-        check_pretrained_sae(recipe)
+        check_pretrained_sae(resolve(recipe))
     head = (
         f"{TABLE}: release 'gpt2-small-res-jb' holds SAEs of model 'gpt2-small', not of suite "
         "'EleutherAI/pythia-70m-deduped' (d_model 512); choose a release of "
@@ -112,9 +113,9 @@ def _local_suite(root: Path, name: str, width: int, model_name: str | None = Non
 
 def test_a_local_copy_of_the_model_passes_when_named_so(tmp_path):
     named = _local_suite(tmp_path, "my-copy", 512, model_name="pythia-70m-deduped")
-    check_pretrained_sae(_recipe(f"suite.name='{named}'"))
+    check_pretrained_sae(resolve(_recipe(f"suite.name='{named}'")))
     by_folder = _local_suite(tmp_path / "checkpoints", "pythia-70m-deduped", 512)
-    check_pretrained_sae(_recipe(f"suite.name='{by_folder}'"))
+    check_pretrained_sae(resolve(_recipe(f"suite.name='{by_folder}'")))
 
 
 def test_a_local_suite_of_another_name_or_width_is_refused(tmp_path):
@@ -132,7 +133,7 @@ def test_a_local_suite_of_another_name_or_width_is_refused(tmp_path):
         f"but the checkpoints of suite {narrow!r} (model 'pythia-70m-deduped') have d_model 32: "
         f"they are not that model's; {TRAIN}"
     )
-    _refused(_recipe(f"suite.name='{narrow}'"), message)
+    _refused(_recipe(f"suite.name='{narrow}'", "proxies.rank=8"), message)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 
 from tangentlens.core.proxy_stage import ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import Recipe, load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.probes.anisotropy_share import AnisotropyShareConfig
 from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.registry import ProbeEntry, builtin_probes
@@ -109,7 +110,8 @@ def test_the_recipe_holds_resolved_entries():
         "subspace_stability",
         "update_alignment",
     ]
-    assert recipe.needs.gradients and recipe.needs.reservoir
+    needs = resolve(recipe).capture.needs  # what a step's capture keeps for them
+    assert needs.gradients and needs.reservoir
 
 
 def test_published_saes_need_the_reservoir(tmp_path):

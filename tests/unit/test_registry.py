@@ -13,17 +13,13 @@ from pathlib import Path
 import pytest
 
 from tangentlens.capture.needs import Needs
-from tangentlens.conformance import check_probe
 from tangentlens.glossary import BEGIN, END, glossary_table
-from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.registry import (
     SCOPES,
     Probe,
     builtin_probes,
     entries,
-    needs_of,
     resolve,
-    resolve_all,
 )
 from tangentlens.results import make_row
 
@@ -79,27 +75,6 @@ def test_the_builtin_catalogue_is_every_probe_module():
         assert getattr(tangentlens.probes, name).PROBE is probe
 
 
-#: Configs smaller than the defaults, where the defaults take long (a model-free probe runs).
-_SMALL = {
-    "untrained_block": UntrainedBlockConfig(
-        d_model=16, n_heads=2, d_mlp=32, n_sequences=2, seq_len=8, vocab_size=50
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(builtin_probes()))
-def test_each_builtin_probe_passes_check_probe(name):
-    """The declaration, the config's round trip through its recipe table and the reporting
-    (a model-free probe's rows are run too: one row per metric and bias norm)."""
-    probe = builtin_probes()[name]
-    rows = check_probe(probe, _SMALL.get(name))
-    if probe.scope == "model_free":
-        norms = len(_SMALL[name].bias_norms)
-        assert len(rows) == norms * len(probe.metrics)
-    else:
-        assert rows == []
-
-
 def test_the_readme_glossary_is_the_generated_one():
     """Regenerate (``python -m tangentlens.glossary README.md``) after changing a probe's
     metrics; the table holds each probe's definitions word for word."""
@@ -114,10 +89,10 @@ def test_the_readme_glossary_is_the_generated_one():
 
 def test_needs_union_and_resolved_entries():
     probes = builtin_probes()
-    assert needs_of([probes["cosine_drift"]]) == Needs()
-    both = needs_of([probes["qk_drift"], probes["shape_of_learning"]])
+    assert probes["cosine_drift"].needs_for(None) == Needs()
+    both = probes["qk_drift"].needs_for(None).union(probes["shape_of_learning"].needs_for(None))
     assert both == Needs(attention=True, reservoir=True)
-    assert needs_of([probes["tangent_energy"]]).bin_moments
+    assert probes["tangent_energy"].needs_for(None).bin_moments
     config = probes["cosine_drift"].config()
     (entry,) = entries({"cosine_drift": config}).values()
     assert (entry.key, entry.probe, entry.config) == (
@@ -255,8 +230,9 @@ def test_import_paths_resolve_and_bad_ones_are_refused_in_one_line(tmp_path, mon
     )
     with pytest.raises(ValueError, match="a built-in probe's name"):
         resolve(f"{shadow}:PROBE")
+    config = resolve(f"{name}:PROBE").config()
     with pytest.raises(ValueError, match="are both named 'ok_probe'"):
-        resolve_all([f"{name}:PROBE", "probe_package.mine"])
+        entries({f"{name}:PROBE": config, "probe_package.mine": config})
 
 
 def test_an_installed_probe_may_not_shadow_a_built_in_one(tmp_path, monkeypatch):
@@ -375,21 +351,12 @@ def test_the_rank_bound_follows_what_the_probes_draw():
         plan_sweep(load_recipe("quickstart", ["proxies.mean_direction=false", "proxies.rank=65"]))
 
 
-def test_the_fixture_package_probes_pass_check_probe():
-    """The README's example and the fixture package's probe of each other scope."""
-    for key in ("grad_norm", "tangentlens_scopes:GRAD_RATIO", "tangentlens_scopes:PROXY_SHARE"):
-        assert check_probe(resolve(key)) == []
-    (row,) = check_probe(resolve("tangentlens_scopes:HAAR"))
-    assert row["probe"] == "haar_energy" and 0 < row["value"] < 1
-
-
 def test_the_readme_reporting_example_declares_what_the_report_draws():
     text = README.read_text(encoding="utf-8")
     body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
     namespace: dict = {}
     exec(re.findall(r"```python\n(.*?)```", body, flags=re.S)[1], namespace)
     probe = namespace["REPORTED"]
-    assert check_probe(probe) == []
     assert [(t.metric, t.title) for t in probe.tables] == [("gradient_rms", "gradient RMS ‖g‖")]
     assert [f.file for f in probe.figures] == ["grad_norm.png"]
     assert [(m.name, m.path) for m in probe.reporting.must_match] == [

@@ -61,8 +61,8 @@ def test_a_replicate_without_a_denominator_is_nan_and_keeps_its_index():
 
 def test_identical_replicates_give_a_zero_interval_around_zero():
     values = np.exp(np.random.default_rng(2).normal(0, 0.1, R))
-    assert _difference_interval("energy_ratio", 0.0, values, values.copy()) == (0.0, 0.0)
-    assert _difference_interval("energy_fraction", 0.0, values, values.copy()) == (0.0, 0.0)
+    assert _difference_interval(True, 0.0, values, values.copy()) == (0.0, 0.0)
+    assert _difference_interval(False, 0.0, values, values.copy()) == (0.0, 0.0)
 
 
 def test_a_planted_log_ratio_shift_is_recovered_with_its_closed_form_spread():
@@ -70,12 +70,12 @@ def test_a_planted_log_ratio_shift_is_recovered_with_its_closed_form_spread():
     n, sigma, shift = 20_000, 0.1, 0.3
     first = np.exp(rng.normal(0, sigma, n))
     later = np.exp(rng.normal(shift, sigma, n))  # independent runs
-    low, high = _difference_interval("energy_ratio", shift, first, later)
+    low, high = _difference_interval(True, shift, first, later)
     half = 1.959964 * sigma * math.sqrt(2)
     assert low == pytest.approx(shift - half, abs=0.01)
     assert high == pytest.approx(shift + half, abs=0.01)
     # a plain difference for a non-ratio metric, shifted by 0.05
-    low, high = _difference_interval("energy_fraction", 0.05, first, first + 0.05)
+    low, high = _difference_interval(False, 0.05, first, first + 0.05)
     assert (low, high) == pytest.approx((0.05, 0.05), abs=1e-12)
 
 
@@ -87,16 +87,16 @@ def test_replicates_are_paired_by_index_before_undefined_ones_are_dropped():
     e = math.e
     first = np.array([1.0, np.nan, e, e**2, e**3])
     later = np.array([e, e, e**2, np.nan, e**4])
-    assert _difference_interval("energy_ratio", 1.0, first, later) == (1.0, 1.0)
-    assert _difference_interval("energy_fraction", 0.5, first, first + 0.5) == (0.5, 0.5)
+    assert _difference_interval(True, 1.0, first, later) == (1.0, 1.0)
+    assert _difference_interval(False, 0.5, first, first + 0.5) == (0.5, 0.5)
 
 
 def test_the_interval_contains_the_difference_and_needs_both_runs_replicates():
     values = np.full(R, 2.0)
-    low, high = _difference_interval("energy_ratio", 0.4, values, values)  # replicates say 0
+    low, high = _difference_interval(True, 0.4, values, values)  # replicates say 0
     assert (low, high) == (0.0, 0.4)
-    assert _difference_interval("energy_ratio", 0.4, values, None) == (None, None)
-    assert _difference_interval("energy_ratio", math.nan, values, values) == (None, None)
+    assert _difference_interval(True, 0.4, values, None) == (None, None)
+    assert _difference_interval(True, math.nan, values, values) == (None, None)
 
 
 def test_keep_replicates_is_a_checked_opt_in():

@@ -105,7 +105,7 @@ def _table(text: str, title: str) -> list[str]:
 
 
 def test_findings_give_the_step_0_value_beside_the_later_steps():
-    bell, rise, energy, frequency = (f.evidence for f in reproduction_summary(_rows()))
+    frequency, bell, rise, energy = (f.evidence for f in reproduction_summary(_rows()))
     assert bell == (
         "at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1; "
         "baseline step 0 (init): L0 0.050, L1 0.060, L2 0.070"
@@ -129,7 +129,7 @@ def test_findings_give_the_step_0_value_beside_the_later_steps():
 
 def test_findings_without_step_0_read_the_earliest_step_as_their_baseline():
     rows = _rows(steps=(10, 100, 1000))
-    bell, rise, energy, _ = (f.evidence for f in reproduction_summary(rows))
+    _, bell, rise, energy = (f.evidence for f in reproduction_summary(rows))
     earliest = "baseline step 10 (the earliest scored: no step 0)"
     assert bell == (
         f"at step 1000: L0 0.100, L1 0.300, L2 0.200; peak at L1; {earliest}: L0 0.100, "
@@ -147,7 +147,7 @@ def test_findings_without_step_0_read_the_earliest_step_as_their_baseline():
 
 
 def test_a_run_of_step_0_alone_is_not_testable():
-    (bell, *_) = reproduction_summary(_rows(steps=(0,)))
+    (_, bell, *_) = reproduction_summary(_rows(steps=(0,)))
     assert bell.holds is None and bell.evidence.startswith("1 scored step with this metric (0)")
 
 

@@ -6,6 +6,7 @@ import torch
 
 from tangentlens.metrics import control_frames, reused_draws
 from tangentlens.metrics import controls as controls_module
+from tangentlens.proxies import sequence_energy_config
 
 
 def _count_draws(monkeypatch) -> list[int]:
@@ -104,9 +105,9 @@ def test_the_memory_plan_counts_the_draws_a_step_keeps_for_its_probes():
     cap is the block's. Nothing is drawn before the capture: ``sequence_energy_config`` keeps
     nothing."""
     from tangentlens import metrics
+    from tangentlens.core import memory
     from tangentlens.models.shapes import ModelShape
     from tangentlens.probes import tangent_energy
-    from tangentlens.sweep import memory
 
     assert memory.REUSED_DRAWS_BYTES == metrics.REUSED_DRAWS_BYTES
     d, draws, n_bins = 12, 5, 2
@@ -126,7 +127,7 @@ def test_the_memory_plan_counts_the_draws_a_step_keeps_for_its_probes():
                 proxies[site]["mean_direction"] = m
         config = tangent_energy.TangentEnergyConfig(bootstrap=0)
         with reused_draws():
-            tangent_energy.sequence_energy_config(proxies, n_bins, 16)
+            sequence_energy_config(proxies, n_bins, 16)
             assert controls_module._REUSED.get()[1][0] == metrics.REUSED_DRAWS_BYTES
             tangent_energy.rows(data, proxies, config, draws=draws, seed=3)
             kept = metrics.REUSED_DRAWS_BYTES - controls_module._REUSED.get()[1][0]

@@ -132,6 +132,7 @@ def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeyp
     import torch
 
     from tangentlens.core.recipe import CaptureSpec, Recipe, SuiteSpec
+    from tangentlens.core.resolve import resolve
     from tangentlens.models.configs import UntrainedBlockConfig
     from tangentlens.sweep import units
     from tangentlens.sweep.plan import Unit
@@ -145,23 +146,24 @@ def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeyp
         capture=CaptureSpec(threads=1),
         probes={"untrained_block": config},
     )
-    unit = Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
+    unit = Unit("untrained-block", "model_free", None, (), "results/untrained-block.parquet")
     seen: list[int] = []
-    real = units._RUNNERS["untrained"]
+    real = units._RUNNERS["model_free"]
 
     def recording(*args):
         seen.append(torch.get_num_threads())
         return real(*args)
 
-    monkeypatch.setitem(units._RUNNERS, "untrained", recording)
+    monkeypatch.setitem(units._RUNNERS, "model_free", recording)
+    run = resolve(recipe)
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        units.run_unit(recipe, tmp_path, unit)
+        units.run_unit(run, tmp_path, unit)
         assert seen == [1] and torch.get_num_threads() == 2
-        monkeypatch.setitem(units._RUNNERS, "untrained", lambda *args: 1 / 0)
+        monkeypatch.setitem(units._RUNNERS, "model_free", lambda *args: 1 / 0)
         with pytest.raises(ZeroDivisionError):
-            units.run_unit(recipe, tmp_path, unit)
+            units.run_unit(run, tmp_path, unit)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)

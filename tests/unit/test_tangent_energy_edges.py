@@ -13,6 +13,7 @@ import torch
 from tangentlens.capture.accumulators import MomentAccumulator
 from tangentlens.capture.captured import Capture
 from tangentlens.probes import tangent_energy
+from tangentlens.proxies import sequence_energy_config
 
 D, K, SITE = 6, 2, "blocks.0.hook_resid_post"
 PROXY = torch.eye(D, dtype=torch.float64)[:, :K]
@@ -120,8 +121,8 @@ def test_a_capture_mixing_interval_sources_is_refused():
 
 def test_sequence_energy_config_checks_the_bin_count():
     with pytest.raises(ValueError, match=r"^n_bins must be an integer ≥ 0"):
-        tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, -1, 4)
-    spec = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 2, 4)
+        sequence_energy_config({SITE: {"pca": PROXY}}, -1, 4)
+    spec = sequence_energy_config({SITE: {"pca": PROXY}}, 2, 4)
     assert (spec.seq_len, spec.n_bins) == (4, 2)
     # no m̂ among the proxies: no drift sums, the proxy's projector alone
     projectors = spec.projectors[SITE]

@@ -20,6 +20,7 @@ from tangentlens.capture import CaptureConfig, CaptureStatistics, SiteStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.metrics import bootstrap_ratio
 from tangentlens.probes import tangent_energy
+from tangentlens.proxies import sequence_energy_config
 
 D, K, SEQ_LEN, STEP, SITE = 8, 2, 64, 7, "blocks.0.hook_resid_post"
 VAR = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # token noise variance per coordinate
@@ -30,7 +31,7 @@ PROXY = torch.eye(D, dtype=torch.float64)[:, :K]
 CONFIG = tangent_energy.TangentEnergyConfig(bootstrap=400)
 #: The proxies stage's control frames per measurement and their seed.
 CONTROLS = {"draws": 20, "seed": 3}
-SPEC = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 0, SEQ_LEN)
+SPEC = sequence_energy_config({SITE: {"pca": PROXY}}, 0, SEQ_LEN)
 
 
 @pytest.fixture(autouse=True, scope="module")

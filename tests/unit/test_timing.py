@@ -1,11 +1,14 @@
 """The sweep's cost model: unit timings, their medians, and the predicted wall time."""
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
+from tangentlens.models.facts import suite_facts
 from tangentlens.sweep.plan import make_plan
 from tangentlens.sweep.timing import (
     TIMINGS_DIR,
@@ -19,12 +22,12 @@ from tangentlens.sweep.timing import (
     timing_record,
 )
 
-#: data 1 s, windows 2 s, fit 3 s, steps 10 s, across 0.5 s, untrained block 4 s.
+#: data 1 s, windows 2 s, fit 3 s, steps 10 s, across 0.5 s, the model-free unit 4 s.
 COST = SweepCost(
-    {"data": 1.0, "window": 2.0, "fit": 3.0, "step": 10.0, "across": 0.5, "untrained": 4.0},
-    {"data": 1, "window": 8, "fit": 1, "step": 1, "across": 1, "untrained": 1},
+    {"data": 1.0, "window": 2.0, "fit": 3.0, "step": 10.0, "across": 0.5, "model_free": 4.0},
+    {"data": 1, "window": 8, "fit": 1, "step": 1, "across": 1, "model_free": 1},
 )
-PLAN = {"data": 1, "window": 8, "fit": 1, "step": 5, "across": 1, "untrained": 1}
+PLAN = {"data": 1, "window": 8, "fit": 1, "step": 5, "across": 1, "model_free": 1}
 
 
 def test_predicted_seconds_is_the_critical_path_at_each_parallelism():
@@ -89,7 +92,8 @@ def test_the_report_line_and_the_plan_line(tmp_path):
 
     recipe = load_recipe("quickstart", ['suite.steps="0,100,1200"'])
     steps = (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 300, 400, 1200)
-    plan = make_plan(recipe, steps, [0, 100, 1200])
+    facts = dataclasses.replace(suite_facts("mini-pythia"), steps=steps)
+    plan = make_plan(resolve(recipe, facts))
     counts = plan_counts(plan)
     assert counts["step"] == 3 and counts["window"] >= 1
     timed = tmp_path / "one-step"
@@ -102,3 +106,10 @@ def test_the_report_line_and_the_plan_line(tmp_path):
     assert line.endswith(f"predicted {expected:.0f} s for 3 step(s)")
     assert "fixed 10 s, a step 10.0 s" in line  # one timed unit of each kind here
     assert "no finished step unit" in plan_time_line(plan, recipe, tmp_path / "empty", None)
+
+
+def test_an_earlier_runs_model_free_timing_is_read_under_its_current_kind():
+    """Runs written before the model-free units were named by their probes timed one unit of
+    kind ``untrained``: read as ``model_free``, so their timings still predict a sweep."""
+    cost = sweep_cost({"untrained-block": {"kind": "untrained", "seconds": 4.0}})
+    assert cost.seconds == {"model_free": 4.0} and cost.counts == {"model_free": 1}

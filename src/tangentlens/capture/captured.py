@@ -3,11 +3,14 @@ rows they become, saved and reloaded whole."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from tangentlens.capture.needs import Needs
 
 if TYPE_CHECKING:
     import torch
@@ -28,8 +31,10 @@ class Capture:
     site to its block index (None for the embedding); ``seq_len`` is the width of the token
     rows (row id // seq_len = sequence index); ``frequencies`` the token frequency table the
     bins come from. ``suite``, ``step`` and ``tokens_seen`` label the rows (the step also seeds
-    the controls). :meth:`save` and :meth:`load` keep it for later, every probe giving the same
-    numbers on the reloaded capture.
+    the controls). ``kept``: what the capture kept for the probes, as its request said
+    (:attr:`~tangentlens.capture.request.CaptureRequest.kept`; None: not recorded). :meth:`save`
+    and :meth:`load` keep it for later, every probe giving the same numbers on the reloaded
+    capture.
     """
 
     suite: str
@@ -39,6 +44,7 @@ class Capture:
     layers: dict[str, int | None]
     seq_len: int
     frequencies: FrequencyTable | None = None
+    kept: Needs | None = None
 
     def site(self, kind: str = "resid_post", layer: int | None = None) -> str:
         """The name of the captured site of ``kind`` at block ``layer`` (``kind="embed"``, layer
@@ -103,6 +109,7 @@ class Capture:
             "layers": dict(self.layers),
             "seq_len": self.seq_len,
             "counts": None if self.frequencies is None else self.frequencies.counts,
+            "kept": None if self.kept is None else dataclasses.asdict(self.kept),
         }
         save_statistics(self.statistics, path, extra)
         return Path(path)
@@ -120,7 +127,7 @@ class Capture:
                 f"{str(path)!r} holds capture statistics but not a tangentlens Capture (missing "
                 f"{sorted(missing)}); save one with Capture.save"
             )
-        counts = extra["counts"]
+        counts, kept = extra["counts"], extra.get("kept")
         return cls(
             suite=extra["suite"],
             step=int(extra["step"]),
@@ -129,4 +136,20 @@ class Capture:
             layers=dict(extra["layers"]),
             seq_len=int(extra["seq_len"]),
             frequencies=None if counts is None else FrequencyTable(np.asarray(counts)),
+            kept=_kept_of(statistics) if kept is None else Needs(**kept),
         )
+
+
+def _kept_of(statistics: CaptureStatistics) -> Needs:
+    """What a capture saved before captures recorded it (``kept``) holds, read from its
+    statistics' settings and attention sums — the files of earlier versions only."""
+    config = statistics.statistics
+    bins = config.n_bins > 0
+    return Needs(
+        gradients=config.gradients,
+        bins=bins,
+        bin_moments=bins and config.gradients and config.gradient_bin_moments,
+        type_sums=config.type_sums,
+        reservoir=config.reservoir_size > 0,
+        attention=bool(statistics.attention),
+    )

@@ -24,9 +24,9 @@ not compared), except those the probe declares may differ (``Reporting.may_diffe
 tangent_energy's ``bootstrap``, ``interval`` and ``keep_replicates``, which change no value).
 
 The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
-``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
-and the proxy fit's rows (proxy_fit). A setting is checked only where every run's recipe has it
-(a probe one run lacks has no shared rows).
+``tangent``, by name — built in: anisotropy_share, subspace_stability, tangent_energy,
+update_alignment — and the proxy fit's rows (proxy_fit). A setting is checked only where every
+run's recipe has it (a probe one run lacks has no shared rows).
 
 Statistics precision (:func:`precision_refusals`, read from the manifests' ``statistics_dtype``;
 runs from before the setting are float64): runs whose statistics were accumulated at different
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.comparison.runs import Run
-from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes, resolve
+from tangentlens.registry import FIT_PROBE, builtin_probes, installed_probes, resolve
 
 __all__ = [
     "FLAGGED",
@@ -69,6 +69,7 @@ __all__ = [
     "flag_lines",
     "must_match",
     "precision_refusals",
+    "probe_keys",
     "probe_settings",
     "recipe_differences",
     "refusals",
@@ -87,10 +88,7 @@ def tangent_account() -> tuple[str, ...]:
     """The probes that score the tangent proxies — every registered probe (built-in or
     installed) of scope ``tangent`` — and the proxy fit's own rows."""
     probes = [*builtin_probes().values(), *installed_probes().values()]
-    names = sorted(
-        (p.name for p in probes if p.scope == "tangent"), key=lambda n: (n != TANGENT, n)
-    )
-    return (*names, FIT_PROBE)
+    return (*sorted(p.name for p in probes if p.scope == "tangent"), FIT_PROBE)
 
 
 @dataclass(frozen=True)
@@ -177,7 +175,7 @@ def must_match() -> tuple[Setting, ...]:
     )
 
 
-def _probe_names(runs: Sequence[Run]) -> dict[str, str]:
+def probe_keys(runs: Sequence[Run]) -> dict[str, str]:
     """Recipe key → the probe name its rows carry, for the probes every run's recipe enables
     (the manifests record the name; else the key)."""
     keys = set.intersection(*(set(run.recipe.get("probes", {})) for run in runs))
@@ -198,7 +196,7 @@ def probe_settings(runs: Sequence[Run]) -> list[Setting]:
     this installation cannot resolve has none that may differ."""
     declared = {s.path for s in must_match()}
     out = []
-    for key, name in _probe_names(runs).items():
+    for key, name in probe_keys(runs).items():
         try:
             may_differ = set(resolve(key).reporting.may_differ)
         except ValueError:
@@ -221,12 +219,6 @@ def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> 
 _CORE_ESTIMATORS: tuple[Setting, ...] = (
     _estimator("fit_window", TANGENT_ACCOUNT),
     _estimator("controls", TANGENT_ACCOUNT),
-    _estimator("energy_ratio", ("tangent_energy", "update_alignment"), metric_suffix="_ratio"),
-    _estimator(
-        "energy_interval",
-        ("tangent_energy",),
-        metrics=("energy_fraction", "energy_ratio", "energy_complement_ratio"),
-    ),
     _estimator("proxies", TANGENT_ACCOUNT),
     _estimator("pretrained_sae", TANGENT_ACCOUNT),
     _estimator("positions", None),
@@ -237,13 +229,21 @@ _CORE_ESTIMATORS: tuple[Setting, ...] = (
 def estimator_scopes() -> dict[str, Setting]:
     """The rows each manifest ``estimators`` entry describes (a difference refuses them): the
     core's entries and each registered probe's declared ones (``Reporting.estimators``) over
-    that probe's rows."""
-    declared = (
-        _estimator(e.key, (probe.name,), metric_prefix=e.metric_prefix)
-        for probe in _registered()
-        for e in probe.reporting.estimators
-    )
-    return {s.path.removeprefix("estimators."): s for s in (*_CORE_ESTIMATORS, *declared)}
+    the rows it covers of every probe that declares it."""
+    declared: dict[str, tuple[Any, list[str]]] = {}
+    for probe in _registered():
+        for e in probe.reporting.estimators:
+            declared.setdefault(e.key, (e, []))[1].append(probe.name)
+    scopes = {s.path.removeprefix("estimators."): s for s in _CORE_ESTIMATORS}
+    for key, (e, names) in declared.items():
+        scopes[key] = _estimator(
+            key,
+            tuple(names),
+            metric_prefix=e.metric_prefix,
+            metric_suffix=e.metric_suffix,
+            metrics=e.metrics,
+        )
+    return scopes
 
 
 #: Settings that may differ: each difference is flagged in one line.

@@ -4,24 +4,27 @@ and each later run's difference from the first.
 Rows match across runs on ``(probe, metric, method, rank, freq_bin, site kind, relative depth)``
 (:mod:`tangentlens.comparison.runs`: the site kind makes a decoder's ``blocks.3.hook_resid_post``
 and a BERT encoder's ``blocks.3.hook_normalized_resid_post`` the same place), each run at its
-compared step: its last scored step with rows by default, or one step every run has. Model-free rows
-(``untrained_block``, at a negative step) are not compared. A row is shared when every run has
-it and no must-match setting that concerns it differs (:mod:`tangentlens.comparison.settings`:
-a probe's own recipe keys included); a row that compares steps (written by the across-steps
-unit: a transition from the previous scored step) only when every run's transition into its
-compared step is the same (64 → 1200 is not 0 → 1200).
+compared step: its last scored step with rows by default, or one step every run has.
+Model-free rows (at :data:`~tangentlens.contract.MODEL_FREE_STEP`) are not compared. A row is
+shared when every run has it and no must-match setting that concerns it differs
+(:mod:`tangentlens.comparison.settings`: a probe's own recipe keys included); a row that
+compares steps (written by the across-steps unit: a transition from the previous scored step)
+only when every run's transition into its compared step is the same (64 → 1200 is not
+0 → 1200).
 
 The table has the tidy schema plus ``run``, ``site_kind``, ``relative_depth`` and
 ``difference``. Per shared key, one row per run — that run's own row, unchanged, ``run`` its
 label, ``difference`` null — then one row per later run B against the first run A: ``run``
-``"B − A"``, ``difference`` ``"log_ratio"`` for ratio metrics (:func:`is_ratio`: ``value`` =
-ln B − ln A, NaN unless both are > 0) else ``"difference"`` (``value`` = B − A), ``site`` the
-site kind, ``suite``, ``step``, ``tokens_seen``, ``layer``, ``n_tokens`` null.
+``"B − A"``, ``difference`` ``"log_ratio"`` for the metrics their probe declares on the log
+scale (``Reporting.log_scale``, :func:`log_scaled`: ``value`` = ln B − ln A, NaN unless both are
+> 0) else ``"difference"`` (``value`` = B − A), ``site`` the site kind, ``suite``, ``step``,
+``tokens_seen``, ``layer``, ``n_tokens`` null. A probe this installation cannot resolve has no
+log-scale metric.
 
 A difference has an interval (``ci_low``, ``ci_high``) where both runs kept the bootstrap
-replicates of the two rows (``probes.tangent_energy.keep_replicates``: ``energy_fraction``,
-``energy_ratio`` and ``energy_complement_ratio``): the 95 % percentile interval of the replicate
-differences (ln B*ᵢ − ln A*ᵢ, or B*ᵢ − A*ᵢ), widened to contain the difference itself.
+replicates of the two rows (a probe whose needs keep them, e.g. the built-in energy intervals
+with ``keep_replicates``): the 95 % percentile interval of the replicate differences
+(ln B*ᵢ − ln A*ᵢ, or B*ᵢ − A*ᵢ), widened to contain the difference itself.
 Replicate i of both runs resamples the same sequence indices (the bootstrap's seed is the
 recipe's), so for runs over the same sequences this is a paired bootstrap of the difference; the
 runs' own studentized intervals are asymmetric, so their bounds alone could not be combined.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -49,20 +52,22 @@ from tangentlens.comparison.settings import (
     fit_window_lines,
     flag_lines,
     precision_refusals,
+    probe_keys,
     recipe_differences,
     refusals,
     transition_refusal,
 )
+from tangentlens.registry import resolve
 from tangentlens.results import SCHEMA
 
 __all__ = [
     "COMPARE_SCHEMA",
     "INTERVAL_NOTE",
-    "INTERVAL_WITH_REPLICATES",
     "Comparison",
     "compare",
     "difference_label",
-    "is_ratio",
+    "interval_note",
+    "log_scaled",
 ]
 
 Row = dict[str, Any]
@@ -81,25 +86,37 @@ COMPARE_SCHEMA = pa.schema(
 
 #: Why a difference carries no interval.
 INTERVAL_NOTE = (
-    "differences without an interval: a run kept no bootstrap replicates for them (set "
-    "probes.tangent_energy.keep_replicates = true), and the studentized intervals are "
-    "asymmetric, so two runs' bounds cannot be combined"
-)
-#: How the differences' intervals were formed, where the runs kept replicates.
-INTERVAL_WITH_REPLICATES = (
-    "[lo, hi] after a difference: 95 % percentile interval of the runs' paired bootstrap "
-    "replicate differences (energy_fraction, energy_ratio, energy_complement_ratio); other "
-    "differences have none"
+    "differences without an interval: a run kept no bootstrap replicates for them (a probe "
+    "keeps them when its settings ask, e.g. keep_replicates = true), and the studentized "
+    "intervals are asymmetric, so two runs' bounds cannot be combined"
 )
 #: The level of the differences' intervals (that of the runs' own intervals).
 DIFFERENCE_LEVEL = 0.95
 
 
-def is_ratio(metric: str) -> bool:
-    """Ratio metrics are compared on the log scale: ``*_ratio`` (a ratio to its null, whose
-    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − D)·d/(d − 1)``,
-    reported beside it (``energy_enrichment_null``), so it is compared as a plain difference."""
-    return metric.endswith("_ratio")
+def interval_note(metrics: Sequence[str]) -> str:
+    """How the differences' intervals were formed, where the runs kept the replicates of
+    ``metrics``."""
+    return (
+        "[lo, hi] after a difference: 95 % percentile interval of the runs' paired bootstrap "
+        f"replicate differences ({', '.join(metrics)}); other differences have none"
+    )
+
+
+def log_scaled(runs: Sequence[Run], probes: Iterable[str]) -> frozenset[tuple[str, str]]:
+    """``(probe, metric)`` of the metrics the named ``probes`` declare on the log scale
+    (``Reporting.log_scale``), each found by the recipe key the runs' manifests record for it
+    (else its name); a probe this installation cannot resolve declares none."""
+    keys = {name: key for key, name in probe_keys(runs).items()}
+    out: set[tuple[str, str]] = set()
+    for name in set(probes):
+        try:
+            probe = resolve(keys.get(name, name))
+        except ValueError:
+            continue
+        if probe.name == name:
+            out.update((name, metric) for metric in probe.reporting.log_scale)
+    return frozenset(out)
 
 
 def difference_label(later: str, first: str) -> str:
@@ -107,16 +124,17 @@ def difference_label(later: str, first: str) -> str:
     return f"{later} − {first}"
 
 
-def _difference(metric: str, first: float | None, later: float | None) -> float:
+def _difference(log: bool, first: float | None, later: float | None) -> float:
+    """``later − first``, on the log scale when ``log`` (NaN unless both are > 0)."""
     if first is None or later is None:
         return math.nan
-    if is_ratio(metric):
+    if log:
         return math.log(later) - math.log(first) if first > 0 and later > 0 else math.nan
     return later - first
 
 
 def _difference_interval(
-    metric: str, value: float, first: np.ndarray | None, later: np.ndarray | None
+    log: bool, value: float, first: np.ndarray | None, later: np.ndarray | None
 ) -> tuple[float | None, float | None]:
     """The percentile interval of the replicate differences (paired by replicate index),
     widened to contain ``value``; ``(None, None)`` without replicates of both rows."""
@@ -125,7 +143,7 @@ def _difference_interval(
     n = min(first.size, later.size)
     a, b = first[:n], later[:n]
     with np.errstate(divide="ignore", invalid="ignore"):
-        differences = np.log(b) - np.log(a) if is_ratio(metric) else b - a
+        differences = np.log(b) - np.log(a) if log else b - a
     differences = differences[np.isfinite(differences)]
     if differences.size < 2:
         return None, None
@@ -269,6 +287,7 @@ def compare(
     if size is not None:
         flagged.append(size)
     keyed = [_keyed(run, s) for run, s in zip(read, steps, strict=True)]
+    logs = log_scaled(read, (key[0] for key in keyed[0]))
     kept = [_replicates(run, s) for run, s in zip(read, steps, strict=True)]
     common = set(keyed[0]).intersection(*keyed[1:])
     shared = sorted(
@@ -281,10 +300,10 @@ def compare(
         place = {"site_kind": kind, "relative_depth": None if depth is None else float(depth)}
         for run, rows in zip(read, keyed, strict=True):
             out.append({**rows[key], "run": run.label, **place, "difference": None})
-        first = keyed[0][key]["value"]
+        first, log = keyed[0][key]["value"], (key[0], metric) in logs
         for run, rows, replicates in zip(read[1:], keyed[1:], kept[1:], strict=True):
-            value = _difference(metric, first, rows[key]["value"])
-            low, high = _difference_interval(metric, value, kept[0].get(key), replicates.get(key))
+            value = _difference(log, first, rows[key]["value"])
+            low, high = _difference_interval(log, value, kept[0].get(key), replicates.get(key))
             out.append(
                 {
                     **dict.fromkeys(SCHEMA.names),
@@ -299,7 +318,7 @@ def compare(
                     "ci_high": high,
                     "run": difference_label(run.label, read[0].label),
                     **place,
-                    "difference": "log_ratio" if is_ratio(metric) else "difference",
+                    "difference": "log_ratio" if log else "difference",
                 }
             )
     if not out:

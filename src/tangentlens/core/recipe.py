@@ -22,13 +22,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tangentlens.capture.needs import Needs
 from tangentlens.capture.precision import PRECISIONS
 from tangentlens.checks import build_section, check_choice, check_count, check_fraction, suggest
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import LOADER_CHOICES
-from tangentlens.registry import ProbeEntry, builtin_probes, entries, needs_of, resolve
+from tangentlens.registry import ProbeEntry, builtin_probes, entries, resolve
 
 __all__ = [
     "CAPTURE_SITE_KINDS",
@@ -338,13 +337,6 @@ class Recipe:
         """The config of probe ``key``, or None when the recipe does not enable it."""
         entry = self.probes.get(key)
         return None if entry is None else entry.config
-
-    @property
-    def needs(self) -> Needs:
-        """What the captures must keep for every probe (and the sampled rows the stage's fits
-        read)."""
-        needs = needs_of(e.probe for e in self.probes.values())
-        return needs.union(Needs(reservoir=True)) if self.proxies is not None else needs
 
     def identity(self) -> dict[str, Any]:
         """:meth:`to_dict` as a manifest reads it back (a JSON round trip): what ``--resume``

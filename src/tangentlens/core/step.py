@@ -1,7 +1,8 @@
-"""One checkpoint step, the way both a sweep's step unit and :func:`tangentlens.measure` do it:
-the sites a recipe captures, one capture of a model over token rows, and every per-step probe's
-rows from that capture. One code path: a notebook measurement and a sweep step on the same
-model, tokens and settings give the same rows.
+"""One checkpoint step, the way both a sweep's step unit and :func:`tangentlens.measure` do it,
+from the recipe resolved once (:class:`~tangentlens.core.resolve.RunPlan`): the sites it
+captures, one capture of a model over token rows keeping what the plan's capture request says,
+and every per-step probe's rows from that capture. One code path: a notebook measurement and a
+sweep step on the same model, tokens and settings give the same rows.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from tangentlens.capture import (
     CaptureConfig,
     CaptureStatistics,
     SequenceEnergyConfig,
-    StatisticsConfig,
     capture_statistics,
     combine_site_passes,
 )
 from tangentlens.capture.captured import Capture
-from tangentlens.capture.needs import Needs
 from tangentlens.capture.precision import resolve_precision
+from tangentlens.capture.request import CaptureRequest
 from tangentlens.core.data import AnalysisData
 from tangentlens.core.proxy_stage import ProxiesSpec
-from tangentlens.core.recipe import Recipe, select_layers, site_groups
+from tangentlens.core.recipe import select_layers, site_groups
+from tangentlens.core.resolve import RunPlan, refuse_attention
 from tangentlens.data import iter_batches
 from tangentlens.metrics import reused_draws
 from tangentlens.models import lens_model
@@ -49,7 +50,6 @@ __all__ = [
     "capture_scored",
     "capture_sites",
     "capture_step",
-    "check_attention",
     "fit_step",
     "step_rows",
     "with_fixed",
@@ -65,12 +65,13 @@ def _quiet(text: str) -> None:
     """A status callback that says nothing."""
 
 
-def capture_sites(model: Any, recipe: Recipe) -> dict[str, int | None]:
+def capture_sites(model: Any, run: RunPlan) -> dict[str, int | None]:
     """Hook name → block index of every site the recipe captures (the embedding's is None);
-    the probes needing attention statistics are refused here, in one line, when the model does
-    not expose per-head queries, keys and patterns (see :func:`check_attention`)."""
-    lens = lens_model(model)
-    check_attention(lens, recipe)
+    the probes needing attention statistics are refused here, in one line, when the loaded
+    model does not expose per-head queries, keys and patterns (no such hooks at every block, or
+    grouped-query attention: :func:`~tangentlens.core.resolve.refuse_attention`)."""
+    lens, recipe = lens_model(model), run.recipe
+    refuse_attention(run.needs, lens.attention_refusal())
     sites: dict[str, int | None] = {}
     if recipe.capture.embed:
         sites[lens.hook_name("embed")] = None
@@ -80,25 +81,14 @@ def capture_sites(model: Any, recipe: Recipe) -> dict[str, int | None]:
     return sites
 
 
-def check_attention(model: Any, recipe: Recipe) -> None:
-    """Refuse, in one line, the recipe's probes that need per-head attention statistics
-    (``qk_drift``) on a model that does not expose them: no query, key or pattern hooks at
-    every block (e.g. a state-space model's bridge), or grouped-query attention."""
-    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.attention]
-    reason = lens_model(model).attention_refusal() if needing else None
-    if reason:
-        raise ValueError(f"probe(s) {', '.join(needing)} cannot run: {reason}")
-
-
 def capture_step(
     model: Any,
     sites: dict[str, int | None],
     data: AnalysisData,
-    recipe: Recipe,
-    needs: Needs,
+    run: RunPlan,
     step: int,
     *,
-    gradients: bool,
+    request: CaptureRequest | None = None,
     score_loss: bool = True,
     sequence_energy: SequenceEnergyConfig | None = None,
     part: slice = slice(None),
@@ -108,15 +98,18 @@ def capture_step(
     """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
     contiguous groups of the sites (attention in the first): with one pass the statistics stay
     on the model's device, where the probes compute; with several, each pass's go to the host
-    when it ends (the device would not hold them all). ``sequence_energy``: per-sequence
-    energy sums of proxies known in advance (the frozen-early intervals); ``score_loss=False``
-    (forward-only captures that read activations alone): no language-modelling head, no
-    ``mean_loss``. Per-type sums track only the types the probes read (each probe's
-    ``tracked_types``). ``precision``: the statistics' (``"float64"`` or ``"float32"``; None =
-    ``capture.precision`` resolved on the model's device by
+    when it ends (the device would not hold them all). ``request``: what it keeps (default the
+    plan's step capture, ``run.capture``; gradients where it keeps them); ``sequence_energy``:
+    per-sequence energy sums of proxies known in advance (the frozen-early intervals, where the
+    request gathers them); ``score_loss=False`` (forward-only captures that read activations
+    alone): no language-modelling head, no ``mean_loss``. Per-type sums track only the types the
+    probes read (each probe's ``tracked_types``). ``precision``: the statistics' (``"float64"``
+    or ``"float32"``; None = ``capture.precision`` resolved on the model's device by
     :func:`~tangentlens.capture.precision.resolve_precision`)."""
+    recipe, request = run.recipe, request or run.capture
+    kept = request.kept
     type_ids = None
-    if needs.type_sums:
+    if kept.type_sums:
         counts = data.frequencies.counts
         wanted = np.zeros(counts.shape, dtype=bool)
         for entry in recipe.probes.values():
@@ -126,16 +119,10 @@ def capture_step(
     model = lens_model(model)  # once: every pass and batch reads the same adapter
     if precision is None:
         precision = resolve_precision(recipe.capture.precision, model.device)
-    attention = select_layers(recipe.capture.layers, model.n_layers) if needs.attention else ()
-    statistics = StatisticsConfig(
-        gradients=gradients,
-        n_bins=recipe.data.n_bins if needs.bins else 0,
-        gradient_bin_moments=needs.bin_moments,
-        type_sums=needs.type_sums,
-        vocab_size=model.d_vocab if needs.type_sums else None,
+    attention = select_layers(recipe.capture.layers, model.n_layers) if kept.attention else ()
+    statistics = request.statistics(
+        vocab_size=model.d_vocab,
         type_ids=type_ids,
-        reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
-        seed=recipe.capture.seed,
         sequence_energy=sequence_energy,
         precision=precision,
     )
@@ -148,7 +135,7 @@ def capture_step(
             CaptureConfig(
                 sites=tuple(group),
                 loss=data.loss,
-                gradients=gradients,
+                gradients=request.gradients,
                 score_loss=score_loss,
                 reduction=recipe.capture.reduction,
                 seed=recipe.capture.seed,
@@ -156,7 +143,7 @@ def capture_step(
             ),
             data.special,
             statistics,
-            bins=data.bins if needs.bins else None,
+            bins=data.bins if kept.bins else None,
             first_sequence=part.start or 0,
             step=step,
         )
@@ -210,7 +197,7 @@ def capture_scored(
     model: Any,
     sites: dict[str, int | None],
     data: AnalysisData,
-    recipe: Recipe,
+    run: RunPlan,
     step: int,
     *,
     passes: int = 1,
@@ -230,15 +217,13 @@ def capture_scored(
     one capture (``sequence_energy``: per-sequence sums of proxies known in advance).
     ``precision``: the statistics' (None: ``capture.precision`` resolved on the model's
     device)."""
-    needs = recipe.needs
 
     def capture(**where: Any) -> CaptureStatistics:
         return capture_step(
-            model, sites, data, recipe, needs, step, gradients=needs.gradients, passes=passes,
-            precision=precision, **where,
-        )  # fmt: skip
+            model, sites, data, run, step, passes=passes, precision=precision, **where
+        )
 
-    stage = recipe.proxies
+    stage = run.recipe.proxies
     if stage is not None and stage.held_out:
         half = len(data.rows) // 2
         stats, scored = (capture(part=part) for part in (slice(0, half), slice(half, None)))
@@ -249,8 +234,11 @@ def capture_scored(
     return stats, stats, None
 
 
-def _probe_rows(entry: ProbeEntry, inputs: StepInputs) -> list[dict[str, Any]]:
-    """The probe's rows on ``inputs``, checked against the schema and its declared metrics."""
+def _probe_rows(entry: ProbeEntry, inputs: StepInputs, replicates: bool) -> list[dict[str, Any]]:
+    """The probe's rows on ``inputs``, checked against the schema and its declared metrics;
+    ``replicates``: whether its needs keep the replicates (else it is given no list)."""
+    if not replicates:
+        inputs = dataclasses.replace(inputs, replicates=None)
     rows = entry.probe.rows(inputs, entry.config)
     entry.probe.check_rows(rows, f"probe {entry.key!r} at step {inputs.capture.step}")
     return rows
@@ -263,7 +251,7 @@ def _timed(phases: Phases | None, name: str) -> contextlib.AbstractContextManage
 
 @reused_draws()  # a step's probes draw the control frames of each key up to eight times
 def step_rows(
-    recipe: Recipe,
+    run: RunPlan,
     capture: Capture,
     *,
     scored: CaptureStatistics | None = None,
@@ -284,12 +272,13 @@ def step_rows(
     ``frozen``: frozen-early proxies, scored instead of the step's own fit; ``fixed``: proxies
     known in advance (``{site: {method: FixedProxy}}``), added to the step's own fit;
     ``replicates``: a list that receives the bootstrap replicates of the rows with intervals
-    (:func:`tangentlens.results.replicate_record`); ``phases``: times each probe (``probe
+    (:func:`tangentlens.results.replicate_record`) of the probes whose needs keep them (the
+    others are given none); ``phases``: times each probe (``probe
     <name>``), the step's own fit (``fit``, or ``refit`` when it runs beside the probes) and
     the fit rows.
     """
-    probes = {k: e for k, e in recipe.probes.items() if e.probe.per_step}
-    stage = recipe.proxies
+    probes = {k: e for k, e in run.recipe.probes.items() if e.probe.per_step}
+    stage = run.recipe.proxies
     fixed = fixed or {}
     if frozen is not None:  # the probes compute where the statistics are
         device = capture.statistics.device
@@ -301,7 +290,7 @@ def step_rows(
         or not any(e.probe.refits for e in probes.values())
     ):
         return _rows_with_fit(
-            recipe, capture, probes, scored, fitted, frozen, fixed, status, replicates, phases
+            run, capture, probes, scored, fitted, frozen, fixed, status, replicates, phases
         )
     # the scored proxies are frozen: the step's own fit feeds only the refitting probes, so it
     # runs on a thread of its own beside the others
@@ -313,7 +302,7 @@ def step_rows(
     status(f"fitting proxies ({', '.join(stage.methods)}) beside the probes")
     with alongside(refit) as pending:
         return _rows_with_fit(
-            recipe,
+            run,
             capture,
             probes,
             scored,
@@ -328,7 +317,7 @@ def step_rows(
 
 
 def _rows_with_fit(
-    recipe: Recipe,
+    run: RunPlan,
     capture: Capture,
     probes: dict[str, ProbeEntry],
     scored: CaptureStatistics | None,
@@ -343,13 +332,13 @@ def _rows_with_fit(
     """:func:`step_rows` with the step's own fit ``fitted`` (None: fitted here when nothing is
     frozen; or ``pending()`` waits for it, and the refitting probes run last)."""
     rows = capture_rows(capture)
-    plain = StepInputs(capture=capture, scored=capture)
+    plain = StepInputs(capture=capture, scored=capture, replicates=replicates)
     for key, entry in probes.items():
         if entry.probe.scope == "step":
             status(key)
             with _timed(phases, f"probe {key}"):
-                rows += _probe_rows(entry, plain)
-    stage = recipe.proxies
+                rows += _probe_rows(entry, plain, run.replicates(key))
+    stage = run.recipe.proxies
     if stage is None:
         return rows, None
     if fitted is None and frozen is None:
@@ -366,19 +355,19 @@ def _rows_with_fit(
     tangent = [k for k, e in probes.items() if e.probe.scope == "tangent"]
     by_probe: dict[str, list[dict[str, Any]]] = {}
 
-    def run(keys: list[str]) -> None:
+    def score(keys: list[str]) -> None:
         for key in keys:
             status(f"{key} ({stage.draws} control frames per measurement)")
             with _timed(phases, f"probe {key}"):
-                by_probe[key] = _probe_rows(probes[key], inputs)
+                by_probe[key] = _probe_rows(probes[key], inputs, run.replicates(key))
 
     waiting = [k for k in tangent if pending is not None and probes[k].probe.refits]
-    run([k for k in tangent if k not in waiting])
+    score([k for k in tangent if k not in waiting])
     if pending is not None:  # the refitting probes read the fit run beside the others
         with _timed(phases, "waiting for the refit"):
             own = _bases(pending())
         inputs = dataclasses.replace(inputs, own=own or None)
-        run(waiting)
+        score(waiting)
     for key in tangent:  # the recipe's order
         rows += by_probe[key]
     return rows, own or None

@@ -1,5 +1,5 @@
 """A model's shape from its ``config.json`` alone — no torch, no weights: what the sweep's memory
-plan (:mod:`tangentlens.sweep.memory`) multiplies out before anything is loaded.
+plan (:mod:`tangentlens.core.memory`) multiplies out before anything is loaded.
 
 :class:`ModelShape` knows the three families tangentlens loads into TransformerLens: GPT-NeoX
 (Pythia, the mini decoders), BERT encoders (with or without their MLM head) and Llama-style

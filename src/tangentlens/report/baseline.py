@@ -20,21 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tangentlens.findings import INIT_STEP, step_label
+
 __all__ = ["INIT_STEP", "baseline_notice", "step_label"]
-
-#: The checkpoint at initialisation (random weights).
-INIT_STEP = 0
-
-
-def step_label(step: int) -> str:
-    """``"0 (init)"`` for the step-0 checkpoint, the step number otherwise."""
-    return f"{step} (init)" if step == INIT_STEP else str(step)
 
 
 def baseline_notice(rows: Iterable[dict[str, Any]]) -> str | None:
     """One line when the rows have checkpoint steps but not step 0; None otherwise.
 
-    Model-free rows (negative step, e.g. ``untrained_block``) are not checkpoints."""
+    Model-free rows (at :data:`~tangentlens.contract.MODEL_FREE_STEP`) are not checkpoints."""
     steps = {r["step"] for r in rows if r["step"] is not None and r["step"] >= 0}
     if not steps or INIT_STEP in steps:
         return None

@@ -46,10 +46,9 @@ from rich.table import Table as RichTable
 from tangentlens.comparison.runs import MODEL_LEVEL, Run, row_place
 from tangentlens.comparison.table import (
     INTERVAL_NOTE,
-    INTERVAL_WITH_REPLICATES,
     Comparison,
     difference_label,
-    is_ratio,
+    interval_note,
 )
 from tangentlens.report.baseline import INIT_STEP
 from tangentlens.report.console import fmt_value
@@ -98,7 +97,7 @@ def _headline(comparison: Comparison, probe: str, declared: Table) -> RichTable 
             intervals[where] = (r["ci_low"], r["ci_high"])
     labels = [run.label for run in comparison.runs]
     later = [difference_label(label, labels[0]) for label in labels[1:]]
-    delta = "Δln" if is_ratio(metric) else "Δ"
+    delta = "Δln" if any(r["difference"] == "log_ratio" for r in rows) else "Δ"
     table = RichTable(
         title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None
     )
@@ -155,8 +154,9 @@ def _header(comparison: Comparison) -> list[str]:
             f"[dim]rows not shared (refused or in one run only): {escape('; '.join(unshared))}[/]"
         )
     differences = [r for r in comparison.to_pylist() if r["difference"] is not None]
-    if any(r["ci_low"] is not None for r in differences):
-        lines.append(f"[dim]{INTERVAL_WITH_REPLICATES}[/]")
+    with_interval = sorted({r["metric"] for r in differences if r["ci_low"] is not None})
+    if with_interval:
+        lines.append(f"[dim]{escape(interval_note(with_interval))}[/]")
     else:
         lines.append(f"[dim]{INTERVAL_NOTE}[/]")
     return lines

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tangentlens.findings import Findings
 from tangentlens.registry import FIT_PROBE, SCOPES, builtin_probes, resolve
 from tangentlens.reporting import Figure, Table, default_figures, default_tables
 
@@ -21,12 +22,14 @@ CORE_ROWS = ("capture", FIT_PROBE)
 
 @dataclass(frozen=True)
 class Reported:
-    """A probe present in the rows, with its declared (or default) tables and figures."""
+    """A probe present in the rows, with its declared (or default) tables and figures, and
+    its declared findings (none for a probe the registry cannot find)."""
 
     name: str
     tables: tuple[Table, ...]
     figures: tuple[Figure, ...]
     order: tuple[bool, int, str]
+    findings: tuple[Findings, ...] = ()
 
 
 def _declared(name: str, key: str, metrics: list[str]) -> Reported:
@@ -39,7 +42,7 @@ def _declared(name: str, key: str, metrics: list[str]) -> Reported:
         order = (True, len(SCOPES), name)
         return Reported(name, default_tables(name, found), default_figures(name, found), order)
     order = (name not in builtin_probes(), list(SCOPES).index(probe.scope), name)
-    return Reported(name, probe.tables, probe.figures, order)
+    return Reported(name, probe.tables, probe.figures, order, probe.reporting.findings)
 
 
 def reported_probes(

@@ -325,6 +325,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         console.print(line, soft_wrap=True)
     if header:
         console.print()
+    manifest = _manifest(Path(run_dir))
     tables: list[Table | None] = [
         _pivot(
             _select(rows, "capture", "mean_loss"),
@@ -333,13 +334,13 @@ def render_report(run_dir: str | Path, console: Console) -> None:
             _mean_cell,
             lambda _: "loss",
         ),
-        *_probe_tables(rows, _manifest(Path(run_dir))),
+        *_probe_tables(rows, manifest),
     ]
     for table in tables:
         if table is not None:
             console.print(table)
             console.print()
-    findings = reproduction_summary(rows)
+    findings = reproduction_summary(rows, [manifest])
     if findings:
         console.print("[bold]Reproduction summary[/] (the seed papers' qualitative findings)")
         colours = {True: "green", False: "red", None: "yellow"}

@@ -1,7 +1,8 @@
-"""The run's manifest: the resolved recipe, the loader, the plan's steps and fit window, the
-estimators behind the metrics, versions, executor and thread count, the statistics' precision
-(with its bound when float32) and whether the run is bit-reproducible on its device; completed
-with weights hashes and exclusion counts when every unit is done."""
+"""The run's manifest, read from the resolved recipe (:class:`~tangentlens.core.resolve.RunPlan`):
+the recipe, the loader, the plan's steps and fit window, the estimators behind the metrics,
+versions, executor and thread count, the statistics' precision (with its bound when float32)
+and whether the run is bit-reproducible on its device; completed with weights hashes and
+exclusion counts when every unit is done."""
 
 from __future__ import annotations
 
@@ -15,74 +16,18 @@ from typing import Any
 
 from tangentlens.capture.precision import relative_bound, resolve_precision
 from tangentlens.core.recipe import Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
-from tangentlens.models.catalog import suite_loader
-from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import ENTRY_POINT_GROUP, builtin_probes
+from tangentlens.registry import ENTRY_POINT_GROUP
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.store import RunStore, read_results
 
 __all__ = [
-    "ESTIMATORS",
     "finished_manifest",
     "initial_manifest",
-    "probe_estimators",
     "reproducibility",
     "statistics_precision",
 ]
-
-#: The core's estimator choices behind the metrics, recorded in every run's manifest beside
-#: each probe's own (:func:`probe_estimators`).
-ESTIMATORS: dict[str, str] = {
-    "fit_window": "frozen_early: the suite's checkpoints with step ≤ early_fraction × final step, "
-    "at most window_checkpoints, evenly spaced in step",
-    "controls": "exchangeable (headline metrics): Haar k-frames in span(m̂)⊥, m̂ the mean "
-    "direction projected out of the proxy (ℝ^d for mean_direction itself), p calibrated under a "
-    "proxy uniform in span(m̂)⊥; complement (*_complement_*): Haar k-frames in span(T, m̂)⊥; "
-    "Gaussian d × k draws projected onto the allowed subspace, so frames depend on spans only",
-    "energy_ratio": "E(T) over the control family's exact mean k/(d − r)·(1 − E(X)) (X = m̂, or "
-    "span(T, m̂) for the complement; the update alignment's likewise), not over the frames "
-    "drawn, whose mean is reported beside it; the frames give z and p",
-    "proxies": "every method fitted on activations centred per checkpoint (window checkpoints "
-    "centred before pooling), with the mean direction m̂ projected out; mean_direction = m̂ as a "
-    "rank-1 proxy, following the fit policy (pooled window mean or the step's mean); held_out: "
-    "fitted on the first half of a step's sequences, energies scored on the second",
-    "pretrained_sae": "published SAEs (SAELens registry): the rank latents most often active "
-    "(code > 0; ties: larger mean activation) on the raw sampled rows of one step (select_step, "
-    "default the first selected; held_out: its fitting half), chosen once; the proxy is the "
-    "orthonormalised span of their decoder rows, m̂ projected out as for every method",
-    "positions": "one kept-position set for every statistic and the token frequencies; masked-LM: "
-    "every non-special original position ([MASK] inputs included), binned by the original token, "
-    "gradients at every kept row; analysis text tokenised and packed as in training",
-}
-
-
-def probe_estimators(recipe: Recipe) -> dict[str, str]:
-    """The estimator notes the probes declare (``Reporting.estimators``): every built-in
-    probe's and those of the recipe's probes."""
-    probes = [*builtin_probes().values(), *(e.probe for e in recipe.probes.values())]
-    return {e.key: e.text for probe in probes for e in probe.reporting.estimators}
-
-
-def _interval_estimator(recipe: Recipe) -> dict[str, str]:
-    """Where the energy intervals come from: per-sequence sums gathered during capture when the
-    proxies are known before it (frozen_early), else the reservoir's sample."""
-    from tangentlens.probes import tangent_energy
-
-    energy, stage = recipe.config(tangent_energy.NAME), recipe.proxies
-    if energy is None or stage is None or not energy.bootstrap:
-        return {}
-    if stage.frozen:
-        source = tangent_energy.INTERVAL_ALL_SEQUENCES
-        how = "every analysed sequence, from per-sequence sums gathered during capture"
-    else:
-        source = tangent_energy.INTERVAL_SAMPLE
-        how = "the reservoir's sampled sequences, rescaled onto the reported value"
-    ratios = (
-        "ratios of per-sequence sums, the controls' at their exact mean projector; quantiles at "
-        "the (B + 1)·p-th order statistic"
-    )
-    return {"energy_interval": f"{energy.interval} bootstrap over {source}: {how}; {ratios}"}
 
 
 def _git_hash() -> str | None:
@@ -183,20 +128,21 @@ def reproducibility(device: str) -> dict[str, Any]:
     }
 
 
-def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
+def initial_manifest(run: RunPlan, plan: Plan, device: str) -> dict[str, Any]:
     """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks);
     ``loader`` is the loader every unit loads checkpoints with (``suite.loader`` resolved for
-    the suite's family: ``"hooked"`` or ``"bridge"``); ``n_layers`` the suite's blocks (what
-    ``tangentlens compare`` reads relative depth against)."""
+    the suite: ``"hooked"``, ``"bridge"`` or ``"hf"``); ``n_layers`` the suite's blocks (what
+    ``tangentlens compare`` reads relative depth against); ``estimators`` the resolved notes."""
+    recipe = run.recipe
     return {
         "recipe": recipe.to_dict(),
         "suite": {"name": recipe.suite.name},
-        "n_layers": suite_shape(recipe.suite.name).n_layers,
-        "loader": suite_loader(recipe.suite.name, recipe.suite.loader),
+        "n_layers": run.suite.n_layers,
+        "loader": run.suite.loader,
         "steps": list(plan.steps),
         "fit_window": list(plan.window),
         "units": len(plan.units),
-        "estimators": {**ESTIMATORS, **probe_estimators(recipe), **_interval_estimator(recipe)},
+        "estimators": dict(run.estimators),
         "versions": _versions(),
         "probes": _probe_sources(recipe),
         "git_hash": _git_hash(),

@@ -1,7 +1,8 @@
 """The sweep as a plan: a small graph of units, each with explicit inputs and one atomic output.
 
-Planning needs only the recipe and the suite's checkpoint steps; it imports no model library,
-so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by kind:
+Planning reads only the resolved recipe (:class:`~tangentlens.core.resolve.RunPlan`: the
+suite's steps, the selection, the fit window); it imports no model library, so
+``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by kind:
 
 * ``data`` — token rows, frequency table and bins, written once (``state/data.npz``);
 * ``pretrained-sae`` (with ``[proxies.pretrained_sae]``) — a forward-only capture
@@ -18,7 +19,9 @@ so ``tangentlens sweep --plan-only`` and recipe errors answer at once. Units, by
   one selected step to the next (update alignment), the angles between consecutive steps'
   refits (subspace stability), the drift–anisotropy correlation across steps. One unit, not
   one per transition: each is a fraction of a second, less than a worker's start-up;
-* ``untrained-block`` — the model-free probes (the untrained-block bias test; no checkpoint).
+* ``<probe>`` (kind ``model_free``) — one per model-free probe, named by it (``untrained_block``
+  → ``untrained-block``; ``model-free-<probe>`` where that name is another unit's): its rows,
+  no checkpoint.
 
 A unit is done when its output exists; every output is written to a temporary name and renamed
 into place, so a unit that runs twice (retry, requeue, duplicate submission) leaves one output.
@@ -31,8 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tangentlens.core.recipe import Recipe
-from tangentlens.dictionaries.policy import early_window
+from tangentlens.core.resolve import RunPlan
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 
 __all__ = [
@@ -40,9 +42,8 @@ __all__ = [
     "UNIT_KINDS",
     "Plan",
     "Unit",
-    "fit_window",
-    "gathers_sequence_sums",
     "make_plan",
+    "model_free_unit",
     "pretrained_step",
 ]
 
@@ -54,7 +55,7 @@ UNIT_KINDS: tuple[str, ...] = (
     "fit",
     "step",
     "across",
-    "untrained",
+    "model_free",
 )
 
 
@@ -121,6 +122,8 @@ class Plan:
             if not units:
                 continue
             label = units[0].name if len(units) == 1 else f"{kind}-<step> × {len(units)}"
+            if len(units) > 1 and units[0].step is None:  # named by their probes
+                label = ", ".join(u.name for u in units)
             deps = sorted({_dep_label(d, self) for u in units for d in u.deps})
             after = f"after {', '.join(deps)}" if deps else ""
             done = ""
@@ -147,36 +150,19 @@ def _name(kind: str, step: int) -> str:
     return f"{kind}-{step:08d}"
 
 
-def gathers_sequence_sums(recipe: Recipe) -> bool:
-    """Whether step captures gather per-sequence energy sums: the proxies are known before the
-    capture (``frozen_early``) and the ``tangent_energy`` rows carry intervals."""
-    stage, energy = recipe.proxies, recipe.config("tangent_energy")
-    return stage is not None and stage.frozen and energy is not None and energy.bootstrap > 0
-
-
-def fit_window(recipe: Recipe, steps: Sequence[int]) -> tuple[int, ...]:
-    """The frozen-early fit window over the suite's checkpoints ``steps`` (``()`` without one)."""
-    stage = recipe.proxies
-    if stage is None or not stage.frozen:
-        return ()
-    return early_window(steps, stage.early_fraction, stage.window_checkpoints)
-
-
 #: The unit that loads the published SAEs and chooses their proxy latents.
 PRETRAINED_UNIT = "pretrained-sae"
 
 
-def pretrained_step(
-    recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int]
-) -> int | None:
+def pretrained_step(run: RunPlan) -> int | None:
     """The checkpoint whose activations choose the published SAEs' latents (None without
     ``pretrained_sae``): ``select_step``, else the first selected step. It must be one of the
     suite's checkpoints and not after the first selected step (a proxy comes from data of the
     scored step or earlier)."""
-    stage = recipe.proxies
+    stage, suite_steps = run.recipe.proxies, run.suite.steps
     if stage is None or stage.pretrained_sae is None:
         return None
-    first = min(selected)
+    first = min(run.steps)
     step = stage.pretrained_sae.select_step
     if step is None:
         return first
@@ -194,13 +180,26 @@ def pretrained_step(
     return step
 
 
-def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int]) -> Plan:
-    """The units of ``recipe`` over the ``selected`` steps of a suite whose checkpoints are
-    ``suite_steps`` (the fit window is drawn from all of them, whatever the selection)."""
-    window = fit_window(recipe, suite_steps)
+#: Unit names the plan gives itself (a model-free probe's unit is renamed rather than take one).
+_RESERVED = ("data", PRETRAINED_UNIT, "fit-proxies", "across-steps")
+
+
+def model_free_unit(probe: str) -> str:
+    """The unit of the model-free probe named ``probe``: its name hyphenated
+    (``untrained_block`` → ``untrained-block``), prefixed ``model-free-`` where that would be
+    another unit's name."""
+    name = probe.replace("_", "-")
+    taken = name in _RESERVED or name.startswith(("step-", "window-"))
+    return f"model-free-{name}" if taken else name
+
+
+def make_plan(run: RunPlan) -> Plan:
+    """The units of the resolved recipe ``run`` over its selected steps (the fit window is
+    drawn from all the suite's checkpoints, whatever the selection)."""
+    recipe, window, selected = run.recipe, run.window, run.steps
     data = Unit("data", "data", None, (), "state/data.npz")
     units = [data]
-    select = pretrained_step(recipe, suite_steps, selected)
+    select = pretrained_step(run)
     pretrained: tuple[str, ...] = ()
     if select is not None:
         units.append(
@@ -252,8 +251,7 @@ def make_plan(recipe: Recipe, suite_steps: Sequence[int], selected: Sequence[int
                 "results/across-steps.parquet",
             )
         )
-    if recipe.scoped("model_free"):
-        units.append(
-            Unit("untrained-block", "untrained", None, (), "results/untrained-block.parquet")
-        )
+    for entry in recipe.scoped("model_free"):
+        name = model_free_unit(entry.probe.name)
+        units.append(Unit(name, "model_free", None, (), f"results/{name}.parquet"))
     return Plan(recipe.name, recipe.suite.name, tuple(selected), window, tuple(units))

@@ -1,4 +1,6 @@
-"""The sweep's coordinator: plan a recipe into units, run the missing ones on an executor, then
+"""The sweep's coordinator: resolve a recipe once (:func:`~tangentlens.core.resolve.resolve`:
+the suite's facts, the checks, what each capture keeps, the memory plan, the fit window), plan
+it into units, run the missing ones on an executor — each receives the resolved recipe — then
 complete the manifest.
 
 >>> plan = plan_sweep(load_recipe("quickstart"))          # doctest: +SKIP
@@ -15,6 +17,7 @@ table of an uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import tempfile
@@ -23,17 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tangentlens.core.bounds import check_width
-from tangentlens.core.recipe import Recipe, select_layers
+from tangentlens.core.recipe import Recipe
+from tangentlens.core.resolve import RunPlan, resolve
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
-from tangentlens.models.catalog import (
-    headless_architectures,
-    suite_loader,
-    suite_steps,
-)
-from tangentlens.models.schedule import select_steps
-from tangentlens.models.shapes import suite_shape
-from tangentlens.registry import builtin_probes
 from tangentlens.runtime import half_precision_slowdown
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
@@ -41,10 +36,8 @@ from tangentlens.sweep.stops import stop_signals
 
 __all__ = [
     "PLANNED_LOADER",
+    "PLAN_FILE",
     "SweepFailedError",
-    "check_attention_heads",
-    "check_lm_head",
-    "check_model_shape",
     "check_pretrained_sae",
     "plan_sweep",
     "run_sweep",
@@ -53,8 +46,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The loader whose models the memory plan's terms were measured on (tangentlens.sweep.memory).
+#: The loader whose models the memory plan's terms were measured on (tangentlens.core.memory).
 PLANNED_LOADER = "hooked"
+#: The resolved recipe, as the run directory keeps it (:meth:`RunPlan.to_dict`).
+PLAN_FILE = "plan.json"
 
 
 class SweepFailedError(ValueError):
@@ -114,74 +109,23 @@ def set_aside_logs(root: Path, failures: list[UnitFailure]) -> list[UnitFailure]
     return moved
 
 
-def check_lm_head(recipe: Recipe) -> None:
-    """Refuse probes that need gradients on a suite without a language-modelling head (no loss
-    to differentiate): one line naming the suite, its architectures, those probes and the
-    activation-only probes that can run."""
-    architectures = headless_architectures(recipe.suite.name)
-    if architectures is None:
-        return
-    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.gradients]
-    if needing:
-        activation_only = [  # the tangent probes score the proxies' gradient energy
-            n for n, p in builtin_probes().items() if not p.needs.gradients and p.scope != "tangent"
-        ]
-        raise ValueError(
-            f"suite {recipe.suite.name!r} has no language-modelling head (architectures "
-            f"{architectures}): probes {', '.join(needing)} need gradients of a loss and cannot "
-            f"run; activation-only probes can: {', '.join(activation_only)}"
-        )
-
-
-def check_attention_heads(recipe: Recipe) -> None:
-    """Refuse probes that need per-head attention statistics (``qk_drift``) on a suite loaded
-    through loader ``"hf"`` (no per-head hooks) or with grouped-query attention (fewer key/value
-    heads than query heads, from ``config.json``): one line naming the suite, its heads or
-    loader and those probes. Whether a loaded model exposes queries,
-    keys and patterns at all is checked again when each unit plans its capture."""
-    needing = [key for key, entry in recipe.probes.items() if entry.probe.needs.attention]
-    if not needing:
-        return
-    if suite_loader(recipe.suite.name, recipe.suite.loader) == "hf":
-        raise ValueError(
-            f"suite {recipe.suite.name!r} loads through loader 'hf', which hooks the encoder's "
-            f"layers, not its attention heads: probe(s) {', '.join(needing)} need per-head "
-            "queries, keys and patterns and cannot run; drop them from the recipe"
-        )
-    try:
-        shape = suite_shape(recipe.suite.name)
-    except ValueError:  # an architecture without a memory plan: refused by the plan itself
-        return
-    if shape.n_kv_heads != shape.n_heads:
-        raise ValueError(
-            f"suite {recipe.suite.name!r} uses grouped-query attention ({shape.n_heads} query "
-            f"heads, {shape.n_kv_heads} key/value heads): probe(s) {', '.join(needing)} compare "
-            "each head's mean query and key and cannot run; drop them from the recipe"
-        )
-
-
-def check_pretrained_sae(recipe: Recipe) -> None:
+def check_pretrained_sae(run: RunPlan) -> None:
     """Refuse published SAEs (``[proxies.pretrained_sae]``) before anything runs:
     a release or SAE id SAELens' registry lacks, or a release of another model than the suite's
     — the names matched through TransformerLens' alias table, the widths (``d_model``) compared
     where both are known offline (:mod:`tangentlens.models.naming`). A local suite's model is its
     ``suite.json`` ``model_name``, else its folder's name, as when its SAEs are loaded. Imports
     SAELens and TransformerLens, for a recipe with that table only; nothing is downloaded."""
-    spec = getattr(recipe.proxies, PRETRAINED_SAE, None)
+    spec = getattr(run.recipe.proxies, PRETRAINED_SAE, None)
     if spec is None:
         return
     from tangentlens.dictionaries import check_pretrained, pretrained_models
-    from tangentlens.models.catalog import parse_suite_spec
-    from tangentlens.models.naming import model_key, model_width, suite_model_name
+    from tangentlens.models.naming import model_key, model_width
 
     check_pretrained(spec.release, spec.ids)
     releases = pretrained_models()
-    model, suite = releases[spec.release], recipe.suite.name
-    ours = suite_model_name(suite)
-    try:
-        width: int | None = suite_shape(suite).d_model
-    except ValueError:  # an architecture without a memory plan: refused by the plan itself
-        width = None
+    model, suite = releases[spec.release], run.suite.name
+    ours, width = run.suite.model_name, run.suite.d_model
     theirs = model_width(model)
     same_name = model_key(model) == model_key(ours)
     if same_name and (None in (width, theirs) or width == theirs):
@@ -204,7 +148,7 @@ def check_pretrained_sae(recipe: Recipe) -> None:
         advice = f"choose a release of {ours!r} ({listed}) or {train}"
     else:
         advice = f"SAELens' registry has no release for {ours!r}: {train}"
-    if parse_suite_spec(suite)[0] == "local":  # perhaps of that model, but named otherwise
+    if run.suite.kind == "local":  # perhaps of that model, but named otherwise
         named = f'"model_name": "{model}"'
         advice += f"; if they are checkpoints of {model!r}, say so in its suite.json ({named})"
     raise ValueError(
@@ -214,54 +158,36 @@ def check_pretrained_sae(recipe: Recipe) -> None:
     )
 
 
-def check_model_shape(recipe: Recipe) -> None:
-    """Refuse, before anything runs, the settings that only the suite's model shape rules out:
-    blocks ``capture.layers`` names that the model lacks, and every bound the model's width
-    ``d_model`` sets on the proxies stage and the probes (``proxies.rank`` within the room of
-    the control frames, ``data_matched_m``, …: :func:`~tangentlens.core.bounds.check_width`).
-    A suite whose shape is not known offline is checked when its step units start."""
-    try:
-        shape = suite_shape(recipe.suite.name)
-    except ValueError:  # an architecture without a memory plan: refused by the plan itself
-        return
-    select_layers(recipe.capture.layers, shape.n_layers)
-    where = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})"
-    check_width(recipe, shape.d_model, where)
+def plan_sweep(recipe: Recipe | RunPlan) -> Plan:
+    """The units of ``recipe`` (resolved here once, unless given resolved) over its suite's
+    selected steps; no model library imported. What :func:`~tangentlens.core.resolve.resolve`
+    refuses is refused here (a loader that cannot load the suite, gradient probes on a suite
+    without a head, attention probes where per-head statistics cannot be taken, settings the
+    model's shape rules out), and a published SAE's selection step (:func:`make_plan`)."""
+    return make_plan(recipe if isinstance(recipe, RunPlan) else resolve(recipe))
 
 
-def plan_sweep(recipe: Recipe) -> Plan:
-    """The units of ``recipe`` over its suite's selected steps (no model library imported);
-    a loader that cannot load the suite's architecture, gradient probes on a suite without a
-    head, attention probes on a suite with grouped-query attention, and settings the model's
-    shape rules out are refused here."""
-    suite_loader(recipe.suite.name, recipe.suite.loader)  # "auto": per architecture
-    check_lm_head(recipe)
-    check_attention_heads(recipe)
-    check_model_shape(recipe)
-    available = suite_steps(recipe.suite.name)
-    return make_plan(recipe, available, select_steps(available, recipe.suite.steps))
-
-
-def _checked_memory_plan(recipe: Recipe, loader: str) -> dict[str, Any]:
+def _checked_memory_plan(run: RunPlan) -> dict[str, Any]:
     """The recipe's memory plan, refused in one line when it exceeds the host budget or, for a
     model on a GPU of this machine, that GPU's memory (units on other machines check their
     GPU when they start); as recorded in the manifest, with the budgets it was checked against
     and the loader it models. The plan models the hooked loader's TransformerLens models; under
-    ``loader`` "bridge" it is not a measured bound (the bridge saves less per block but holds
+    the loader "bridge" it is not a measured bound (the bridge saves less per block but holds
     GPT-NeoX's Q/K/V twice: fused and split), which a warning and the manifest say."""
-    from tangentlens.sweep.memory import host_budget, plan_recipe
+    from tangentlens.core.memory import host_budget
     from tangentlens.sweep.units import accelerator_budget
 
+    recipe = run.recipe
     host = host_budget(recipe)
     local = recipe.executor.kind == "local"
     accelerator = accelerator_budget(recipe.suite.resolved_device()) if local else None
-    memory = plan_recipe(recipe, accelerator=accelerator, host=host)
-    if loader != PLANNED_LOADER:
+    memory = run.memory_plan(accelerator=accelerator, host=host)
+    if run.suite.loader != PLANNED_LOADER:
         logger.warning(
             "the memory plan models the %s loader's models, not the %s loader's: its peaks are "
             "estimates for this run, not measured bounds",
             PLANNED_LOADER,
-            loader,
+            run.suite.loader,
         )
     return {
         **memory.to_dict(),
@@ -294,14 +220,17 @@ def warn_slow_half_precision(recipe: Recipe) -> float | None:
 
 
 def run_sweep(
-    recipe: Recipe,
+    recipe: Recipe | RunPlan,
     out: str | Path,
     *,
     resume: bool = False,
     detach: bool = False,
     on_event: Callable[[UnitEvent], None] | None = None,
 ) -> Path:
-    """Run ``recipe`` into the run directory ``out`` on ``recipe.executor``; returns ``out``.
+    """Run ``recipe`` (resolved here once, unless given resolved: a
+    :class:`~tangentlens.core.resolve.RunPlan`) into the run directory ``out`` on its
+    executor; returns ``out``. The resolved recipe is saved there (:data:`PLAN_FILE`) and
+    every unit receives it.
 
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
     later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed. A stop
@@ -310,11 +239,12 @@ def run_sweep(
     released and the finished units kept for ``resume``.
     """
     with stop_signals():
-        return _run_sweep(recipe, out, resume=resume, detach=detach, on_event=on_event)
+        run = recipe if isinstance(recipe, RunPlan) else resolve(recipe)
+        return _run_sweep(run, out, resume=resume, detach=detach, on_event=on_event)
 
 
 def _run_sweep(
-    recipe: Recipe,
+    run: RunPlan,
     out: str | Path,
     *,
     resume: bool,
@@ -330,13 +260,13 @@ def _run_sweep(
     from tangentlens.sweep.timing import time_summary
 
     started = time.perf_counter()
+    recipe = run.recipe
     check_run_dir(out)  # a file, or a folder that cannot be written: before anything is made
     emit = on_event or (lambda event: None)
     check_executor(recipe, detach=detach)  # before a suite is trained or the run directory made
-    plan = plan_sweep(recipe)
-    check_pretrained_sae(recipe)  # an SAE the registry lacks or of another model: before any unit
-    loader = suite_loader(recipe.suite.name, recipe.suite.loader)
-    memory = _checked_memory_plan(recipe, loader)  # a sweep that cannot fit stops at once
+    plan = make_plan(run)
+    check_pretrained_sae(run)  # an SAE the registry lacks or of another model: before any unit
+    memory = _checked_memory_plan(run)  # a sweep that cannot fit stops at once
     if recipe.executor.kind == "local":
         warn_slow_half_precision(recipe)  # other executors' workers may have other CPUs
     # a mini suite is trained here, on first use, into the cache every worker reads
@@ -359,7 +289,7 @@ def _run_sweep(
         return any(unit.done(root) for unit in plan.units if unit.model)
 
     with RunStore.open(out, resume=resume, started=begun) as store:
-        manifest = initial_manifest(recipe, plan, recipe.suite.resolved_device())
+        manifest = initial_manifest(run, plan, recipe.suite.resolved_device())
         manifest["integrity"] = integrity.to_dict()
         manifest["memory_plan"] = memory
         if store.resuming:
@@ -372,7 +302,8 @@ def _run_sweep(
                 )
         else:
             store.write_manifest(manifest)
-        failures = execute(recipe, plan, store.root, emit, detach=detach)
+        store.write_file(PLAN_FILE, json.dumps(run.to_dict(), indent=1))
+        failures = execute(run, plan, store.root, emit, detach=detach)
         if failures:
             kept = store.resuming or begun(store.root)
             if not kept:  # the run directory goes: its logs must not go with it

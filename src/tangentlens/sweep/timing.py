@@ -7,7 +7,7 @@ selection) — and a **marginal** part per checkpoint, the step unit (load, capt
 the part write), plus the across-steps unit. With ``P`` units running at once::
 
     predicted = data + ⌈windows / P⌉ · window + fit + ⌈steps / P⌉ · step + across
-                (+ untrained-block when P = 1: otherwise it runs beside the others)
+                (+ the model-free units when P = 1: otherwise they run beside the others)
 
 (the critical path of the plan's graph with the units of one kind taking their median time).
 :func:`sweep_cost` reads the timings of a run directory; :func:`predicted_seconds` evaluates the
@@ -118,11 +118,16 @@ class SweepCost:
         return {"seconds": dict(self.seconds), "counts": dict(self.counts), "fixed": self.fixed}
 
 
+#: Unit kinds of earlier runs' timings, under their current name.
+_RENAMED_KINDS = {"untrained": "model_free"}
+
+
 def sweep_cost(times: dict[str, dict[str, Any]]) -> SweepCost:
     """The :class:`SweepCost` of a run's unit timings (:func:`read_unit_times`)."""
     by_kind: dict[str, list[float]] = {}
     for record in times.values():
-        by_kind.setdefault(str(record.get("kind")), []).append(float(record["seconds"]))
+        kind = str(record.get("kind"))
+        by_kind.setdefault(_RENAMED_KINDS.get(kind, kind), []).append(float(record["seconds"]))
     return SweepCost(
         {kind: statistics.median(values) for kind, values in by_kind.items()},
         {kind: len(values) for kind, values in by_kind.items()},
@@ -161,7 +166,7 @@ def predicted_seconds(
             return None
         if kind in ("window", "step"):  # independent units of one kind share the workers
             total += (1 if parallel is None else math.ceil(n / parallel)) * cost.seconds[kind]
-        elif kind != "untrained" or parallel == 1:  # it runs beside the others when it can
+        elif kind != "model_free" or parallel == 1:  # it runs beside the others when it can
             total += n * cost.seconds[kind]
     return total
 

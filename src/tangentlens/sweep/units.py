@@ -1,6 +1,8 @@
 """What each unit of a sweep plan does (see :mod:`tangentlens.sweep.plan` for the graph).
 
-:func:`run_unit` runs one unit in the calling process, on any machine that shares the run
+:func:`run_unit` runs one unit of a resolved recipe (:class:`~tangentlens.core.resolve.RunPlan`:
+what each capture keeps, the memory plan, the fit window; a unit plans nothing again) in the
+calling process, on any machine that shares the run
 directory's filesystem: it reads only files earlier units wrote, pins torch's thread count from
 the recipe while it runs (so reductions happen in the same order wherever it runs; the caller's
 count is restored after), and writes its output
@@ -30,11 +32,8 @@ from typing import Any
 
 import torch
 
-from tangentlens.capture import (
-    MomentAccumulator,
-)
+from tangentlens.capture import MomentAccumulator
 from tangentlens.capture.captured import Capture
-from tangentlens.capture.needs import Needs
 from tangentlens.capture.precision import resolve_precision
 from tangentlens.core.bounds import check_width
 from tangentlens.core.data import (
@@ -44,7 +43,9 @@ from tangentlens.core.data import (
     prepare_analysis_data,
     save_analysis_data,
 )
-from tangentlens.core.recipe import Recipe
+from tangentlens.core.memory import headroom_bytes, host_budget, out_of_memory_line
+from tangentlens.core.resolve import RunPlan
+from tangentlens.core.states import own_view
 from tangentlens.core.step import (
     Proxies,
     Status,
@@ -58,10 +59,8 @@ from tangentlens.dictionaries import SAE, in_window
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models import lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
-from tangentlens.models.shapes import suite_shape
 from tangentlens.models.suites import CheckpointSuite
-from tangentlens.probes import tangent_energy
-from tangentlens.proxies import ActivationPool, FixedProxy
+from tangentlens.proxies import ActivationPool, FixedProxy, sequence_energy_config
 from tangentlens.registry import (
     FIT_PROBE,
     AcrossInputs,
@@ -71,15 +70,7 @@ from tangentlens.registry import (
 )
 from tangentlens.results import StepLabel, make_row, row
 from tangentlens.runtime import Phases, exact_float32, threads
-from tangentlens.sweep.memory import (
-    headroom_bytes,
-    host_budget,
-    out_of_memory_line,
-    plan_recipe,
-    recipe_inputs,
-)
-from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
-from tangentlens.sweep.states import own_view
+from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, model_free_unit
 from tangentlens.sweep.store import DiskFullError, RunStore, disk_full, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
@@ -137,7 +128,7 @@ NOT_RETRIED = "# not retried: a retry cannot change this error (same recipe, sam
 
 class UnitOutOfMemoryError(ValueError):
     """A unit ran out of memory: one line naming it, what it needed, the plan's peak and a
-    ``data.batch_size`` that fits (:func:`~tangentlens.sweep.memory.out_of_memory_line`). A
+    ``data.batch_size`` that fits (:func:`~tangentlens.core.memory.out_of_memory_line`). A
     configuration error (not retried: the same batch runs out again)."""
 
 
@@ -154,18 +145,20 @@ def _requested(message: str) -> int:
 
 
 def _out_of_memory(
-    recipe: Recipe, unit: Unit, error: BaseException, budget: int | None
+    run: RunPlan, unit: Unit, error: BaseException, budget: int | None
 ) -> UnitOutOfMemoryError:
     """The one-line error of ``unit`` out of memory: it needed at least what it held at its
     peak (the GPU's peak allocation; the plan's on the host) plus what it asked for."""
-    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name))
-    device = recipe.suite.resolved_device()
+    inputs = run.memory_inputs
+    if inputs is None:  # no memory plan: nothing to scale
+        return UnitOutOfMemoryError(f"unit {unit.name} ran out of memory: {error}")
+    device = run.recipe.suite.resolved_device()
     held = torch.cuda.max_memory_allocated(device) if device.startswith("cuda") else 0
     if not held:
-        plan = plan_recipe(recipe)
+        plan = run.memory[0]  # the fewest passes' plan
         held = plan.host_peak if device == "cpu" else plan.accelerator_peak
     if budget is None and device == "cpu":
-        budget = host_budget(recipe)
+        budget = host_budget(run.recipe)
     line = out_of_memory_line(unit.name, inputs, held + _requested(str(error)), budget)
     return UnitOutOfMemoryError(line)
 
@@ -190,9 +183,11 @@ def read_failure(log: str | Path) -> tuple[str, bool] | None:
 
 
 def run_unit(
-    recipe: Recipe, root: str | Path, unit: Unit, status: Status | None = None
+    run: RunPlan, root: str | Path, unit: Unit, status: Status | None = None
 ) -> UnitReport:
-    """Run ``unit`` of ``recipe``'s plan in the run directory ``root`` (in this process)."""
+    """Run ``unit`` of the resolved recipe ``run`` in the run directory ``root`` (in this
+    process)."""
+    recipe = run.recipe
     store = RunStore(Path(root))
     started = time.perf_counter()
     host, pid = socket.gethostname(), os.getpid()
@@ -209,9 +204,9 @@ def run_unit(
         # the caller's thread count and float32 settings are restored after
         with threads(recipe.capture.threads), exact_float32():
             try:
-                parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+                parts = _RUNNERS[unit.kind](run, store, unit, status or (lambda text: None))
             except torch.OutOfMemoryError as error:
-                raise _out_of_memory(recipe, unit, error, budget) from error
+                raise _out_of_memory(run, unit, error, budget) from error
     except KeyboardInterrupt:  # Ctrl-C or a stop signal: abandoned, not failed
         raise
     except BaseException as error:
@@ -237,8 +232,8 @@ def _open_suite(name: str, offline: bool) -> CheckpointSuite:
     return open_suite(name, offline=offline or None, train=False)
 
 
-def _suite(recipe: Recipe) -> CheckpointSuite:
-    return _open_suite(recipe.suite.name, recipe.suite.offline)
+def _suite(run: RunPlan) -> CheckpointSuite:
+    return _open_suite(run.recipe.suite.name, run.recipe.suite.offline)
 
 
 @functools.lru_cache(maxsize=4)
@@ -246,18 +241,18 @@ def _load_data(path: Path, n_bins: int, stamp: tuple[int, int]) -> AnalysisData:
     return load_analysis_data(path, n_bins)
 
 
-def _data(recipe: Recipe, store: RunStore) -> AnalysisData:
+def _data(run: RunPlan, store: RunStore) -> AnalysisData:
     path = store.root / DATA_FILE
     if not path.exists():
         raise ValueError(f"{path} is missing: the data unit has not run in this run directory")
     info = path.stat()
-    return _load_data(path, recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
+    return _load_data(path, run.recipe.data.n_bins, (info.st_mtime_ns, info.st_size))
 
 
-def _device(recipe: Recipe) -> torch.device:
+def _device(run: RunPlan) -> torch.device:
     """Where a unit computes: the recipe's device, where its model runs (a unit without a model
     — the fit — computes there too)."""
-    return torch.device(recipe.suite.resolved_device())
+    return torch.device(run.recipe.suite.resolved_device())
 
 
 def _on_host(tensors: Any) -> Any:
@@ -272,7 +267,7 @@ def _on_host(tensors: Any) -> Any:
     return tensors
 
 
-def _precision(recipe: Recipe, store: RunStore) -> str:
+def _precision(run: RunPlan, store: RunStore) -> str:
     """The statistics' precision: the manifest's (``capture.precision`` resolved once, by the
     coordinator, for every unit), else resolved on this unit's device."""
     try:
@@ -281,7 +276,7 @@ def _precision(recipe: Recipe, store: RunStore) -> str:
         recorded = None
     if recorded in ("float64", "float32"):
         return recorded
-    return resolve_precision(recipe.capture.precision, _device(recipe))
+    return resolve_precision(run.recipe.capture.precision, _device(run))
 
 
 def _load_frozen(store: RunStore, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -298,40 +293,43 @@ def _load_frozen(store: RunStore, device: torch.device | str = "cpu") -> dict[st
     return saved
 
 
-def _load_model(recipe: Recipe, suite: CheckpointSuite, step: int) -> Any:
-    """The checkpoint at ``step`` on the recipe's device, in its dtype, through its loader
-    (``"auto"``: the suite's default for its family)."""
-    loader = {} if recipe.suite.loader == "auto" else {"loader": recipe.suite.loader}
+def _load_model(run: RunPlan, suite: CheckpointSuite, step: int) -> Any:
+    """The checkpoint at ``step`` on the recipe's device, in its dtype, through the loader the
+    plan resolved."""
+    spec = run.recipe.suite
     return suite.load(
-        step, device=recipe.suite.resolved_device(), dtype=recipe.suite.torch_dtype(), **loader
+        step, device=spec.resolved_device(), dtype=spec.torch_dtype(), loader=run.suite.loader
     )
 
 
-def _check_width(recipe: Recipe, model: Any, step: int) -> None:
-    """Refuse, before the capture, what the loaded model's width rules out (the planning check,
-    for a suite whose shape was not known offline)."""
+def _check_width(run: RunPlan, model: Any, step: int) -> None:
+    """Refuse, before the capture, what the loaded model's width rules out: the planning check,
+    for a suite whose width was not known offline (nothing to do where it was)."""
+    if run.suite.d_model is not None:
+        return
     d = lens_model(model).d_model
-    check_width(recipe, d, f"the checkpoint at step {step} (d_model = {d})")
+    check_width(run.recipe, d, f"the checkpoint at step {step} (d_model = {d})")
 
 
 def accelerator_budget(device: str) -> int | None:
     """Memory a unit may use on the GPU ``device`` names: what is free on it now
     (``torch.cuda.mem_get_info``: the CUDA context, other processes and what is allocated
     already deducted) less the headroom for kernel workspaces and the allocator's
-    fragmentation (:func:`~tangentlens.sweep.memory.headroom_bytes`); None on the CPU."""
+    fragmentation (:func:`~tangentlens.core.memory.headroom_bytes`); None on the CPU."""
     if not device.startswith("cuda"):
         return None
     free, total = torch.cuda.mem_get_info(torch.device(device))
     return max(free - headroom_bytes(total), 0)
 
 
-def _capture_passes(recipe: Recipe) -> int:
-    """Capture passes of a step unit: ``capture.passes``, or (0) the fewest that fit this
-    machine's GPU (its host memory on the CPU). A plan that does not fit is refused here too:
-    the coordinator checks only the GPUs of its own machine."""
-    accelerator = accelerator_budget(recipe.suite.resolved_device())
-    host = host_budget(recipe) if accelerator is None else None
-    return plan_recipe(recipe, accelerator=accelerator, host=host).passes
+def _capture_passes(run: RunPlan) -> int:
+    """Capture passes of a step unit: ``capture.passes``, or (0) the fewest whose planned peak
+    fits this machine's GPU (its host memory on the CPU), read from the plan's memory plans. A
+    plan that does not fit is refused here too: the coordinator checks only the GPUs of its own
+    machine."""
+    accelerator = accelerator_budget(run.recipe.suite.resolved_device())
+    host = host_budget(run.recipe) if accelerator is None else None
+    return run.memory_plan(accelerator=accelerator, host=host).passes
 
 
 # ---------------------------------------------------------------------------- the units
@@ -344,29 +342,28 @@ def _step(unit: Unit) -> int:
     return unit.step
 
 
-def _data_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _data_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
     status("tokenising and packing the analysis corpus")
-    data = prepare_analysis_data(_suite(recipe), recipe)
+    data = prepare_analysis_data(_suite(run), run.recipe)
     store.write_state(Path(DATA_FILE).name, lambda tmp: save_analysis_data(data, tmp))
 
 
-def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _window_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
     """Forward-only capture of one fit-window checkpoint: moments and sampled rows per site."""
-    step, data = _step(unit), _data(recipe, store)
+    step, data = _step(unit), _data(run, store)
     status(f"window step {step}: capture (activations)")
-    model = _load_model(recipe, _suite(recipe), step)
-    _check_width(recipe, model, step)
-    sites = capture_sites(model, recipe)
+    model = _load_model(run, _suite(run), step)
+    _check_width(run, model, step)
+    sites = capture_sites(model, run)
     stats = capture_step(
         model,
         sites,
         data,
-        recipe,
-        Needs(reservoir=True),
+        run,
         step,
-        gradients=False,
+        request=run.window_capture,
         score_loss=False,
-        precision=_precision(recipe, store),
+        precision=_precision(run, store),
     )
     saved = {
         "layers": sites,
@@ -382,8 +379,9 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     store.write_state(Path(unit.output).name, lambda tmp: torch.save(saved, tmp))
 
 
-def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _fit_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
     """Pool the window's checkpoints (each centred on its own mean) and fit the frozen proxies."""
+    recipe = run.recipe
     stage = recipe.proxies
     status(f"fitting the frozen proxies ({', '.join(stage.methods)})")
     pools: dict[str, ActivationPool] = {}
@@ -394,23 +392,23 @@ def _fit_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> No
         for site, state in saved["moments"].items():
             moments = MomentAccumulator.from_state_dict(state)
             pools.setdefault(site, ActivationPool()).add(moments, saved["samples"].get(site))
-    device, config = _device(recipe), stage.proxy_config()
+    device, config = _device(run), stage.proxy_config()
     fitted = with_fixed(
         {site: pool.fit(config, device) for site, pool in pools.items()},
-        _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {},
+        _load_pretrained(store) if stage.pretrained_sae is not None else {},
     )
     diagnostics = {site: f.diagnostics for site, f in fitted.items()}
     bases = _on_host({site: f.bases for site, f in fitted.items()})
     frozen = {"bases": bases, "diagnostics": diagnostics, "layers": layers}
     store.write_state("proxies.pt", lambda tmp: torch.save(frozen, tmp))
     step = _step(unit)
-    tokens = _suite(recipe).tokens_seen(step) or 0
-    rows = _diagnostic_rows(recipe, step, tokens, layers, diagnostics, bases)
+    tokens = _suite(run).tokens_seen(step) or 0
+    rows = _diagnostic_rows(recipe.suite.name, step, tokens, layers, diagnostics, bases)
     store.write_part(unit.name, rows)
 
 
 def _diagnostic_rows(
-    recipe: Recipe,
+    suite: str,
     step: int,
     tokens: int,
     layers: dict[str, int | None],
@@ -421,7 +419,7 @@ def _diagnostic_rows(
     ``rank`` is the width of the method's basis (``bases[site][method]``), as in every row."""
     return [
         row(
-            recipe.suite.name,
+            suite,
             step,
             tokens,
             FIT_PROBE,
@@ -438,23 +436,24 @@ def _diagnostic_rows(
     ]
 
 
-def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _pretrained_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
     """The published SAEs as proxies: each loaded through SAELens and checked against the suite
     (model name, hook = a captured site, d_in = its width); its ``rank`` most frequently active
     latents on the selection step's sampled rows (raw activations, as the SAE reads them; the
     fitting half under ``held_out``) span its proxy, saved once for every step."""
+    recipe = run.recipe
     stage = recipe.proxies
     chosen = stage.pretrained_sae
-    step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
+    step, data, suite = _step(unit), _data(run, store), _suite(run)
     status(f"loading {len(chosen.ids)} SAE(s) of {chosen.release} through SAELens")
     offline = offline_requested(recipe.suite.offline or None)
     with hf_offline_mode() if offline else contextlib.nullcontext():
         saes = {
-            sae_id: SAE.from_pretrained(chosen.release, sae_id, stage.rank, _device(recipe))
+            sae_id: SAE.from_pretrained(chosen.release, sae_id, stage.rank, _device(run))
             for sae_id in chosen.ids
         }
-    model = _load_model(recipe, suite, step)
-    sites = capture_sites(model, recipe)
+    model = _load_model(run, suite, step)
+    sites = capture_sites(model, run)
     width = lens_model(model).d_model
     widths = {site: width for site in sites}  # every capture site is d_model wide
     by_site: dict[str, str] = {}
@@ -472,13 +471,12 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         model,
         {site: sites[site] for site in by_site},
         data,
-        recipe,
-        Needs(reservoir=True),
+        run,
         step,
-        gradients=False,
+        request=run.window_capture,
         score_loss=False,
         part=part,
-        precision=_precision(recipe, store),
+        precision=_precision(run, store),
     )
     saved: dict[str, Any] = {"step": step, "release": chosen.release, "ids": by_site}
     for key in ("bases", "latents", "frequency", "diagnostics"):
@@ -497,7 +495,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
     tokens = suite.tokens_seen(step) or 0
     diagnostics = {site: {PRETRAINED_SAE: m} for site, m in saved["diagnostics"].items()}
     bases = {site: {PRETRAINED_SAE: basis} for site, basis in saved["bases"].items()}
-    rows = _diagnostic_rows(recipe, step, tokens, sites, diagnostics, bases)
+    rows = _diagnostic_rows(recipe.suite.name, step, tokens, sites, diagnostics, bases)
     store.write_part(unit.name, rows)
 
 
@@ -519,46 +517,45 @@ def _duplicate_rows(capture: Capture, store: RunStore) -> list[dict[str, Any]]:
     return out
 
 
-def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> dict[str, float]:
+def _step_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> dict[str, float]:
     """Capture step N once and write every per-step probe's rows; save the state the
     across-steps unit reads. Returns where its time went (:class:`Phases`)."""
-    step, data, suite = _step(unit), _data(recipe, store), _suite(recipe)
-    needs = recipe.needs
-    passes = _capture_passes(recipe)
-    phases = Phases(_device(recipe))
+    recipe = run.recipe
+    step, data, suite = _step(unit), _data(run, store), _suite(run)
+    passes = _capture_passes(run)
+    phases = Phases(_device(run))
     status("loading")
     with phases.phase("load"):
-        model = _load_model(recipe, suite, step)
-    _check_width(recipe, model, step)
-    sites = capture_sites(model, recipe)
-    gradients = needs.gradients
-    status(f"capture ({'activations and gradients' if gradients else 'activations'})")
+        model = _load_model(run, suite, step)
+    _check_width(run, model, step)
+    sites = capture_sites(model, run)
+    status(f"capture ({'activations and gradients' if run.capture.gradients else 'activations'})")
     # the probes compute where the statistics stay: the model's device, or the host after
     # several capture passes (the frozen proxies, and the frames drawn from them, go there)
-    probes_at = _device(recipe) if passes == 1 else torch.device("cpu")
-    frozen_fit = _load_frozen(store, probes_at) if "fit-proxies" in unit.deps else None
-    frozen = frozen_fit["bases"] if frozen_fit is not None else None
-    pretrained = _load_pretrained(store) if PRETRAINED_UNIT in unit.deps else {}
+    probes_at = _device(run) if passes == 1 else torch.device("cpu")
+    frozen = _load_frozen(store, probes_at)["bases"] if run.window else None
+    stage = recipe.proxies
+    pretrained = (
+        _load_pretrained(store) if stage is not None and stage.pretrained_sae is not None else {}
+    )
     energy_sums = None
-    if frozen is not None and gathers_sequence_sums(recipe):
+    if frozen is not None and run.capture.sequence_sums:
         # the proxies are known before the capture: gather per-sequence energy sums so the
         # intervals resample every analysed sequence
         with phases.phase("energy projectors"):
-            energy_sums = tangent_energy.sequence_energy_config(
-                frozen, recipe.data.n_bins if needs.bins else 0, recipe.data.seq_len
-            )
+            energy_sums = sequence_energy_config(frozen, run.capture.n_bins, recipe.data.seq_len)
     with phases.phase("capture"):
         stats, scored, fitted = capture_scored(
             model,
             sites,
             data,
-            recipe,
+            run,
             step,
             passes=passes,
             sequence_energy=energy_sums,
             fixed=pretrained,
             status=status,
-            precision=_precision(recipe, store),
+            precision=_precision(run, store),
         )
     capture = Capture(
         suite=recipe.suite.name,
@@ -568,11 +565,11 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
         layers=sites,
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
+        kept=run.capture.kept,
     )
-    energy = recipe.config(tangent_energy.NAME)
-    replicates = [] if energy is not None and energy.keep_replicates else None
+    replicates = [] if any(n.replicates for n in run.needs.values()) else None
     rows, own = step_rows(
-        recipe,
+        run,
         capture,
         scored=scored,
         fitted=fitted,
@@ -585,7 +582,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     rows += _duplicate_rows(capture, store)
     with phases.phase("state"):
         saved: dict[str, Any] = {"step": step, "layers": sites, "tokens_seen": capture.tokens_seen}
-        if recipe.proxies is not None:
+        if stage is not None:
             saved["proxies"] = own
         saved["states"] = {}  # each probe's own namespace
         for entry in recipe.probes.values():
@@ -602,15 +599,15 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     return phases.seconds
 
 
-def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
+def _across_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
     """What compares steps, from every step's saved state and rows: each probe's ``across``
     rows over the transitions from one selected step to the next and every step's rows."""
+    recipe = run.recipe
     probes = {k: e for k, e in recipe.probes.items() if e.probe.across is not None}
     transitions: list[Transition] = []
     if probes:  # every across probe reads the transitions (the saved states, the proxies)
-        frozen = recipe.proxies is not None and recipe.proxies.frozen
-        scoring = _load_frozen(store)["bases"] if frozen else None
-        window = tuple(store.read_manifest()["fit_window"]) if frozen else ()
+        window = run.window
+        scoring = _load_frozen(store)["bases"] if window else None
         before = torch.load(store.state / f"{unit.deps[0]}.pt", weights_only=True)
         for name in unit.deps[1:]:
             now = torch.load(store.state / f"{name}.pt", weights_only=True)
@@ -630,14 +627,15 @@ def _across_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     store.write_part(unit.name, rows)
 
 
-def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> None:
-    """The model-free probes' rows (they read no checkpoint)."""
+def _model_free_unit(run: RunPlan, store: RunStore, unit: Unit, status: Status) -> None:
+    """The rows of the model-free probe the unit is named by (it reads no checkpoint), each at
+    the model-free step (:meth:`~tangentlens.contract.Probe.model_free_rows`)."""
     rows: list[dict[str, Any]] = []
-    for entry in recipe.scoped("model_free"):
-        status(entry.key)
-        found = entry.probe.rows(ModelFreeInputs(recipe.suite.name), entry.config)
-        entry.probe.check_rows(found, f"unit {unit.name!r}")
-        rows += found
+    for entry in run.recipe.scoped("model_free"):
+        if model_free_unit(entry.probe.name) == unit.name:
+            status(entry.key)
+            inputs = ModelFreeInputs(run.recipe.suite.name)
+            rows += entry.probe.model_free_rows(inputs, entry.config, f"unit {unit.name!r}")
     store.write_part(unit.name, rows)
 
 
@@ -645,12 +643,12 @@ def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
 _ON_MODEL_DEVICE = frozenset({"pretrained", "window", "fit", "step"})
 
 #: Each kind's runner; a step's returns where its time went (phase → seconds).
-_RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], dict[str, float] | None]] = {
+_RUNNERS: dict[str, Callable[[RunPlan, RunStore, Unit, Status], dict[str, float] | None]] = {
     "data": _data_unit,
     "pretrained": _pretrained_unit,
     "window": _window_unit,
     "fit": _fit_unit,
     "step": _step_unit,
     "across": _across_unit,
-    "untrained": _model_free_unit,
+    "model_free": _model_free_unit,
 }

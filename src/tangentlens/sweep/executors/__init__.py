@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tangentlens.core.recipe import EXECUTOR_KINDS, Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure, schedule
 from tangentlens.sweep.plan import Plan
 
@@ -47,26 +48,27 @@ def check_executor(recipe: Recipe, *, detach: bool = False) -> None:
 
 
 def execute(
-    recipe: Recipe,
+    run: RunPlan,
     plan: Plan,
     root: str | Path,
     emit: Callable[[UnitEvent], None],
     *,
     detach: bool = False,
 ) -> list[UnitFailure]:
-    """Run the pending units of ``plan`` in ``root`` on ``recipe.executor``; returns the units
-    that failed (after retries) or were not run because a dependency failed."""
-    spec = recipe.executor
+    """Run the pending units of ``plan`` in ``root`` on the recipe's executor, each given the
+    resolved recipe ``run``; returns the units that failed (after retries) or were not run
+    because a dependency failed."""
+    spec = run.recipe.executor
     if spec.kind == "local":
         from tangentlens.sweep.executors.local import LocalBackend
 
-        backend = LocalBackend(recipe, root, emit)
+        backend = LocalBackend(run, root, emit)
         return schedule(plan, root, backend, retries=spec.retries, emit=emit)
     try:
         if spec.kind == "ray":
             from tangentlens.sweep.executors.ray import run_on_ray
 
-            return run_on_ray(recipe, plan, root, emit)
+            return run_on_ray(run, plan, root, emit)
         from tangentlens.sweep.executors.submitit import run_on_submitit
     except ModuleNotFoundError as error:
         if error.name not in _EXTRAS.values():
@@ -76,7 +78,7 @@ def execute(
             f"executor.kind = {spec.kind!r} needs {error.name}, which is not installed: "
             f"pip install 'tangentlens[{extra}]'"
         ) from None
-    return run_on_submitit(recipe, plan, root, emit, detach=detach)
+    return run_on_submitit(run, plan, root, emit, detach=detach)
 
 
 #: Optional extra → the engine module it installs.

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tangentlens.core.recipe import Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.sweep.executors.base import Emit, Finished, UnitEvent, error_line
 from tangentlens.sweep.plan import Unit
 from tangentlens.sweep.units import failure_log, retryable, run_unit
@@ -22,8 +22,8 @@ class LocalBackend:
 
     capacity = 1
 
-    def __init__(self, recipe: Recipe, root: str | Path, emit: Emit) -> None:
-        self.recipe, self.root, self.emit = recipe, Path(root), emit
+    def __init__(self, run: RunPlan, root: str | Path, emit: Emit) -> None:
+        self.run, self.root, self.emit = run, Path(root), emit
         self.queue: list[Unit] = []
 
     def submit(self, units: Sequence[Unit]) -> None:
@@ -40,7 +40,7 @@ class LocalBackend:
 
         started = time.perf_counter()
         try:
-            report = run_unit(self.recipe, self.root, unit, status)
+            report = run_unit(self.run, self.root, unit, status)
         except Exception as error:  # reported (and retried) by the scheduler
             log = failure_log(self.root, unit.name)
             seconds = time.perf_counter() - started

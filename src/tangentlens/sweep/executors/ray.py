@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from tangentlens.core.recipe import Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
@@ -39,18 +39,18 @@ from tangentlens.sweep.units import UnitReport, failure_log, retryable, run_unit
 __all__ = ["RayBackend", "run_on_ray"]
 
 
-def _run(recipe: Recipe, root: str, unit: Unit) -> UnitReport:
-    return run_unit(recipe, root, unit)
+def _run(run: RunPlan, root: str, unit: Unit) -> UnitReport:
+    return run_unit(run, root, unit)
 
 
 class RayBackend:
     """Submits each unit as a Ray task, as many at once as the cluster has CPUs for (the rest
     wait in the coordinator, so the progress shows them queued, not running)."""
 
-    def __init__(self, recipe: Recipe, root: str | Path) -> None:
-        self.recipe, self.root = recipe, str(Path(root).resolve())
+    def __init__(self, run: RunPlan, root: str | Path) -> None:
+        self.run, self.recipe, self.root = run, run.recipe, str(Path(root).resolve())
         cpus = ray.cluster_resources().get("CPU", 1)
-        self.capacity = max(int(cpus) // unit_cpus(recipe), 1)
+        self.capacity = max(int(cpus) // unit_cpus(self.recipe), 1)
         self.task = ray.remote(_run)
         self.refs: dict[Any, tuple[Unit, float]] = {}
 
@@ -69,7 +69,7 @@ class RayBackend:
 
     def submit(self, units: Sequence[Unit]) -> None:
         for unit in units:
-            ref = self.task.options(**self._options(unit)).remote(self.recipe, self.root, unit)
+            ref = self.task.options(**self._options(unit)).remote(self.run, self.root, unit)
             self.refs[ref] = (unit, time.perf_counter())
 
     def wait(self, timeout: float) -> list[Finished]:
@@ -98,9 +98,11 @@ class RayBackend:
 
 
 def run_on_ray(
-    recipe: Recipe, plan: Plan, root: str | Path, emit: Callable[[UnitEvent], None]
+    run: RunPlan, plan: Plan, root: str | Path, emit: Callable[[UnitEvent], None]
 ) -> list[UnitFailure]:
-    """Run the pending units of ``plan`` on Ray (see the module docstring)."""
+    """Run the pending units of ``plan`` on Ray (see the module docstring), each given the
+    resolved recipe ``run``."""
+    recipe = run.recipe
     started_here = not ray.is_initialized()
     if started_here:
         runtime_env = {"env_vars": worker_env(recipe.capture.threads)}
@@ -114,7 +116,7 @@ def run_on_ray(
                 log_to_driver=False,
             )
     try:
-        backend = RayBackend(recipe, root)
+        backend = RayBackend(run, root)
         return schedule(plan, root, backend, retries=recipe.executor.retries, emit=emit)
     finally:
         if started_here:

@@ -37,6 +37,7 @@ import submitit
 from submitit.helpers import Checkpointable
 
 from tangentlens.core.recipe import Recipe
+from tangentlens.core.resolve import RunPlan
 from tangentlens.sweep.executors.base import (
     Finished,
     UnitEvent,
@@ -66,8 +67,8 @@ class UnitJob(Checkpointable):
     """The callable a job runs: one unit. Checkpointable: when Slurm pre-empts the job or its
     time runs out, submitit requeues the same call (the unit starts again from its inputs)."""
 
-    def __call__(self, recipe: Recipe, root: str, unit: Unit) -> UnitReport:
-        return run_unit(recipe, root, unit)
+    def __call__(self, run: RunPlan, root: str, unit: Unit) -> UnitReport:
+        return run_unit(run, root, unit)
 
 
 def _job_folder(recipe: Recipe, root: Path) -> Path:
@@ -129,13 +130,14 @@ def _additional(recipe: Recipe, dependency: Sequence[str] = ()) -> dict[str, Any
 
 def _submit(
     executor: submitit.AutoExecutor,
-    recipe: Recipe,
+    run: RunPlan,
     root: Path,
     units: Sequence[Unit],
     dependency: Sequence[str] = (),
 ) -> list[Any]:
-    """Submit ``units`` as arrays (those that load a model with the GPUs); returns their jobs in
-    the order of ``units``."""
+    """Submit ``units`` as arrays (those that load a model with the GPUs), each job given the
+    resolved recipe ``run``; returns their jobs in the order of ``units``."""
+    recipe = run.recipe
     jobs: dict[str, Any] = {}
     for model in (True, False):
         group = [u for u in units if u.model == model]
@@ -149,7 +151,7 @@ def _submit(
         else:
             executor.update_parameters(gpus_per_node=gpus)
         with _local_env(executor, recipe), executor.batch():  # jobs start as the batch ends
-            submitted = [executor.submit(UnitJob(), recipe, str(root), u) for u in group]
+            submitted = [executor.submit(UnitJob(), run, str(root), u) for u in group]
         jobs.update({u.name: job for u, job in zip(group, submitted, strict=True)})
     return [jobs[u.name] for u in units]
 
@@ -183,10 +185,10 @@ class SubmititBackend:
     """Submits ready units as submitit jobs and polls them: a job is finished when its result
     file exists or, on Slurm, when it is no longer queued or running."""
 
-    def __init__(self, executor: submitit.AutoExecutor, recipe: Recipe, root: Path) -> None:
-        self.executor, self.recipe, self.root = executor, recipe, root
+    def __init__(self, executor: submitit.AutoExecutor, run: RunPlan, root: Path) -> None:
+        self.executor, self.run, self.root = executor, run, root
         self.slurm = executor.cluster == "slurm"
-        self.capacity = 1 << 30 if self.slurm else concurrent_units(recipe)
+        self.capacity = 1 << 30 if self.slurm else concurrent_units(run.recipe)
         # seconds between looks: a local job's end is a file and a process (cheap to check); on
         # Slurm each look is an squeue call, and a job takes ~1 s to start anyway
         self.poll = 1.0 if self.slurm else 0.05
@@ -196,7 +198,7 @@ class SubmititBackend:
         self.jobs[unit.name] = (unit, job, time.perf_counter())
 
     def submit(self, units: Sequence[Unit]) -> None:
-        jobs = _submit(self.executor, self.recipe, self.root, units)
+        jobs = _submit(self.executor, self.run, self.root, units)
         if self.slurm:
             _record(self.root, {u.name: j.job_id for u, j in zip(units, jobs, strict=True)})
         for unit, job in zip(units, jobs, strict=True):
@@ -293,7 +295,7 @@ def _live_jobs(
 
 
 def _submit_graph(
-    executor: submitit.AutoExecutor, recipe: Recipe, plan: Plan, root: Path, live: dict[str, Any]
+    executor: submitit.AutoExecutor, run: RunPlan, plan: Plan, root: Path, live: dict[str, Any]
 ) -> None:
     """Submit every missing unit at once, each level of the graph after the jobs it reads."""
     ids = {name: job.job_id for name, job in live.items()}
@@ -301,28 +303,30 @@ def _submit_graph(
     while waiting:
         level = [u for u in waiting if not any(d in {w.name for w in waiting} for d in u.deps)]
         dependency = sorted({ids[d] for u in level for d in u.deps if d in ids})
-        jobs = _submit(executor, recipe, root, level, dependency)
+        jobs = _submit(executor, run, root, level, dependency)
         ids.update({u.name: j.job_id for u, j in zip(level, jobs, strict=True)})
         waiting = [u for u in waiting if u not in level]
     _record(root, ids)
 
 
 def run_on_submitit(
-    recipe: Recipe,
+    run: RunPlan,
     plan: Plan,
     root: str | Path,
     emit: Callable[[UnitEvent], None],
     *,
     detach: bool = False,
 ) -> list[UnitFailure]:
-    """Run (or, with ``detach``, submit) the missing units of ``plan`` as submitit jobs."""
+    """Run (or, with ``detach``, submit) the missing units of ``plan`` as submitit jobs, each
+    given the resolved recipe ``run``."""
+    recipe = run.recipe
     root = Path(root).resolve()
     executor = _executor(recipe, root)
     live = _live_jobs(recipe, root, executor, plan)
     if detach:
-        _submit_graph(executor, recipe, plan, root, live)
+        _submit_graph(executor, run, plan, root, live)
         return []
-    backend = SubmititBackend(executor, recipe, root)
+    backend = SubmititBackend(executor, run, root)
     for name, job in live.items():
         backend.adopt(plan[name], job)
     running = [plan[name] for name in live]

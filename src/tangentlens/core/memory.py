@@ -63,9 +63,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.capture.chunks import loss_chunk_rows, statistics_bytes
+from tangentlens.capture.request import CaptureRequest
 from tangentlens.core.recipe import Recipe, select_layers, site_groups
-from tangentlens.models.shapes import ModelShape, suite_shape
-from tangentlens.sweep.plan import gathers_sequence_sums
+from tangentlens.models.shapes import ModelShape
 
 __all__ = [
     "DTYPE_BYTES",
@@ -76,14 +76,14 @@ __all__ = [
     "check_fits",
     "control_draw_columns",
     "fitting_batch",
+    "fitting_plan",
     "headroom_bytes",
     "held_draws_bytes",
     "host_budget",
     "memory_plan",
+    "memory_plans",
     "out_of_memory_line",
-    "plan_recipe",
     "probe_bytes",
-    "recipe_inputs",
     "reservoir_bytes",
     "saved_per_block",
 ]
@@ -163,6 +163,43 @@ class PlanInputs:
     draws: int = 0
     draw_columns: int = 0
     energy_drift: bool = False
+
+    @classmethod
+    def of(cls, recipe: Recipe, request: CaptureRequest, shape: ModelShape) -> PlanInputs:
+        """What the plan reads of ``recipe`` on models of ``shape``: the sites it captures and
+        what a step's capture keeps (``request``, read as the capture reads it; type sums
+        for at most ``request.type_limit`` types, the analysis data being unread before the
+        plan), and the control frames of the proxies stage."""
+        sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
+        layers = select_layers(recipe.capture.layers, shape.n_layers)
+        sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
+        stage, kept = recipe.proxies, request.kept
+        draws, draw_columns, energy_methods = 0, 0, 0
+        if stage is not None:
+            methods = len(stage.methods) + (stage.pretrained_sae is not None)
+            draws = stage.draws
+            draw_columns = control_draw_columns(stage.rank, stage.mean_direction, methods)
+            if request.sequence_sums:
+                energy_methods = methods + stage.mean_direction
+        return cls(
+            shape=shape,
+            dtype=recipe.suite.dtype,
+            device="cpu" if recipe.suite.device == "cpu" else "cuda",
+            batch=recipe.data.batch_size,
+            seq_len=recipe.data.seq_len,
+            sites=tuple(sites),
+            gradients=kept.gradients and shape.has_head,
+            bins=request.n_bins,
+            bin_moments=kept.bin_moments,
+            n_types=min(shape.d_vocab, request.type_limit) if kept.type_sums else 0,
+            reservoir=request.reservoir,
+            energy_methods=energy_methods,
+            n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
+            passes=recipe.capture.passes,
+            draws=draws,
+            draw_columns=draw_columns,
+            energy_drift=bool(energy_methods) and stage is not None and stage.mean_direction,
+        )
 
 
 @dataclass(frozen=True)
@@ -245,24 +282,38 @@ class MemoryPlan:
         return None
 
 
-def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None) -> MemoryPlan:
-    """The plan of ``inputs`` — with ``passes`` 0, the fewest capture passes that fit — or a
-    ``ValueError`` in one line when it exceeds a budget (bytes; None = not checked), naming the
-    largest parts, what reduces them and, when one does, the largest ``data.batch_size`` or the
-    fewest ``capture.passes`` that fit."""
+def memory_plans(inputs: PlanInputs) -> tuple[MemoryPlan, ...]:
+    """The plans of ``inputs``: one, or with ``passes`` 0 one per number of capture passes
+    (1 … one per site), from which :func:`fitting_plan` picks the fewest that fit where a unit
+    runs."""
+    if inputs.passes:
+        return (memory_plan(inputs),)
+    counts = range(1, len(inputs.sites) + 1)
+    return tuple(memory_plan(dataclasses.replace(inputs, passes=p)) for p in counts)
+
+
+def fitting_plan(
+    plans: Sequence[MemoryPlan],
+    inputs: PlanInputs,
+    *,
+    accelerator: int | None,
+    host: int | None,
+) -> MemoryPlan:
+    """The first of ``plans`` (:func:`memory_plans` of ``inputs``) within the budgets (bytes;
+    None = not checked), or a ``ValueError`` in one line naming the largest parts of the last,
+    what reduces them and, when one does, the largest ``data.batch_size`` or the fewest
+    ``capture.passes`` that fit."""
+    for plan in plans:
+        if plan.problem(accelerator=accelerator, host=host) is None:
+            return plan
+    last = plans[-1]
+    inputs = dataclasses.replace(inputs, passes=last.passes)
 
     def fits(**change: int) -> bool:
         plan = memory_plan(dataclasses.replace(inputs, **change))
         return plan.problem(accelerator=accelerator, host=host) is None
 
     n_sites = len(inputs.sites)
-    if inputs.passes == 0:
-        chosen = next((p for p in range(1, n_sites + 1) if fits(passes=p)), n_sites)
-        inputs = dataclasses.replace(inputs, passes=chosen)
-    plan = memory_plan(inputs)
-    problem = plan.problem(accelerator=accelerator, host=host)
-    if problem is None:
-        return plan
     batch = next((b for b in range(inputs.batch - 1, 0, -1) if fits(batch=b)), None)
     passes = next((p for p in range(inputs.passes + 1, n_sites + 1) if fits(passes=p)), None)
     remedies = [f"data.batch_size = {batch}" for _ in [batch] if batch]
@@ -272,7 +323,13 @@ def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None)
         if remedies
         else " (no data.batch_size or capture.passes fits without fewer sites, bins or type sums)"
     )
-    raise ValueError(problem + tail)
+    raise ValueError(f"{last.problem(accelerator=accelerator, host=host)}{tail}")
+
+
+def check_fits(inputs: PlanInputs, *, accelerator: int | None, host: int | None) -> MemoryPlan:
+    """The plan of ``inputs`` — with ``passes`` 0, the fewest capture passes that fit — or a
+    ``ValueError`` in one line when it exceeds a budget (:func:`fitting_plan`)."""
+    return fitting_plan(memory_plans(inputs), inputs, accelerator=accelerator, host=host)
 
 
 def _gib(n: int) -> str:
@@ -477,61 +534,6 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     )
     host = max(loading, statistics_total + reservoir_total + probes + draws)
     return MemoryPlan(inputs.device, inputs.dtype, passes, peak, host, (*parts, *copies))
-
-
-def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
-    """The plan's inputs for ``recipe`` on models of ``shape`` (what its probes keep:
-    :attr:`~tangentlens.core.recipe.Recipe.needs`; the control frames of the proxies stage).
-    Type sums are planned for the sum of each
-    type-tracking probe's ``max_tracked_types`` (e.g. ``data.max_tokens // min_count`` for
-    frequency geometry): the analysis data is not read before the plan."""
-    needs = recipe.needs
-    sites: list[tuple[str, int | None]] = [("embed", None)] if recipe.capture.embed else []
-    layers = select_layers(recipe.capture.layers, shape.n_layers)
-    sites += [(kind, layer) for kind in recipe.capture.sites for layer in layers]
-    n_types = 0
-    if needs.type_sums:
-        for entry in recipe.probes.values():
-            if entry.probe.max_tracked_types is not None:
-                n_types += entry.probe.max_tracked_types(entry.config, recipe.data.max_tokens)
-        n_types = min(shape.d_vocab, n_types)
-    stage = recipe.proxies
-    draws, draw_columns, energy_methods, energy_drift = 0, 0, 0, False
-    if stage is not None:
-        methods = len(stage.methods) + (stage.pretrained_sae is not None)
-        draws = stage.draws
-        draw_columns = control_draw_columns(stage.rank, stage.mean_direction, methods)
-        if gathers_sequence_sums(recipe):
-            energy_methods = methods + stage.mean_direction
-            energy_drift = stage.mean_direction
-    return PlanInputs(
-        shape=shape,
-        dtype=recipe.suite.dtype,
-        device="cpu" if recipe.suite.device == "cpu" else "cuda",
-        batch=recipe.data.batch_size,
-        seq_len=recipe.data.seq_len,
-        sites=tuple(sites),
-        gradients=needs.gradients and shape.has_head,
-        bins=recipe.data.n_bins if needs.bins else 0,
-        bin_moments=needs.bin_moments,
-        n_types=n_types,
-        reservoir=recipe.capture.reservoir if needs.reservoir else 0,
-        energy_methods=energy_methods,
-        n_sequences=recipe.data.max_tokens // recipe.data.seq_len,
-        passes=recipe.capture.passes,
-        draws=draws,
-        draw_columns=draw_columns,
-        energy_drift=energy_drift,
-    )
-
-
-def plan_recipe(
-    recipe: Recipe, *, accelerator: int | None = None, host: int | None = None
-) -> MemoryPlan:
-    """The memory plan of ``recipe`` on its suite's models (shape from ``config.json``),
-    checked against the budgets given (see :func:`check_fits`)."""
-    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name))
-    return check_fits(inputs, accelerator=accelerator, host=host)
 
 
 def host_budget(recipe: Recipe) -> int | None:
