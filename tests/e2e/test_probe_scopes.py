@@ -150,9 +150,12 @@ def test_a_model_free_probe_alone(units_env, tmp_path):
     from tangentlens_scopes import HAAR, HaarConfig
 
     from tangentlens.conformance import check_probe
+    from tangentlens.contract import MODEL_FREE_STEP
 
     out = _sweep(tmp_path, '[probes."tangentlens_scopes:HAAR"]\nd = 16\nk = 4\n')
     (r,) = _rows(out, "haar_energy")
     # k/d within 4 standard errors (a Beta(k/2, (d − k)/2) draw: sd 0.144 over 400 draws)
     assert r["metric"] == "unit_vector_energy" and abs(r["value"] - 0.25) < 4 * 0.144 / 20
     assert r["value"] == check_probe(HAAR, HaarConfig())[0]["value"]
+    # the probe writes step 0; its unit, named by it, gives its row the model-free step
+    assert r["step"] == MODEL_FREE_STEP and (out / "results" / "haar-energy.parquet").is_file()

@@ -303,7 +303,9 @@ def test_grouped_query_attention_refuses_qk_drift_on_both_loaders_and_at_plannin
         suite=SuiteSpec(name=str(tmp_path / "suite"), steps="all"),
         probes={"qk_drift": QKDriftConfig()},
     )
-    with pytest.raises(ValueError, match=r"uses grouped-query attention .*qk_drift") as error:
+    with pytest.raises(
+        ValueError, match=r"^probe\(s\) qk_drift cannot run: .* uses grouped-query attention"
+    ) as error:
         plan_sweep(recipe)
     assert "\n" not in str(error.value)
 

@@ -19,6 +19,7 @@ import torch
 from tangentlens.capture.captured import Capture
 from tangentlens.core.data import prepare_analysis_data
 from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.core.step import capture_sites, capture_step, step_rows
 from tangentlens.dictionaries import seminmf
 from tangentlens.runtime import threads
@@ -48,8 +49,9 @@ def _pinned_step(suite, recipe, device):
     data = prepare_analysis_data(suite, recipe)
     step = suite.steps[-1]
     model = _model(suite, step, device)
-    sites = capture_sites(model, recipe)
-    stats = capture_step(model, sites, data, recipe, recipe.needs, step, gradients=True)
+    run = resolve(recipe)
+    sites = capture_sites(model, run)
+    stats = capture_step(model, sites, data, run, step)
     capture = Capture(
         suite=recipe.suite.name,
         step=step,
@@ -59,7 +61,7 @@ def _pinned_step(suite, recipe, device):
         seq_len=recipe.data.seq_len,
         frequencies=data.frequencies,
     )
-    return step_rows(recipe, capture)
+    return step_rows(run, capture)
 
 
 def _by_label(rows):
@@ -114,8 +116,9 @@ def _probe_syncs(suite, *variants: tuple[str, ...]) -> list[int]:
         step = suite.steps[-1]
         with emulated_accelerator() as accelerator:
             model = _model(suite, step, accelerator.device)
-            sites = capture_sites(model, recipe)
-            stats = capture_step(model, sites, data, recipe, recipe.needs, step, gradients=True)
+            run = resolve(recipe)
+            sites = capture_sites(model, run)
+            stats = capture_step(model, sites, data, run, step)
             capture = Capture(
                 suite=recipe.suite.name,
                 step=step,
@@ -128,7 +131,7 @@ def _probe_syncs(suite, *variants: tuple[str, ...]) -> list[int]:
             counts = []
             for variant in recipes:
                 start = len(accelerator.transfers.syncs)
-                step_rows(variant, capture)
+                step_rows(resolve(variant), capture)
                 counts.append(len(accelerator.transfers.syncs) - start)
             return counts
 

@@ -161,9 +161,9 @@ def test_gradient_probes_on_a_headless_suite_are_refused_before_any_unit(headles
     message = str(caught.value)
     assert "\n" not in message
     assert (
-        f"suite '{headless_suite}' has no language-modelling head (architectures "
-        "['BertModel']): probes tangent_energy, anisotropy_share need gradients of a loss and "
-        "cannot run; activation-only probes can: cosine_drift, frequency_geometry, qk_drift, "
+        f"probe(s) tangent_energy, anisotropy_share cannot run: suite '{headless_suite}' has no "
+        "language-modelling head (architectures ['BertModel']) (they need gradients of a loss); "
+        "activation-only probes can: cosine_drift, frequency_geometry, qk_drift, "
         "shape_of_learning, untrained_block"
     ) in message
     assert not (tmp_path / "run").exists()

@@ -22,8 +22,11 @@ import torch
 import tangentlens as tl
 from tangentlens.core.data import AnalysisData
 from tangentlens.core.recipe import CaptureSpec, DataSpec, ProxiesSpec, Recipe, SuiteSpec
+from tangentlens.core.resolve import resolve
 from tangentlens.core.step import capture_sites, capture_step, fit_step
 from tangentlens.data import FrequencyTable, SpecialTokens, decoder_special_ids
+from tangentlens.models import lens_model
+from tangentlens.models.facts import model_facts
 from tangentlens.probes.tangent_energy import TangentEnergyConfig
 from tangentlens.sweep import units
 from tangentlens.sweep.plan import Unit
@@ -46,7 +49,7 @@ class _OneModelSuite:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
-    def load(self, step, *, device="cpu", dtype=None):
+    def load(self, step, *, device="cpu", dtype=None, loader=None):
         return self.model
 
     def tokens_seen(self, step):
@@ -113,7 +116,8 @@ def _unit_rows(model, recipe, data, root, monkeypatch) -> tuple[RunStore, Unit, 
         output=f"results/step-{STEP:08d}.parquet",
         model=True,
     )
-    units._step_unit(recipe, store, unit, lambda text: None)
+    run = resolve(recipe, model_facts(lens_model(model), "tiny", STEP, "next_token"))
+    units._step_unit(run, store, unit, lambda text: None)
     return store, unit, read_parts([store.part_path(unit.name)]).to_pylist()
 
 
@@ -132,11 +136,12 @@ def test_held_out_step_unit_fits_on_the_first_half_and_scores_the_second(
     }
 
     # by hand: the two halves captured as the unit captures them
-    sites = capture_sites(tiny_decoder, recipe)
-    needs, stage = recipe.needs, recipe.proxies
+    run = resolve(recipe, model_facts(lens_model(tiny_decoder), "tiny", STEP, "next_token"))
+    sites = capture_sites(tiny_decoder, run)
+    stage = recipe.proxies
     half = N_ROWS // 2
     first, second = (
-        capture_step(tiny_decoder, sites, data, recipe, needs, STEP, gradients=True, part=p)
+        capture_step(tiny_decoder, sites, data, run, STEP, part=p)
         for p in (slice(0, half), slice(half, None))
     )
     held_out, in_sample = fit_step(first, stage, {}), fit_step(second, stage, {})

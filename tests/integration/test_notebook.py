@@ -402,7 +402,7 @@ def test_loss_none_gives_activation_probes_and_refuses_gradient_ones(model, text
     table = tl.measure(model, texts[:20], probes=["cosine_drift"], loss="none", seq_len=32)
     assert math.isnan(table.value(probe="capture", metric="mean_loss"))
     with pytest.raises(
-        ValueError, match=re.escape("need gradients of the model's loss, and no loss was chosen")
+        ValueError, match=re.escape("cannot run: no loss was chosen (they need gradients")
     ):
         tl.measure(model, texts[:20], probes=["tangent_energy"], loss="none", seq_len=32)
     with pytest.raises(
@@ -469,7 +469,7 @@ def test_the_width_bounds_are_checked_before_the_capture(model, texts, capture, 
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         tl.measure(model, texts, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
-    with pytest.raises(ValueError, match=re.escape("the capture (sites of width 32): proxies.")):
+    with pytest.raises(ValueError, match=re.escape("the capture (d_model = 32): proxies.")):
         tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
     monkeypatch.undo()
     table = tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 15})

@@ -14,6 +14,7 @@ from tangentlens.capture import (
     capture_statistics,
 )
 from tangentlens.capture.captured import Capture
+from tangentlens.core.resolve import resolve
 from tangentlens.data import (
     FrequencyTable,
     decoder_special_ids,
@@ -188,7 +189,7 @@ def test_the_refit_beside_the_probes_gives_the_rows_of_a_refit_in_line(setup, mo
 
     monkeypatch.setattr(step_module, "fit_step", recording_fit)
     with runtime.threads(2):
-        beside, own_beside = step_module.step_rows(recipe, data, frozen=proxies)
+        beside, own_beside = step_module.step_rows(resolve(recipe), data, frozen=proxies)
 
     @contextlib.contextmanager
     def in_line(task):
@@ -196,7 +197,7 @@ def test_the_refit_beside_the_probes_gives_the_rows_of_a_refit_in_line(setup, mo
 
     monkeypatch.setattr(step_module, "alongside", in_line)
     with runtime.threads(2):
-        before, own_before = step_module.step_rows(recipe, data, frozen=proxies)
+        before, own_before = step_module.step_rows(resolve(recipe), data, frozen=proxies)
     assert fitted_on == [False, True]  # a second thread, then the main one
     assert {r["probe"] for r in beside} >= {"subspace_stability", "tangent_energy"}
     assert repr(beside) == repr(before)  # every value, NaN included, in the same order
