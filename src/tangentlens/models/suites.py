@@ -582,7 +582,9 @@ class LocalSuite(CheckpointSuite):
             raise ValueError(f"tokens_per_step must be a positive integer, got {per_step}")
         self.tokens_per_step: int | None = int(per_step) if per_step is not None else None
         self.family = self._family()
-        self.has_lm_head = checkpoint_headless(self._folders[self.steps[-1]]) is None
+        last = self._folders[self.steps[-1]]
+        self.has_lm_head = checkpoint_headless(last) is None
+        self._model_type = checkpoint_model_type(last)  # read once: every load names a loader
         self._hashes: dict[int, str] = {}
 
     @staticmethod
@@ -614,8 +616,7 @@ class LocalSuite(CheckpointSuite):
         """``None`` / ``"auto"``: the loader the checkpoints' ``config.json`` model type needs
         (``"hf"`` for EuroBERT / ModernBERT, ``"bridge"`` for OLMo), else the family's
         default; else ``loader`` when it can load that model type."""
-        model_type = checkpoint_model_type(self._folders[self.steps[-1]])
-        return resolve_loader(loader, self.family, model_type)
+        return resolve_loader(loader, self.family, self._model_type)
 
     def load(
         self,
