@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tangentlens.capture.needs import Needs
 from tangentlens.conformance import check_probe
 from tangentlens.contract import MODEL_FREE_STEP
 from tangentlens.registry import ModelFreeInputs, Probe
@@ -122,3 +123,18 @@ def test_reporting_declarations_name_declared_metrics_and_default_from_them():
     assert silent.tables == () and silent.figures == ()
     with pytest.raises(ValueError, match=r"a \.png file"):
         Figure("mine.svg", "my_metric", "label", "title")
+
+
+def test_needs_may_be_a_function_of_the_config_and_are_checked():
+    def needs(config):
+        return Needs(gradients=config.scale > 1)
+
+    probe = _probe(needs=needs)
+    assert probe.needs_for(Settings(scale=2.0)) == Needs(gradients=True)
+    assert probe.needs_for(None) == Needs()  # the config's defaults
+    with pytest.raises(ValueError, match="needs\\(config\\) must return a tangentlens Needs"):
+        _probe(needs=lambda config: {"gradients": True}).needs_for(None)
+    with pytest.raises(ValueError, match="a probe needing type sums names its types"):
+        _probe(needs=lambda config: Needs(type_sums=True)).needs_for(None)
+    with pytest.raises(ValueError, match="needs must be a tangentlens Needs or a function"):
+        _probe(needs=3)

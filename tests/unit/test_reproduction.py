@@ -345,3 +345,50 @@ def test_twonn_means_hold_the_layers_fixed():
     (rise,) = reproduction_summary(rows)
     assert rise.holds is False
     assert rise.evidence.endswith("left out (not scored at every compared step): L1")
+
+
+FINDING_SOURCE = """
+from dataclasses import dataclass
+
+from tangentlens.findings import Finding, pick
+from tangentlens.registry import Probe
+from tangentlens.reporting import Reporting
+
+
+@dataclass(frozen=True)
+class Config:
+    pass
+
+
+def findings(rows):
+    return [
+        Finding(f"my claim at {kind}", len(picked) > 1, f"{len(picked)} rows")
+        for kind, picked in pick(rows, "my_probe", "my_metric").items()
+    ]
+
+
+PROBE = Probe(name="my_probe", config=Config, scope="step", metrics={"my_metric": "m"},
+              rows=lambda inputs, config: [], reporting=Reporting(findings=(findings,)))
+"""
+
+
+def test_a_researchers_probe_declares_its_own_findings(tmp_path, monkeypatch):
+    """The summary is what the reported probes declare: a researcher's probe found by its
+    recipe key adds its verdicts after the built-in ones; one this installation cannot resolve
+    adds none; a built-in probe without rows adds none."""
+    import sys
+
+    (tmp_path / "my_findings.py").write_text(FINDING_SOURCE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_findings", raising=False)
+    rows = _energy({0: 2.0, 10: 3.0, 20: 3.4, 100: 1.2})
+    rows += [_row("my_probe", "my_metric", s, 1.0) for s in (0, 100)]
+    manifest = {"probes": {"my_findings:PROBE": {"name": "my_probe"}}}
+    found = reproduction_summary(rows, [manifest])
+    assert [(f.claim.split(" (")[0], f.verdict) for f in found] == [
+        ("tangent energy ratio", "holds"),
+        ("my claim at resid_post", "holds"),
+    ]
+    assert found[1].evidence == "2 rows"
+    unresolved = {"probes": {"gone_pkg:PROBE": {"name": "my_probe"}}}
+    assert [f.claim for f in reproduction_summary(rows, [unresolved])][1:] == []
