@@ -87,11 +87,21 @@ def _per_step_probes() -> tuple[str, ...]:
     )
 
 
+#: What a capture must hold for the ``tangent`` probes to run by default: the sampled rows the
+#: proxies are fitted on and the gradients the tangent account scores.
+_TANGENT_ACCOUNT = Needs(gradients=True, reservoir=True)
+
+
 def _runnable(kept: Needs) -> tuple[str, ...]:
     """The per-step built-in probes whose statistics ``kept`` holds (for their default
-    settings)."""
+    settings; the ``tangent`` ones where it holds the tangent account's rows and gradients)."""
     probes = builtin_probes()
-    return tuple(n for n in _per_step_probes() if not kept.missing(probes[n].needs_for(None)))
+    account = not kept.missing(_TANGENT_ACCOUNT)
+    return tuple(
+        n
+        for n in _per_step_probes()
+        if not kept.missing(probes[n].needs_for(None)) and (account or probes[n].scope != "tangent")
+    )
 
 
 def default_probes(model: Any) -> tuple[str, ...]:
@@ -482,6 +492,7 @@ def measure(
             )
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
         configs = _probe_configs(probes, _runnable(capture.kept or Needs()))
+        _refuse_proxies_without_tangent(proxies, configs)
         _check_capture(capture, configs)
         recipe = _recipe(configs, stage, {}, capture.suite, width=None)
         run = resolve(recipe, _capture_facts(capture))
@@ -491,6 +502,7 @@ def measure(
             raise ValueError("measure(model, texts_or_tokens): give the texts or token ids")
         model = lens_model(model_or_capture)  # HookedTransformer, HookedEncoder, bridge
         configs = _probe_configs(probes, default_probes(model))
+        _refuse_proxies_without_tangent(proxies, configs)  # before anything is captured
         model_name = model.model_name
         loss = _loss(model, settings.pop("loss", None))
         suite, step = settings.pop("suite", None), settings.pop("step", None)
@@ -502,7 +514,6 @@ def measure(
         capture, scored, fitted = _capture(
             model, texts_or_tokens, run, loss, frequencies, tokens_seen
         )
-    _refuse_proxies_without_tangent(proxies, configs)
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}

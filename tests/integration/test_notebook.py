@@ -333,7 +333,7 @@ def test_an_sae_of_another_width_is_refused(capture):
         ({"probes": ["tangent_energy"], "fit": 8}, "fit must be a dict of the [proxies] keys"),
         (
             {"probes": ["cosine_drift"], "proxies": {"mine": torch.eye(D)[:, :2]}},
-            "proxies are scored by the tangent_energy probe: add it to probes",
+            "proxies are scored by the tangent probes: add one to probes",
         ),
         ({"probes": ["cosine_drift"], "max_tokens": 0}, "max_tokens must be"),
     ],

@@ -119,6 +119,10 @@ def refuse_attention(needs: Mapping[str, Needs], why: str | None) -> None:
         )
 
 
+#: How a refusal names what is not a suite: a model in memory, a capture measured again.
+_DESCRIBED = {"model": "the model", "capture": "the capture"}
+
+
 def _capture_request(recipe: Recipe, needs: Mapping[str, Needs], frozen: bool) -> CaptureRequest:
     """What a step's capture keeps for the probes' ``needs`` (and the proxy fits' sampled
     rows)."""
@@ -155,7 +159,7 @@ def resolve(recipe: Recipe, suite: SuiteFacts | None = None) -> RunPlan:
     if facts.n_layers is not None:
         select_layers(recipe.capture.layers, facts.n_layers)
     if facts.d_model is not None:
-        where = "the model" if facts.kind == "model" else f"suite {facts.name!r}"
+        where = _DESCRIBED.get(facts.kind, f"suite {facts.name!r}")
         check_width(recipe, facts.d_model, f"{where} (d_model = {facts.d_model})")
     stage = recipe.proxies
     frozen = stage is not None and stage.frozen
