@@ -424,7 +424,7 @@ def _capture_facts(capture: Capture) -> SuiteFacts:
 
 def _check_capture(capture: Capture, configs: Mapping[str, ProbeEntry]) -> None:
     """Refuse probes that need what ``capture`` did not keep, or types it did not track."""
-    kept = capture.kept or Needs()
+    kept = capture.holds
     for name, entry in configs.items():
         probe = entry.probe
         missing = kept.missing(entry.needs)
@@ -491,7 +491,7 @@ def measure(
                 "fit={'held_out': True}))"
             )
         capture, model_name = model_or_capture, None  # a label, not checked against SAEs
-        configs = _probe_configs(probes, _runnable(capture.kept or Needs()))
+        configs = _probe_configs(probes, _runnable(capture.holds))
         _refuse_proxies_without_tangent(proxies, configs)
         _check_capture(capture, configs)
         recipe = _recipe(configs, stage, {}, capture.suite, width=None)

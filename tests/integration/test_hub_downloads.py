@@ -15,8 +15,8 @@ import pytest
 
 from tangentlens.cli import main
 from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.models.hub_suites import HUB_SUITES
-from tangentlens.sweep.plan import fit_window
 from tests.integration.conftest import use_hub_cache
 from tests.integration.fake_hub import write_fake_hub
 
@@ -66,7 +66,8 @@ def test_every_missing_revision_is_named_in_a_file_before_any_unit_runs(olmo_hub
     assert main(_sweep(tmp_path, "suite.steps='1000,2000,10000'")) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and not (tmp_path / "run").exists()
-    window = fit_window(load_recipe("olmo_1b"), entry.steps)
+    window = resolve(load_recipe("olmo_1b")).window  # over the suite's checkpoints
+    assert resolve(load_recipe("olmo_1b")).suite.steps == entry.steps
     missing = [s for s in (*window, entry.steps[-1]) if s not in CACHED]
     assert len(missing) > 3
     assert f"{len(missing)} downloads this sweep needs are not in the local Hugging Face" in error

@@ -4,6 +4,7 @@ reused, and one clear error per bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -84,6 +85,12 @@ def test_a_capture_is_reused_saved_and_reloaded_with_identical_rows(
     assert reloaded.layers == capture.layers and reloaded.seq_len == 32
     np.testing.assert_array_equal(reloaded.frequencies.counts, capture.frequencies.counts)
     assert _same_rows(reused, tl.measure(reloaded, probes=probes, fit=FIT))
+    # what it kept is recorded from its request and read back; one that recorded nothing (a
+    # capture built by hand, or saved by an earlier version) holds what its statistics show
+    assert reloaded.kept == capture.kept and capture.kept.gradients and capture.kept.attention
+    unrecorded = dataclasses.replace(capture, kept=None)
+    assert unrecorded.holds == capture.kept
+    assert _same_rows(reused, tl.measure(unrecorded, probes=probes, fit=FIT))
 
 
 def test_own_basis_equal_to_the_fitted_pca_gives_its_energy(capture):

@@ -32,7 +32,8 @@ class Capture:
     rows (row id // seq_len = sequence index); ``frequencies`` the token frequency table the
     bins come from. ``suite``, ``step`` and ``tokens_seen`` label the rows (the step also seeds
     the controls). ``kept``: what the capture kept for the probes, as its request said
-    (:attr:`~tangentlens.capture.request.CaptureRequest.kept`; None: not recorded). :meth:`save`
+    (:attr:`~tangentlens.capture.request.CaptureRequest.kept`; None: not recorded, see
+    :attr:`holds`). :meth:`save`
     and :meth:`load` keep it for later, every probe giving the same numbers on the reloaded
     capture.
     """
@@ -136,13 +137,19 @@ class Capture:
             layers=dict(extra["layers"]),
             seq_len=int(extra["seq_len"]),
             frequencies=None if counts is None else FrequencyTable(np.asarray(counts)),
-            kept=_kept_of(statistics) if kept is None else Needs(**kept),
+            kept=None if kept is None else Needs(**kept),
         )
+
+    @property
+    def holds(self) -> Needs:
+        """What the capture holds for the probes: :attr:`kept`, or — for a capture that did not
+        record it (built by hand, or saved by an earlier version) — what its statistics'
+        settings and attention sums show."""
+        return self.kept if self.kept is not None else _kept_of(self.statistics)
 
 
 def _kept_of(statistics: CaptureStatistics) -> Needs:
-    """What a capture saved before captures recorded it (``kept``) holds, read from its
-    statistics' settings and attention sums — the files of earlier versions only."""
+    """What the statistics' settings and attention sums show a capture kept."""
     config = statistics.statistics
     bins = config.n_bins > 0
     return Needs(
