@@ -161,11 +161,10 @@ def resolve(recipe: Recipe, suite: SuiteFacts | None = None) -> RunPlan:
     if facts.d_model is not None:
         where = _DESCRIBED.get(facts.kind, f"suite {facts.name!r}")
         check_width(recipe, facts.d_model, f"{where} (d_model = {facts.d_model})")
-    stage = recipe.proxies
+    stage, window = recipe.proxies, ()
     frozen = stage is not None and stage.frozen
-    window = early_window(facts.steps, stage.early_fraction, stage.window_checkpoints) if (
-        frozen
-    ) else ()  # fmt: skip
+    if frozen:  # over the suite's checkpoints, whatever the selection
+        window = early_window(facts.steps, stage.early_fraction, stage.window_checkpoints)
     capture = _capture_request(recipe, needs, frozen)
     inputs = None if facts.shape is None else PlanInputs.of(recipe, capture, facts.shape)
     return RunPlan(
