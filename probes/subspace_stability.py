@@ -63,12 +63,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SubspaceStabilityConfig:
-    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
+    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none);
+    ``rounding_floor``: measure each step's semi-NMF rounding floor (two more semi-NMF fits per
+    site and step, about as long as the step's own refit twice over; ``false`` leaves the floor
+    rows out)."""
 
     seeds: int = 1
+    rounding_floor: bool = True
 
     def __post_init__(self) -> None:
         check_count(self.seeds, "seeds", minimum=1)
+        if not isinstance(self.rounding_floor, bool):
+            raise ValueError(f"rounding_floor must be true or false, got {self.rounding_floor!r}")
 
 
 #: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
@@ -250,7 +256,7 @@ def reseeded_proxies(stats: Any, stage: Any, seeds: int) -> dict[str, dict[str, 
 def _step_rows(inputs: StepInputs, config: SubspaceStabilityConfig) -> list[dict[str, Any]]:
     stats = inputs.capture.statistics
     reseeded = reseeded_proxies(stats, inputs.tangent, config.seeds)
-    floors = rounding_floors(stats, inputs.tangent)
+    floors = rounding_floors(stats, inputs.tangent) if config.rounding_floor else {}
     maxima = {s: {m: float(a.max()) for m, a in by.items()} for s, by in floors.items()}
     own = inputs.own or {}
     return floor_rows(inputs.capture, floors) + rows(

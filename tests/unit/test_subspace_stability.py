@@ -192,3 +192,9 @@ class _Reservoir:
 
     def __len__(self) -> int:
         return len(self.H)
+
+
+def test_the_rounding_floor_can_be_left_out_and_is_a_flag():
+    assert subspace_stability.SubspaceStabilityConfig().rounding_floor is True
+    with pytest.raises(ValueError, match="rounding_floor must be true or false"):
+        subspace_stability.SubspaceStabilityConfig(rounding_floor=1)
