@@ -50,8 +50,8 @@ def test_the_wheelhouse_installs_offline_beside_the_nodes_torch(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # no configured index or find-links: the wheelhouse only
     installed = subprocess.run(
-        [python, "-m", "pip", "install", "--no-index", "--no-compile", "--find-links", str(WHEELHOUSE),
-         "--find-links", str(project), "tangentlens"],
+        [python, "-m", "pip", "install", "--no-index", "--find-links", str(WHEELHOUSE),
+         "--find-links", str(project), "--no-compile", "tangentlens"],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-2000:]
