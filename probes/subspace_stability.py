@@ -76,6 +76,14 @@ class SubspaceStabilityConfig:
         if not isinstance(self.rounding_floor, bool):
             raise ValueError(f"rounding_floor must be true or false, got {self.rounding_floor!r}")
 
+    def to_table(self) -> dict[str, Any]:
+        """The recipe table: ``rounding_floor`` only when false (a run from before that key,
+        without floor rows, resumes; its new steps add them)."""
+        table = dataclasses.asdict(self)
+        if self.rounding_floor:
+            del table["rounding_floor"]
+        return table
+
 
 #: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
 NAME = "subspace_stability"

@@ -198,3 +198,16 @@ def test_the_rounding_floor_can_be_left_out_and_is_a_flag():
     assert subspace_stability.SubspaceStabilityConfig().rounding_floor is True
     with pytest.raises(ValueError, match="rounding_floor must be true or false"):
         subspace_stability.SubspaceStabilityConfig(rounding_floor=1)
+
+
+def test_a_run_from_before_the_rounding_floor_keeps_its_recipe_table():
+    """The floor's key is in the recipe table only when false: a run recorded before it (whose
+    table has no such key) resumes; the table reads back to the same config."""
+    from tangentlens.checks import build_section
+
+    config = subspace_stability.SubspaceStabilityConfig
+    assert config(seeds=2).to_table() == {"seeds": 2}
+    off = config(rounding_floor=False)
+    assert off.to_table() == {"seeds": 1, "rounding_floor": False}
+    for value in (config(seeds=2), off):
+        assert build_section(config, value.to_table(), "probes.subspace_stability") == value
