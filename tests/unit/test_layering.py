@@ -12,6 +12,8 @@ import ast
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.pages import page
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "src" / "tangentlens"
 
@@ -156,8 +158,8 @@ def test_the_module_graph_has_no_cycle():
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
 
 
-#: The layers of the README's "How the code is laid out": a package imports only from its own
-#: layer and those before it.
+#: The layers of "How the code is laid out" (docs/development.md): a package imports only from
+#: its own layer and those before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "__init__",
@@ -194,9 +196,9 @@ def test_each_package_imports_only_from_its_layer_and_those_before():
     assert not upward, upward
 
 
-def test_the_readme_lists_the_layers():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("How the code is laid out", 1)[1].split("```text\n", 1)[1].split("```")[0]
+def test_the_development_page_lists_the_layers():
+    text = page("development").split("How the code is laid out", 1)[1]
+    block = text.split("```text\n", 1)[1].split("```")[0]
     listed = [line.split("   ")[0].replace("/", "").split(", ") for line in block.splitlines()]
     public = [[n for n in names if n not in ("__init__", "_lazy", "paths")] for names in LAYERS]
     assert listed == public
