@@ -56,8 +56,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tangentlens.drawing.tables import INIT_STEP, step_label
 from tangentlens.models.sites import site_kind
-from tangentlens.report.baseline import INIT_STEP, step_label
 
 __all__ = [
     "EARLY_SHARE",
