@@ -135,7 +135,6 @@ def mismatches(
 
 
 def _digest(t: torch.Tensor) -> tuple:
-    t = t.detach().cpu().contiguous()
     return (t.dtype, tuple(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest())
 
 
@@ -144,9 +143,17 @@ def _one_ulp_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a == b) | (b == torch.nextafter(a, b))).all())
 
 
+def _snapshot(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of ``t`` taken outside torch's dispatch: an emulated accelerator's tensor
+    (:mod:`tangentlens.testing`) is read through its ``value``, so no transfer is recorded."""
+    raw = getattr(t, "value", t)
+    return torch.from_numpy(raw.detach().cpu().numpy().copy())
+
+
 class SampleRecorder:
     """Records, per run, every float32 matrix offered to a row sample (the reservoir) and every
     semi-NMF input in its working precision — what the ``sampled`` rows are computed from.
+    ``runs``: runs recorded earlier (e.g. by a module-scoped fixture) to compare with.
 
     >>> recorder = SampleRecorder(monkeypatch)
     >>> with recorder.run("hooked"): ...
@@ -154,22 +161,24 @@ class SampleRecorder:
     >>> recorder.same("hooked", "bridge")  # bit for bit, as multisets
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.runs: dict[str, list[torch.Tensor]] = {}
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, runs: dict[str, list[torch.Tensor]] | None = None
+    ) -> None:
+        self.runs: dict[str, list[torch.Tensor]] = {} if runs is None else dict(runs)
         self._current: list[torch.Tensor] | None = None
         add, prepare = RowReservoir.add, SemiNMF._prepare
 
         def recording_add(reservoir, ids, columns):
             if self._current is not None:
                 self._current.extend(
-                    c.detach().cpu().clone() for c in columns.values() if c.is_floating_point()
+                    _snapshot(c) for c in columns.values() if c.is_floating_point()
                 )
             return add(reservoir, ids, columns)
 
         def recording_prepare(model, H):
             X = prepare(model, H)
             if self._current is not None:
-                self._current.append(X.detach().cpu().clone())
+                self._current.append(_snapshot(X))
             return X
 
         monkeypatch.setattr(RowReservoir, "add", recording_add)
@@ -181,7 +190,7 @@ class SampleRecorder:
     def same(self, a: str, b: str) -> bool:
         """Whether runs ``a`` and ``b`` saw the same matrices bit for bit (in any order). When
         not, every matrix of one must be within one float32 unit in the last place of a matrix
-        of the other (the loaders agree to float64 rounding): asserted."""
+        of the other (both paths agree to float64 rounding): asserted."""
         first, second = self.runs[a], self.runs[b]
         assert len(first) == len(second) > 0
         digests = collections.Counter(_digest(t) for t in second)
