@@ -51,8 +51,8 @@ def assert_float64_parity(actual: torch.Tensor, expected: torch.Tensor, what: st
     sums, not to each entry, so an entry near zero carries the same absolute error."""
     assert actual.dtype == expected.dtype == torch.float64, (what, actual.dtype, expected.dtype)
     assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
-    scale = float(expected.abs().max())
-    error = float((actual - expected).abs().max())
+    scale = float(expected.detach().abs().max())
+    error = float((actual.detach() - expected.detach()).abs().max())
     assert error <= FLOAT64_PARITY * scale, f"{what}: |Δ| {error:.3g} > 1e-9 × scale {scale:.3g}"
 
 
