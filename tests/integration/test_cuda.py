@@ -50,13 +50,30 @@ def test_capture_on_cuda_equals_cpu():
 
 
 def test_sweep_runs_on_cuda(tmp_path, monkeypatch):
+    """The micro sweep on the GPU gives the CPU's energy fractions. Compared in float64 (the
+    models loaded in float64 on the host, rotary tables included, then moved; the recipe offers
+    float32 and half precisions only): in float32 the GPU's kernels sum in other orders than the
+    CPU's, which no tolerance bounds on every pair of machines. Then the PCA and mean-direction
+    proxies' fractions — closed forms of float64 moments — agree within float64 rounding
+    (:data:`tests.numerics.FLOAT64_PARITY`; Davis–Kahan for the PCA subspaces, whose gaps are far
+    above it). Semi-NMF's are not compared: its float32 loop runs on other hardware on the two
+    sides, and its stopping point moves by degrees with the last bits (its loops are compared in
+    tests/unit/test_dictionaries.py)."""
     from pathlib import Path
 
     from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep import units
     from tangentlens.sweep.runner import run_sweep
     from tangentlens.sweep.store import read_results
+    from tests.numerics import FLOAT64_PARITY
 
     monkeypatch.setenv("TANGENTLENS_CACHE", str(tmp_path / "cache"))  # micro suite: ~1 s
+
+    def float64(recipe, suite, step):
+        model = suite.load(step, dtype=torch.float64)  # on the host: the same rotary tables
+        return model.to(recipe.suite.resolved_device())
+
+    monkeypatch.setattr(units, "_load_model", float64)
     micro = Path(__file__).parents[1] / "e2e" / "recipes" / "micro.toml"
     rows = {}
     for device in ("cpu", "cuda"):
@@ -68,6 +85,9 @@ def test_sweep_runs_on_cuda(tmp_path, monkeypatch):
             if r["probe"] == "tangent_energy"
         }
     assert rows["cpu"].keys() == rows["cuda"].keys()
+    compared = 0
     for key, value in rows["cpu"].items():
-        if key[-1] == "energy_fraction":
-            assert rows["cuda"][key] == pytest.approx(value, rel=1e-3), key
+        if key[-1] == "energy_fraction" and "seminmf" not in key[2]:
+            assert rows["cuda"][key] == pytest.approx(value, rel=FLOAT64_PARITY, abs=1e-12), key
+            compared += 1
+    assert compared > 0
