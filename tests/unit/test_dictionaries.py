@@ -8,6 +8,7 @@ import torch
 from tangentlens.dictionaries import PCA, SemiNMF, principal_angles, projector, seminmf, span_basis
 from tangentlens.dictionaries.base import ConceptDictionary
 from tangentlens.testing import emulated_accelerator
+from tests.numerics import U32, U64, gamma
 
 
 def _random_basis(d, r, seed):
@@ -199,17 +200,6 @@ def test_hals_sweep_is_the_textbook_coordinate_descent(xp):
 #   along some directions, so a last-bit change moves the stopping point by degrees
 #   (seminmf.py's docstring); no bound relates the two loops' stopping points.
 
-#: float32 and float64 unit roundoff (round to nearest).
-U32, U64 = 2.0**-24, 2.0**-53
-
-
-def _gamma(n: int, u: float = U32) -> float:
-    """Higham's γ_n = n·u / (1 − n·u) (Accuracy and Stability of Numerical Algorithms, §3.1):
-    a dot product of n terms computed in floating point, in any order, with or without fused
-    multiply-adds, satisfies |fl(xᵀy) − xᵀy| ≤ γ_n |x|ᵀ|y| — so does every entry of a matrix
-    product, whatever the BLAS and the CPU."""
-    return n * u / (1 - n * u)
-
 
 def _stop_decisions_are_clear(history: list[float], tol: float, margin: float = 1e-8) -> bool:
     """Whether every iteration's stop test ``h[i-1] − h[i] ≤ tol·h[i-1]`` is decided by more
@@ -261,7 +251,7 @@ def _hals_sweep_exact(Zt, At, B):
     Zt, At, B = Zt.double(), At.double(), B.double()
     k = B.shape[0]
     exact, bound = Zt.clone(), torch.zeros_like(Zt)
-    gamma = _gamma(k + 5)
+    g = gamma(k + 5)
     for j in range(k):
         s = float(B[j, j])
         if s <= 0:  # a dead direction keeps its codes
@@ -270,7 +260,7 @@ def _hals_sweep_exact(Zt, At, B):
         b = B[j, others]
         exact[j] = ((At[j] - b @ exact[others]) / s).clamp(min=0)
         size = At[j].abs() + b.abs() @ (exact[others].abs() + bound[others])
-        bound[j] = gamma * size / s + (b.abs() / s) @ bound[others]
+        bound[j] = g * size / s + (b.abs() / s) @ bound[others]
     return exact, bound
 
 
@@ -305,9 +295,9 @@ def test_one_float32_step_of_either_loop_is_within_the_rounding_bound(xp):
     kappa = float(values.max() / values.min())
     products = float((Z64.abs().T @ H64.abs()).norm())  # ‖|Z|ᵀ|H|‖_F
     budget = (
-        float(torch.linalg.matrix_norm(pinv, ord=2)) * _gamma(n) * products
+        float(torch.linalg.matrix_norm(pinv, ord=2)) * gamma(n) * products
         + U32 * float(exact_D.norm())
-        + 4 * _gamma(n, U64) * kappa * float(exact_D.norm())
+        + 4 * gamma(n, U64) * kappa * float(exact_D.norm())
     )
     found = torch.as_tensor(seminmf._directions(xp, to(gram), Zt, to(H)))
     assert found.dtype == torch.float32
@@ -345,7 +335,7 @@ def _assert_a_valid_float32_fit(fit: SemiNMF, H: torch.Tensor, Zt: torch.Tensor)
     d = X.shape[1]
     cross = float((Z * (X.abs() @ D.abs().T)).sum())
     quad = float(((Z.T @ Z).abs() * (D.abs() @ D.abs().T)).sum())
-    rounding = _gamma(d) * (2 * cross + quad) / sq_norm + 1e-12
+    rounding = gamma(d) * (2 * cross + quad) / sq_norm + 1e-12
     assert abs(fit.relative_error_**2 - error) <= rounding
     Z0, D0 = fit._init(H)
     start = float((X - Z0.double() @ D0.double()).pow(2).sum()) / sq_norm
