@@ -129,3 +129,16 @@ def hugging_face_in_float64(*models: torch.nn.Module) -> Iterator[None]:
             patch.setattr(cls, "forward", _rms_norm_in_its_dtype)
         patch.setattr(torch.nn.functional, "softmax", softmax_keeping_float64)
         yield
+
+
+def assert_reordered_sums(
+    actual: torch.Tensor, expected: torch.Tensor, magnitudes: torch.Tensor, n: int, what: str = ""
+) -> None:
+    """``actual`` and ``expected`` are float64 computations of the same sums of at most ``n``
+    terms each (entry by entry), in other orders — another library, batching, merge or vector
+    width: each lies within ``γ_n · Σ|terms|`` of the exact sum (Higham), so they lie within
+    ``2γ_n · Σ|terms|`` of each other. ``magnitudes``: ``Σ|terms|`` per entry (float64), with
+    ``n`` counting every rounding a term carries before it is summed."""
+    bound = 2 * gamma(n, U64) * magnitudes.double()
+    error = (actual.double() - expected.double()).abs()
+    assert bool((error <= bound).all()), f"{what}: |Δ| {float((error - bound).max()):.3g} over"
