@@ -52,11 +52,13 @@ run: $(STAMP)
 		$(if $(wildcard $(RUN_DIR)/manifest.json),--resume,)
 
 # Two pytest-xdist workers (a file's tests stay together, tests/conftest.py): while one waits
-# on a sweep's processes or runs Python the other computes. TEST_WORKERS=0 runs in one process.
+# on a sweep's processes or runs Python the other computes. TEST_WORKERS=0 runs in one process;
+# PYTEST_ARGS adds pytest options (.ci/run: --durations=10).
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --numprocesses $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q --numprocesses $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src probes tests scripts benchmarks docs notebooks

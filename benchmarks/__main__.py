@@ -6,14 +6,20 @@
 ``shape``, ``reference_name``, ``ours_s``, ``reference_s``, ``ours``, ``reference``,
 ``difference``, ``difference_kind`` ("absolute" / "relative") and ``goal``.
 
-On a GPU (each within the device machine's 10-minute command limit)::
+Every row is printed and appended to a JSON-lines file (``--rows``, default
+``benchmark-rows.jsonl``) the moment it is measured — by the ``gpu`` benchmark row by row, by
+the others when each finishes — and the table of every row is printed at the end.
 
-    python -m benchmarks gpu                       # the GPU's table: capture, steps, suites
+On a GPU (each part within minutes; ``scripts/gpu_check.sh`` runs the whole check)::
+
+    python -m benchmarks gpu --budget-s 420        # the GPU's parts that fit 7 minutes
+    python -m benchmarks gpu --part capture --model pythia-1b
     python -m benchmarks capture --device cuda     # pythia-160m, pythia-1b at 16 × 512
     python -m benchmarks sweep --device cuda       # one pythia_1b-recipe sweep step
 
-``gpu`` runs only when named (its device defaults to ``cuda``); ``python -m benchmarks gpu
---device cpu --quick`` is its smoke test on the smallest shapes.
+``gpu`` runs only when named (its device defaults to ``cuda``; ``--part``, ``--model`` and
+``--budget-s`` are its); ``python -m benchmarks gpu --device cpu --quick`` is its smoke test on
+the smallest shape.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks._rows import RowSink
 from tangentlens.core.recipe import WEIGHT_DTYPES
 
 MODULES = sorted(
@@ -37,7 +44,7 @@ MODULES = sorted(
     if m.name.startswith("bench_")
 )
 #: Run only when named: the GPU's table.
-ON_REQUEST = ("gpu",)
+ON_REQUEST = ("gpu", "precision")
 
 
 def render(rows: list[dict[str, Any]], console: Console) -> None:
@@ -50,6 +57,9 @@ def render(rows: list[dict[str, Any]], console: Console) -> None:
     for col in ("ours value", "ref value", "difference", "goal"):
         table.add_column(col, justify="left" if col == "goal" else "right")
     for r in rows:
+        if "skipped" in r:
+            table.add_row(r["benchmark"], *[""] * 9, f"skipped: {r['skipped']}")
+            continue
         unit = r.get("unit", "s")
         table.add_row(
             r["benchmark"],
@@ -92,21 +102,61 @@ def main() -> None:
         "(capture: mini-pythia or pythia-<size>; sweep: mini-pythia = the quickstart, or "
         "pythia-<size>); repeatable",
     )
+    parser.add_argument(
+        "--part",
+        action="append",
+        dest="parts",
+        metavar="PART",
+        help="gpu: the parts to run (capture, step, memory, suite; default all); repeatable",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="MODEL",
+        help="gpu: the models (pythia-160m, pythia-1b; default both); repeatable",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="gpu: run the parts in order while their estimated time fits this many seconds; "
+        "the others are named as skipped",
+    )
+    parser.add_argument(
+        "--rows",
+        default="benchmark-rows.jsonl",
+        help="JSON-lines file each row is appended to as it is measured ('' = none)",
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.names) - set(MODULES))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; allowed: {MODULES}")
+    if args.parts or args.models:
+        from benchmarks._parts import check_choices
+
+        try:
+            check_choices(tuple(args.parts or ()), tuple(args.models or ()))
+        except ValueError as error:
+            parser.error(str(error))
     console = Console(width=180)
+    device = args.device or ("cuda" if "gpu" in args.names else "cpu")
+    sink = RowSink(console, args.rows or None, device)
     rows: list[dict[str, Any]] = []
     for name in args.names or [m for m in MODULES if m not in ON_REQUEST]:
         module = importlib.import_module(f"benchmarks.bench_{name}")
         kwargs: dict[str, Any] = {"quick": args.quick}
         accepted = inspect.signature(module.run).parameters
-        for option in ("device", "dtype", "shapes"):
-            if option in accepted and getattr(args, option) is not None:
-                kwargs[option] = getattr(args, option)
-        with console.status(f"running bench_{name}"):
-            found = module.run(**kwargs)
+        for option in ("device", "dtype", "shapes", "parts", "models", "budget_s"):
+            value = getattr(args, option)
+            if option in accepted and value is not None:
+                kwargs[option] = tuple(value) if isinstance(value, list) else value
+        if "emit" in accepted:  # reports each row as it is measured
+            found = module.run(emit=sink, **kwargs)
+        else:
+            with console.status(f"running bench_{name}"):
+                found = module.run(**kwargs)
+            for row in found:
+                sink(row)
         if hasattr(module, "render"):  # a table of its own (the GPU's)
             module.render(found, console)
         else:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import gc
 import json
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,13 +161,11 @@ def _training_step(model: HookedTransformer, tokens: torch.Tensor) -> torch.Tens
     return loss.detach()
 
 
-def bench_capture(
-    name: str, repeats: int, device: str = "cpu", n_batches: int = 4, dtype: str = "float32"
-) -> dict[str, Any]:
-    check_shapes((name,))
-    shape = SHAPES[name]
-    model = _model(shape, device, torch_dtype(dtype))
-    batches = [_zipf_tokens(shape, seed=i).to(device) for i in range(n_batches)]
+def _setup(
+    shape: dict[str, Any], batches: list[torch.Tensor]
+) -> tuple[CaptureConfig, StatisticsConfig, FrequencyBins, int]:
+    """The capture of every residual site and the embedding with the pythia_1b recipe's
+    statistics over ``batches``: (config, statistics, bins, tracked types)."""
     counts = np.bincount(torch.cat(batches).cpu().numpy().ravel(), minlength=shape["d_vocab"])
     bins = FrequencyBins.from_counts(counts, N_BINS)
     types = tracked_types(counts)
@@ -182,6 +182,18 @@ def bench_capture(
         type_ids=types,
         reservoir_size=RESERVOIR,
     )
+    return config, statistics, bins, len(types)
+
+
+def bench_capture(
+    name: str, repeats: int, device: str = "cpu", n_batches: int = 4, dtype: str = "float32"
+) -> dict[str, Any]:
+    check_shapes((name,))
+    shape = SHAPES[name]
+    model = _model(shape, device, torch_dtype(dtype))
+    batches = [_zipf_tokens(shape, seed=i).to(device) for i in range(n_batches)]
+    config, statistics, bins, n_types = _setup(shape, batches)
+    sites = config.sites
 
     def capture() -> float:
         stats = capture_statistics(model, batches, config, SPECIAL, statistics, bins=bins)
@@ -207,8 +219,56 @@ def bench_capture(
         "reference": ref,
         "difference": abs(ours - ref) / abs(ref),
         "difference_kind": "relative",
-        "goal": f"≤ 0.85× ({N_BINS} bins, {len(types)} types, {RESERVOIR} rows)",
+        "goal": f"≤ 0.85× ({N_BINS} bins, {n_types} types, {RESERVOIR} rows)",
     }
+
+
+def _batch_syncs(count: Callable[[list[torch.Tensor]], int], shape: dict[str, Any]) -> float:
+    """Syncs one more capture batch makes: ``count`` over three batches less over one, halved."""
+    batches = [_zipf_tokens(shape, seed=i) for i in range(3)]
+    return (count(batches) - count(batches[:1])) / 2
+
+
+def cuda_syncs_per_batch(name: str, device: str) -> float:
+    """Host synchronisations per capture batch of shape ``name`` on the CUDA ``device``, as
+    CUDA's sync debug mode reports them (one warning each)."""
+    shape = SHAPES[name]
+    model = _model(shape, device)
+
+    def count(batches: list[torch.Tensor]) -> int:
+        config, statistics, bins, _ = _setup(shape, batches)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                capture_statistics(model, batches, config, SPECIAL, statistics, bins=bins)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchronizing" in str(w.message) for w in caught)
+
+    return _batch_syncs(count, shape)
+
+
+#: The micro decoder the emulated count runs (the count does not depend on the layers).
+_MICRO = _shape({**pythia_config("EleutherAI/pythia-14m"), "num_hidden_layers": 2}, (2, 64))
+
+
+def emulated_syncs_per_batch() -> float:
+    """Host synchronisations per capture batch counted on the emulated accelerator
+    (:mod:`tangentlens.testing`) on a 2-layer pythia-14m-wide decoder, 2 × 64 tokens a batch,
+    the benchmark's statistics: three batches' syncs less one batch's, halved."""
+    from tangentlens.testing import emulated_accelerator
+
+    batches = [_zipf_tokens(_MICRO, seed=i) for i in range(3)]
+    config, statistics, bins, _ = _setup(_MICRO, batches)
+    with emulated_accelerator() as accelerator:
+        model = _model(_MICRO).to(accelerator.device)
+        counts = []
+        for stream in (batches[:1], batches):
+            start = len(accelerator.transfers.syncs)
+            capture_statistics(model, stream, config, SPECIAL, statistics, bins=bins)
+            counts.append(len(accelerator.transfers.syncs) - start)
+    return (counts[1] - counts[0]) / 2
 
 
 def run(

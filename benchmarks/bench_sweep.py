@@ -238,17 +238,17 @@ def bench_quickstart(quick: bool, device: str, dtype: str) -> list[dict[str, Any
 class StepMeasurement:
     """A one-step sweep of a recipe on a random model and its reference: the recipe run,
     ``shape`` (what ran, in words), the one-step sweep's seconds (``ours_s``) and its units'
-    cost, the marginal step against training, one checkpoint load's seconds, the step unit's
-    parts (name → seconds: load, capture, each probe, the refit beside them, the write), the
-    accelerator's peak bytes over the one-step sweep (None on the CPU) and the recipe's memory
-    plan."""
+    cost, the marginal step against training (None when no pair was run), one checkpoint
+    load's seconds (None likewise), the step unit's parts (name → seconds: load, capture, each
+    probe, the refit beside them, the write), the accelerator's peak bytes over the one-step
+    sweep (None on the CPU) and the recipe's memory plan."""
 
     recipe: Recipe
     shape: str
     ours_s: float
     cost: SweepCost
-    marginal: Marginal
-    load_s: float
+    marginal: Marginal | None
+    load_s: float | None
     parts: dict[str, float]
     peak_bytes: int | None
     plan: MemoryPlan
@@ -259,7 +259,8 @@ def measure_step(
 ) -> StepMeasurement:
     """One step of ``recipe_name`` (its token budget, or ``budget``) on a random ``name``
     (``pythia-<size>``) saved as a one-checkpoint local suite, then ``pairs`` paired runs of
-    training and the step unit again. On the CPU, rows of :data:`CPU_SEQ_LEN` tokens."""
+    training and the step unit again (0: the one-step sweep alone, no reference). On the CPU,
+    rows of :data:`CPU_SEQ_LEN` tokens."""
     check_shapes((name,))
     tmp = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
@@ -281,13 +282,16 @@ def measure_step(
             torch.cuda.reset_peak_memory_stats()
         ours_s, cost = _time_sweep(recipe, tmp / "run")
         peak = torch.cuda.max_memory_allocated() if cuda else None
-        train, rows, load_s = _reference(LocalSuite(root), recipe)
-        marginal = _paired(recipe, tmp / "run", cost, train, pairs)
+        marginal, load_s, tokens = None, None, recipe.data.max_tokens
+        if pairs:
+            train, rows, load_s = _reference(LocalSuite(root), recipe)
+            marginal = _paired(recipe, tmp / "run", cost, train, pairs)
+            tokens = rows.numel()
         parts = step_parts(read_unit_times(tmp / "run"))
         plan = plan_recipe(recipe)  # from the suite's config.json, while it exists
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    shape = f"random {name}, {rows.numel()} tokens, {device} {SHORT_DTYPES[dtype]}"
+    shape = f"random {name}, {tokens} tokens, {device} {SHORT_DTYPES[dtype]}"
     return StepMeasurement(recipe, shape, ours_s, cost, marginal, load_s, parts, peak, plan)
 
 
@@ -297,7 +301,7 @@ def bench_pythia(name: str, quick: bool, device: str, dtype: str) -> list[dict[s
     budget = PYTHIA_TOKENS[0 if quick else 1]
     m = measure_step(name, "pythia_1b", budget, _pairs(quick), device, dtype)
     note = f"; a load: {m.load_s:.1f} s"
-    return _sweep_rows(m.recipe, m.shape, m.ours_s, m.cost, m.marginal, note)
+    return _sweep_rows(m.recipe, m.shape, m.ours_s, m.cost, m.marginal, note)  # type: ignore[arg-type]
 
 
 def _sweep_rows(

@@ -43,6 +43,7 @@ from tangentlens.models.sites import site_kind
 from tangentlens.probes.tangent_energy import (
     check_mean_direction,
     exchangeable_frames,
+    exchangeable_room,
     seed_key,
 )
 from tangentlens.reporting import Estimator, MustMatch, Reporting, Table
@@ -147,6 +148,7 @@ PROBE = Probe(
     scope="tangent",
     needs=Needs(gradients=True, bins=True, bin_moments=True),
     rows=_step_rows,
+    width_bounds=lambda config, recipe, d: [exchangeable_room(recipe, d, NAME)],
     metrics={
         "anisotropy_share_spectral": (
             "`tr(QᵀA₊Q) / tr(A₊)`, `A = C − (tr C/d) I`, `C = GᵀG/n` uncentred: 0 isotropic, 1 "

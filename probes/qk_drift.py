@@ -30,25 +30,31 @@ NAME = "qk_drift"
 
 def rows(data: Capture, config: QKDriftConfig) -> list[dict[str, Any]]:
     """One row per captured attention layer, head and metric (``method = "head{h}"``)."""
+    import torch  # not at import: reading a recipe loads the probes' modules, not torch
+
     out: list[dict[str, Any]] = []
     for layer, stats in sorted(data.statistics.attention.items()):
         drift = stats.drift()
-        entropy = stats.entropy()
-        for head in range(entropy.numel()):
+        per_head = {
+            "qk_query_norm": drift.query_norm,
+            "qk_key_norm": drift.key_norm,
+            "qk_cosine": drift.cosine,
+            "qk_mean_logit": drift.mean_logit,
+            "attention_entropy": stats.entropy(),
+        }
+        # every metric of every head in one transfer (one wait on a GPU per layer)
+        read = torch.cat(list(per_head.values())).tolist()
+        heads = len(read) // len(per_head)
+        values = {m: read[i * heads : (i + 1) * heads] for i, m in enumerate(per_head)}
+        for head in range(len(values["attention_entropy"])):
             common = {
                 "site": f"blocks.{layer}.attn",
                 "layer": layer,
                 "method": f"head{head}",
                 "n_tokens": stats.count,
             }
-            for metric, values in (
-                ("qk_query_norm", drift.query_norm),
-                ("qk_key_norm", drift.key_norm),
-                ("qk_cosine", drift.cosine),
-                ("qk_mean_logit", drift.mean_logit),
-                ("attention_entropy", entropy),
-            ):
-                out.append(make_row(data, NAME, metric, float(values[head]), **common))
+            for metric, by_head in values.items():
+                out.append(make_row(data, NAME, metric, by_head[head], **common))
     return out
 
 
@@ -91,12 +97,14 @@ PROBE = Probe(
                 "qk_cosine",
                 "cos(m_Q, m_K), mean over heads",
                 "Query/key drift over training",
+                per_method=False,
             ),
             Figure(
                 "qk_drift.png",
                 "attention_entropy",
-                "attention entropy (nats)",
+                "attention entropy (nats), mean over heads",
                 "Query/key drift over training",
+                per_method=False,
             ),
         ),
     ),

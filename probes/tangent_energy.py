@@ -1,29 +1,50 @@
 """Tangent energy (Bernas et al. 2026; METHODS.md §1.2–1.3, 1.5): the share of gradient energy
 in each tangent proxy against matched-rank random controls, overall and per frequency bin.
 
+**Beyond the drift (ours; METHODS.md §1.3, m̂'s own estimation error).** A proxy that avoids the
+mean direction m̂ is scored on the drift-regressed gradients ``r = g − b (m̂ᵀg)``, ``b = M m̂ /
+(m̂ᵀ M m̂)`` the least-squares coefficient of the bin's gradients on their drift coordinate
+(:func:`tangentlens.metrics.drift_regression`), and so are its controls: m̂ is estimated from the
+activations and errs mostly along the high-variance directions the proxy spans, so the proxy
+holds part of the true drift m, and gradients with energy along m credited it to the proxy (ratio
+1.035, P(p ≤ .05) = 0.93 under the null at ρ = ‖μ‖/√tr Σ_H = 0.3, d = 128, k = 8, 4 096
+tokens). The regression removes what the gradients' drift coordinate explains, wherever the
+true m lies; the null of the scored moment does not depend on m̂'s error and the exchangeable
+frames stay exchangeable with a proxy uniform in m̂⊥ (the p-value exactly calibrated): at
+ρ = 0.3, 1, 3, 30 the null reads ratio 1 ± 0.01 and P(p ≤ .05) 0.035–0.065
+(tests/slow/test_drift_null.py). Fitting m̂ and the proxy on half of the sequences and scoring
+the other half does not remove it (the drift's error direction is random, the gradients do not
+depend on the half): it doubled the excess. With m̂ exact and the drift coordinate uncorrelated
+with the others ``b = m̂``: the orthogonal estimator; where the gradients' drift coordinate
+co-varies with a direction of the proxy, that shared energy is the drift's. Fractions stay
+shares of the gradients' whole energy ``tr M``. The rank-1 proxy m̂ itself is scored on the
+gradients.
+
 Per site, proxy method and frequency bin (``all`` and each bin), from the accumulated gradient
 moment of that bin, ``energy_fraction`` ``E(T)`` (with a bootstrap interval) and
 ``energy_enrichment`` ``E(T)/(k/d)`` beside its null ``energy_enrichment_null``
-(``(1 − E(m̂)) · d/(d − 1)``: never read it against 1; the enrichment over its null is
-``energy_ratio``), then the proxy against two control families
-(:mod:`tangentlens.metrics.controls`), drawn from the same seeded Gaussians:
+(``(1 − D) · d/(d − 1)``, D the share of the energy the drift regression removes, ≥ E(m̂):
+never read it against 1; the enrichment over its null is ``energy_ratio``), then the proxy
+against two control families (:mod:`tangentlens.metrics.controls`), drawn from the same seeded
+Gaussians:
 
 * **exchangeable** (the headline): Haar k-frames in ``span(m̂)⊥``, m̂ the mean direction that was
   projected out of the proxy (in ℝ^d for ``mean_direction`` itself, or when no m̂ was projected
   out). Exchangeable with a proxy whose span is uniform in ``span(m̂)⊥``, so ``energy_p_value``
   is calibrated under "the proxy is a random set of directions": ``energy_control_mean/std/min/
-  max``, ``energy_null_mean`` (their exact mean ``k/(d − 1) · (1 − E(m̂))``), ``energy_ratio``
+  max``, ``energy_null_mean`` (their exact mean ``k/(d − 1) · (1 − D)``), ``energy_ratio``
   ``= E(T) / energy_null_mean``, ``energy_z``, ``energy_p_value``;
 * **complement** (the paper's "normal directions"): Haar k-frames in ``span(T, m̂)⊥``,
   ``energy_complement_control_mean``, ``energy_complement_null_mean`` (``k/(d − 1 − k_T) ·
-  (1 − E(T) − E(m̂))``), ``energy_complement_ratio`` ``= E(T) / energy_complement_null_mean``,
+  (1 − D − E(T))``), ``energy_complement_ratio`` ``= E(T) / energy_complement_null_mean``,
   ``energy_complement_p_value``. Not calibrated: the controls share a fixed energy budget with
   the proxy.
 
 **Ratios read the family's exact mean.** Both families are Haar frames outside a known span X,
 whose mean projector is ``k/(d − r) · (I − P_X)`` exactly, so each ratio divides by that
 closed-form mean, not by the mean of the frames drawn: the ratio then estimates the population
-ratio ``E(T) / [k/(d − r) · (1 − E(X))]`` with no Monte-Carlo error from the frames, which does
+ratio ``E(T) / [k/(d − r) · (tr S − tr XᵀSX)/tr M]`` (S the scored moment) with no Monte-Carlo
+error from the frames, which does
 not shrink with the sequences (an interval around a ratio to 100 drawn frames covered the
 population ratio 0.93 → 0.84 from 400 to 1 600 sequences at d = 16, k = 2: tests/slow/
 test_interval_coverage.py's simulation; 0.83 → 0.61 at d = 64 on the audit's). The frames still give
@@ -48,9 +69,10 @@ the span its controls exclude.
 
 ``energy_fraction``, ``energy_ratio`` and ``energy_complement_ratio`` carry bootstrap intervals
 (studentized, resampling sequences) that describe the reported values, which use every kept
-token; each is a ratio of per-sequence sums (``Σ‖gQ‖²`` over ``Σ‖g‖²``, or over the family's
-exact mean energy ``k/(d − r) · Σ(‖g‖² − ‖Xᵀg‖²)``), so it covers the population ratio given
-the proxy (the fit's own variability is not in it). Their source (:func:`interval_source`):
+token; each is a ratio of per-sequence sums (``Σ‖rQ‖²`` over ``Σ‖g‖²``, or over the family's
+exact mean energy ``k/(d − r) · Σ(‖r‖² − ‖Xᵀr‖²)``; ``r`` the drift-regressed gradients, ``b``
+held at the bin's pooled value), so it covers the population ratio given the proxy and ``b``
+(the fit's own variability is not in it). Their source (:func:`interval_source`):
 
 * ``"all_sequences"`` — when the proxies were known before the step was captured (fit policy
   ``frozen_early``) and the capture gathered per-sequence energy sums with the projectors of
@@ -76,12 +98,12 @@ from tangentlens import capture, dictionaries, metrics  # lazy packages
 from tangentlens._lazy import LazyModule
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
-from tangentlens.checks import check_choice, check_count
+from tangentlens.checks import Bound, check_choice, check_count
 from tangentlens.contract import Probe, StepInputs
 from tangentlens.dictionaries.proxy_config import MEAN_DIRECTION
 from tangentlens.metrics.options import BOOTSTRAP_METHODS, MIN_REPLICATES
 from tangentlens.models.sites import site_kind
-from tangentlens.reporting import Figure, MustMatch, Reporting, Table
+from tangentlens.reporting import Estimator, Figure, MustMatch, Reporting, Table
 from tangentlens.results import make_row, measurement, replicate_record
 
 if TYPE_CHECKING:
@@ -99,6 +121,7 @@ __all__ = [
     "complement_excluded",
     "exchangeable_excluded",
     "exchangeable_frames",
+    "exchangeable_room",
     "interval_source",
     "rows",
     "sequence_energy_config",
@@ -236,7 +259,8 @@ def _sampled_gradients(
 
 
 def _projectors(proxies: Mapping[str, Basis]) -> capture.EnergyProjectors:
-    """Per method ``P_Q`` and the exact mean projectors of its two control families."""
+    """Per method ``P_Q`` and the span its exchangeable controls avoid (m̂, whose drift sums
+    the capture gathers, or None)."""
     return capture.EnergyProjectors.from_proxies(
         proxies, {m: exchangeable_excluded(proxies, m) for m in proxies}
     )
@@ -247,8 +271,8 @@ def sequence_energy_config(
 ) -> capture.SequenceEnergyConfig:
     """What a capture needs to gather per-sequence energy sums for the intervals of
     :func:`rows` when the proxies are known in advance (``frozen_early``): per site, ``P_Q`` of
-    each proxy and the exact mean projectors of its exchangeable and complement controls
-    (which depend on the proxies and m̂ only: nothing is drawn). Pass it as
+    each proxy and m̂, whose drift sums give the energies of the drift-regressed gradients and
+    the controls' exact means (nothing is drawn). Pass it as
     ``StatisticsConfig(sequence_energy=...)``; ``n_bins`` and ``seq_len`` must be the capture's.
     """
     check_count(n_bins, "n_bins", minimum=0)
@@ -312,10 +336,13 @@ def _sampled_sums(
     proxy: Basis,
     families: dict[str, Basis | None],
     bin_index: int | None,
+    drift: metrics.DriftRegression | None,
 ) -> capture.EnergySums | None:
     """Per sampled sequence :class:`~tangentlens.capture.EnergySums` over the reservoir's rows:
-    ``Σ‖gQ‖²``, ``Σ‖g‖²`` and each family's exact mean energy ``k/(d − r) · Σ(‖g‖² − ‖Xᵀg‖²)``
-    (``families``: metric infix → the span X its controls avoid), in ``O(n·d·k)``."""
+    ``Σ‖Qᵀr‖²``, ``Σ‖g‖²`` and each family's exact mean energy ``k/(d − r) · Σ(‖r‖² −
+    ‖Xᵀr‖²)`` (``families``: metric infix → the span X its controls avoid), with ``r`` the
+    drift-regressed gradients ``g − b (m̂ᵀg)`` (``drift``: the measurement's regression, m̂ the
+    exchangeable family's X) or the gradients themselves (None), in ``O(n·d·k)``."""
     if sample is None:
         return None
     g, sequences, bins = sample
@@ -326,15 +353,19 @@ def _sampled_sums(
         return None
     d, k = proxy.shape
     norms = g.pow(2).sum(dim=1)
-    inside = (g @ proxy.to(g.device, torch.float64)).pow(2).sum(dim=1)
+    r = g
+    if drift is not None:
+        m = families[""].to(g.device, torch.float64)  # type: ignore[union-attr]
+        r = g - (g @ m) * drift.coefficient.to(g.device, torch.float64)
+    inside = (r @ proxy.to(g.device, torch.float64)).pow(2).sum(dim=1)
     controls = []
     for excluded in families.values():
-        outside = norms
-        r = 0
+        outside = r.pow(2).sum(dim=1)
+        rank = 0
         if excluded is not None:
-            r = excluded.shape[1]
-            outside = norms - (g @ excluded.to(g.device, torch.float64)).pow(2).sum(dim=1)
-        controls.append(k / (d - r) * outside)
+            rank = excluded.shape[1]
+            outside = outside - (r @ excluded.to(g.device, torch.float64)).pow(2).sum(dim=1)
+        controls.append(k / (d - rank) * outside)
     control, complement = (metrics.group_sums(c, sequences)[0] for c in controls)
     total, _ = metrics.group_sums(norms, sequences)
     return capture.EnergySums(metrics.group_sums(inside, sequences)[0], total, control, complement)
@@ -433,16 +464,19 @@ def _data_matched_rows(
     draws: int,
     key: tuple[int, ...],
     common: dict[str, Any],
+    total: float | None,
 ) -> list[dict[str, Any]]:
     """The proxy against frames inside the PCA span, outside each family's excluded subspace
-    (``families``: metric infix → excluded basis); the ratio to the frames' mean (the closed
-    form of :func:`~tangentlens.metrics.compare_energy` describes frames in all of X⊥)."""
+    (``families``: metric infix → excluded basis), both scored on ``moment`` (the
+    drift-regressed one where the proxy avoids m̂; ``total``: the gradient energy); the ratio to
+    the frames' mean (the closed form of :func:`~tangentlens.metrics.compare_energy` describes
+    frames in all of X⊥)."""
     out = []
     for infix, excluded in families.items():
         frames = metrics.data_matched_frames(
             pca_span, proxy.shape[1], draws, key, excluded=excluded
         )
-        result = metrics.compare_energy(moment, proxy, frames, excluded)
+        result = metrics.compare_energy(moment, proxy, frames, excluded, total=total)
         out.append(
             make_row(
                 data, NAME, f"data_matched_{infix}energy_ratio", result.sampled_ratio, **common
@@ -489,6 +523,7 @@ def rows(
             h = site.h
             m = config.data_matched_m
             pca_span = dictionaries.PCA.from_moments(m, h.count, h.sum, h.second_moment).basis()
+        regressions: dict[int | None, metrics.DriftRegression] = {}  # per bin: one per m̂
         for method, proxy in by_method.items():
             d, rank = proxy.shape
             families = {
@@ -506,24 +541,35 @@ def rows(
                     continue
                 key = seed_key(seed, data.step, layer, bin_index)
                 frames = exchangeable_frames(by_method, method, draws, key)
-                headline = metrics.compare_energy(acc.second_moment, proxy, frames, families[""])
+                drift = None
+                moment, total = acc.second_moment, None
+                if families[""] is not None:  # the proxy avoids m̂: score beyond the drift
+                    if bin_index not in regressions:
+                        regressions[bin_index] = metrics.drift_regression(
+                            acc.second_moment, families[""][:, 0]
+                        )
+                    drift = regressions[bin_index]
+                    moment, total = drift.moment, drift.total
+                headline = metrics.compare_energy(moment, proxy, frames, families[""], total=total)
                 excluded = families["complement_"]
                 complement = metrics.compare_energy(
-                    acc.second_moment,
+                    moment,
                     proxy,
                     metrics.control_frames(d, rank, draws, key, excluded=excluded),
                     excluded,
+                    total=total,
                 )
                 values = {
                     "energy_fraction": headline.energy_fraction,
                     "energy_ratio": headline.energy_ratio,
                     "energy_complement_ratio": complement.energy_ratio,
                 }
+                coefficient = None if drift is None else drift.coefficient
                 if energy is not None:
-                    sums = energy.sums(method, bin_index)
+                    sums = energy.sums(method, bin_index, coefficient)
                     _check_sums(sums, values, site_name)
                 elif sample is not None:
-                    sums = _sampled_sums(sample, proxy, families, bin_index)
+                    sums = _sampled_sums(sample, proxy, families, bin_index, drift)
                 else:
                     sums = None
                 intervals = _intervals(sums, values, config, seed, keep=replicates is not None)
@@ -538,9 +584,47 @@ def rows(
                     ]
                 if pca_span is not None:
                     out += _data_matched_rows(
-                        data, acc.second_moment, proxy, pca_span, families, draws, key,
-                        common,
-                    )  # fmt: skip
+                        data, moment, proxy, pca_span, families, draws, key, common, total
+                    )
+    return out
+
+
+def _excluded_rank(recipe: Any) -> int:
+    """The rank r of what the exchangeable controls avoid: 1 with the mean direction m̂ (the
+    stage's ``mean_direction``), else 0."""
+    return 1 if recipe.proxies.mean_direction else 0
+
+
+def exchangeable_room(recipe: Any, d: int, probe: str) -> Bound:
+    """The range of ``proxies.rank`` k whose exchangeable control frames (Haar k-frames in m̂⊥,
+    of dimension ``d − r``) fit: ``k ≤ d − r`` (``probe`` names who draws them)."""
+    r = _excluded_rank(recipe)
+    why = f"{probe}'s exchangeable controls are k-frames in m̂⊥, of dimension d − {r} = {d - r}"
+    return Bound("proxies.rank", recipe.proxies.rank, 1, d - r, why)
+
+
+def _width_bounds(config: TangentEnergyConfig, recipe: Any, d: int) -> list[Bound]:
+    """The rank's room for both control families and the data-matched span's range, as the
+    frames are drawn: exchangeable k ≤ d − r; complement (k-frames outside the proxy and m̂, a
+    space of dimension d − k − r) k ≤ ⌊(d − r)/2⌋; the data-matched span, a top-m PCA span
+    (PCA rank m ≤ d − 1), keeps m − k − r ≥ k dimensions outside the proxy and m̂ (its overlap
+    with k + r generic directions has rank k + r), so m ≥ 2k + r."""
+    k, r = recipe.proxies.rank, _excluded_rank(recipe)
+    complement = (
+        f"{NAME}'s complement controls are k-frames outside the proxy and m̂, of dimension "
+        f"d − k − {r} (k ≤ ⌊(d − {r})/2⌋ = {(d - r) // 2} at d = {d})"
+    )
+    out = [
+        exchangeable_room(recipe, d, NAME),
+        Bound("proxies.rank", k, 1, (d - r) // 2, complement),
+    ]
+    m = config.data_matched_m
+    if m is not None:
+        why = (
+            f"the data-matched controls are k-frames in a top-m PCA span (m < d = {d}) outside "
+            f"the proxy and m̂ (m − k − {r} ≥ k: m ≥ {2 * k + r} at proxies.rank = {k})"
+        )
+        out.append(Bound(f"probes.{NAME}.data_matched_m", m, 2 * k + r, d - 1, why))
     return out
 
 
@@ -563,34 +647,38 @@ PROBE = Probe(
     scope="tangent",
     needs=Needs(gradients=True, bins=True, bin_moments=True, reservoir=True),
     rows=_step_rows,
+    width_bounds=_width_bounds,
     metrics={
         "energy_fraction": (
-            "`‖GQ‖²_F / ‖G‖²_F`; `ci_low`/`ci_high`: 95 % studentized bootstrap over sequences "
-            "around the reported value (`frozen_early`: every analysed sequence; "
+            "`‖RQ‖²_F / ‖G‖²_F`, R the gradients beyond the drift, `g − b(m̂ᵀg)` with `b = "
+            "Mm̂/(m̂ᵀMm̂)` (M = GᵀG: what the gradients' drift coordinate explains removed; G "
+            "itself for `mean_direction`); `ci_low`/`ci_high`: 95 % studentized bootstrap over "
+            "sequences around the reported value (`frozen_early`: every analysed sequence; "
             "`per_checkpoint`: the reservoir's sequences, rescaled onto the value)"
         ),
         "energy_control_mean": (
-            "mean energy fraction of the exchangeable controls (k-frames in m̂⊥)"
+            "mean energy fraction of the exchangeable controls (k-frames in m̂⊥), of the same R"
         ),
         "energy_control_std": "their standard deviation (ddof 1)",
         "energy_control_min": "their minimum",
         "energy_control_max": "their maximum",
         "energy_null_mean": (
-            "their exact mean, `k/(d − 1) · (1 − E(m̂))` (`k/d` for `mean_direction` itself): "
-            "the denominator of `energy_ratio`; `energy_control_mean` is its self-check"
+            "their exact mean, `k/(d − 1) · (1 − D)`, `D = ‖Mm̂‖²/(m̂ᵀMm̂ · tr M) ≥ E(m̂)` the "
+            "share the drift regression removes (`k/d` for `mean_direction` itself): the "
+            "denominator of `energy_ratio`; `energy_control_mean` is its self-check"
         ),
         "energy_ratio": (
             "`E(T) / energy_null_mean`: over the exchangeable controls' exact mean (the "
-            "population ratio's estimate, free of the frames' Monte-Carlo error); `ci_low`/"
-            "`ci_high`: 95 % studentized bootstrap over sequences of `Σ‖gQ‖² / Σ k/(d − 1)·"
-            "(‖g‖² − (gᵀm̂)²)`, as `energy_fraction`'s"
+            "population ratio's estimate, free of the frames' Monte-Carlo error; its null is 1 "
+            "whatever m̂'s error); `ci_low`/`ci_high`: 95 % studentized bootstrap over "
+            "sequences of `Σ‖rQ‖² / Σ k/(d − 1)·‖r‖²`, as `energy_fraction`'s"
         ),
         "energy_enrichment": (
             "`E(T) / (k/d)`: read against `energy_enrichment_null`, never against 1 "
             "(enrichment over its null is `energy_ratio`)"
         ),
         "energy_enrichment_null": (
-            "what `energy_enrichment` reads for a proxy uniform in m̂⊥: `(1 − E(m̂)) · d/(d − 1)` "
+            "what `energy_enrichment` reads for a proxy uniform in m̂⊥: `(1 − D) · d/(d − 1)` "
             "(1 for `mean_direction` itself)"
         ),
         "energy_z": "`(E(T) − mean) / std` of the exchangeable controls",
@@ -599,7 +687,7 @@ PROBE = Probe(
             "mean energy fraction of the complement controls (k-frames in span(T, m̂)⊥)"
         ),
         "energy_complement_null_mean": (
-            "their exact mean, `k/(d − 1 − k_T) · (1 − E(T) − E(m̂))`: the denominator of "
+            "their exact mean, `k/(d − 1 − k_T) · (1 − D − E(T))`: the denominator of "
             "`energy_complement_ratio`"
         ),
         "energy_complement_ratio": (
@@ -623,7 +711,7 @@ PROBE = Probe(
         tables=(
             Table(
                 "energy_ratio",
-                "energy ratio and p-value against the exchangeable controls",
+                "energy ratio [95 % CI], p-value vs the exchangeable controls",
                 in_compare=False,
                 render="tangentlens.report.sweep_report:energy_tables",
             ),
@@ -654,6 +742,15 @@ PROBE = Probe(
                 "control family",
                 "probes.tangent_energy.data_matched_m",
                 metric_prefix="data_matched_",
+            ),
+        ),
+        may_differ=("bootstrap", "interval", "keep_replicates"),  # intervals only
+        estimators=(
+            Estimator(
+                "energy_drift",
+                "a proxy avoiding m̂ and its controls scored on the gradients beyond the drift, "
+                "g − b(m̂ᵀg) with b = Mm̂/(m̂ᵀMm̂) per bin (mean_direction's own row on g); "
+                "fractions of tr M",
             ),
         ),
     ),

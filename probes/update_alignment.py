@@ -35,6 +35,7 @@ from tangentlens.probes.tangent_energy import (
     check_mean_direction,
     exchangeable_excluded,
     exchangeable_frames,
+    exchangeable_room,
     seed_key,
 )
 from tangentlens.reporting import Estimator, MustMatch, Reporting
@@ -217,6 +218,7 @@ PROBE = Probe(
     tracked_types=tracked_types,
     max_tracked_types=_max_tracked_types,
     recipe_check=_check_recipe,
+    width_bounds=lambda config, recipe, d: [exchangeable_room(recipe, d, NAME)],
     metrics={
         "embedding_update_energy_fraction": (
             "energy fraction of `ΔW_E` (s → s′) in the embedding proxy, fitted on data of s or "

@@ -16,6 +16,7 @@ import types
 import typing
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
@@ -32,18 +33,51 @@ else:
 
 __all__ = [
     "CHUNK_ROWS",
+    "Bound",
     "as_tensor",
     "build_section",
+    "check_bounds",
     "check_choice",
     "check_count",
     "check_fraction",
     "check_matrix",
     "check_square",
     "check_vector",
+    "finite_elementwise",
     "finite_flags",
+    "finite_sums",
     "suggest",
     "to_float64",
 ]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A range ``low … high`` that a model's width sets on the setting ``key`` (its recipe
+    key), whose value is ``value``; ``why``: what sets it, with the formula."""
+
+    key: str
+    value: int
+    low: int
+    high: int
+    why: str
+
+
+def check_bounds(bounds: Iterable[Bound]) -> None:
+    """Refuse the first setting (in the order given) whose value lies outside the
+    intersection of its bounds, naming its key, its value, the allowed range (none when
+    empty) and what sets the binding ends."""
+    by_key: dict[str, list[Bound]] = {}
+    for bound in bounds:
+        by_key.setdefault(bound.key, []).append(bound)
+    for key, found in by_key.items():
+        low = max(found, key=lambda b: b.low)
+        high = min(found, key=lambda b: b.high)
+        value = found[0].value
+        if not low.low <= value <= high.high:
+            allowed = f"{low.low} … {high.high}" if low.low <= high.high else "none"
+            binding = high if value > high.high else low
+            raise ValueError(f"{key} = {value} is out of range: {binding.why}; allowed: {allowed}")
 
 
 def check_count(n: object, name: str, *, minimum: int) -> int:
@@ -119,20 +153,27 @@ def finite_flags(tensors: Iterable[torch.Tensor]) -> list[bool]:
     """Whether each tensor holds only finite values, with one device sync when all do.
 
     A finite sum means every element is finite (NaN and ±inf propagate through a sum), so each
-    tensor is summed once (at float32 precision at least) — about 15× cheaper on the CPU than an
-    element-wise ``isfinite`` mask. Only a tensor whose sum is not finite (a NaN, an inf, or
-    finite values whose sum overflows) is checked element-wise, in chunks of ``CHUNK_ROWS`` rows.
+    tensor is summed once (at float32 precision at least: :func:`finite_sums`) — about 15×
+    cheaper on the CPU than an element-wise ``isfinite`` mask. Only a tensor whose sum is not
+    finite (a NaN, an inf, or finite values whose sum overflows) is checked element-wise, in
+    chunks of ``CHUNK_ROWS`` rows (:func:`finite_elementwise`).
     """
     tensors = list(tensors)
-    sums = [
+    sums = finite_sums(tensors)
+    if not sums:
+        return []
+    return [ok or finite_elementwise(t) for t, ok in zip(tensors, _finite_sums(sums), strict=True)]
+
+
+def finite_sums(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's 0-d sum at float32 precision at least (0 for a non-float tensor), on its
+    device: finite when every element is, unless the finite values' sum overflows."""
+    return [
         t.sum(dtype=torch.promote_types(t.dtype, torch.float32))
         if t.is_floating_point()
         else t.new_zeros((), dtype=torch.float32)
         for t in tensors
     ]
-    if not sums:
-        return []
-    return [ok or _finite_elementwise(t) for t, ok in zip(tensors, _finite_sums(sums), strict=True)]
 
 
 def _finite_sums(sums: list[torch.Tensor]) -> list[bool]:
@@ -140,7 +181,8 @@ def _finite_sums(sums: list[torch.Tensor]) -> list[bool]:
     return torch.isfinite(torch.stack([s.to(sums[0].device) for s in sums])).tolist()
 
 
-def _finite_elementwise(x: torch.Tensor) -> bool:
+def finite_elementwise(x: torch.Tensor) -> bool:
+    """Whether every element of ``x`` is finite, checked in row chunks (one read each)."""
     # Row chunks keep the temporary boolean mask small on large matrices.
     flat = x.reshape(x.shape[0], -1) if x.ndim > 0 else x.reshape(1, 1)
     return all(

@@ -65,10 +65,13 @@ def _sweep(args: argparse.Namespace) -> None:
     from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.executors import check_executor
     from tangentlens.sweep.runner import check_pretrained_sae, plan_sweep
+    from tangentlens.sweep.store import check_run_dir
 
     overrides = [*(args.set or ()), *([f"executor.kind={args.executor}"] if args.executor else [])]
     recipe = load_recipe(args.recipe, overrides)
     out = args.out or f"runs/{recipe.name}"
+    if not args.plan_only:
+        check_run_dir(out)  # a file or a read-only folder: refused before anything is planned
     plan = plan_sweep(recipe)
     check_pretrained_sae(recipe)  # before a suite is trained or --out is made
     if args.timings and not args.plan_only:
@@ -85,12 +88,18 @@ def _sweep(args: argparse.Namespace) -> None:
     from tangentlens.models.suites import MINI_SUITE_CONFIGS, ensure_mini_suite
     from tangentlens.report.progress import sweep_progress, training_progress
     from tangentlens.sweep.runner import run_sweep
+    from tangentlens.sweep.stops import stop_signals
 
-    if recipe.suite.name in MINI_SUITE_CONFIGS:
-        with training_progress(recipe.suite.name) as progress:
-            ensure_mini_suite(recipe.suite.name, progress=progress)
-    with sweep_progress(plan, out) as on_event:
-        run_sweep(recipe, out, resume=args.resume, detach=args.detach, on_event=on_event)
+    try:
+        with stop_signals():  # SIGTERM, SIGHUP, SIGUSR1: Ctrl-C's path
+            if recipe.suite.name in MINI_SUITE_CONFIGS:
+                with training_progress(recipe.suite.name) as progress:
+                    ensure_mini_suite(recipe.suite.name, progress=progress)
+            with sweep_progress(plan, out) as on_event:
+                run_sweep(recipe, out, resume=args.resume, detach=args.detach, on_event=on_event)
+    except KeyboardInterrupt as stop:
+        stop.args = (f"{stop.args[0] if stop.args else 'interrupted'}: {_kept(out, plan)}",)
+        raise
     pending = plan.pending(out)
     if pending:  # detached: the jobs run on
         console.print(
@@ -99,6 +108,17 @@ def _sweep(args: argparse.Namespace) -> None:
         )
         return
     _render_all(out)
+
+
+def _kept(out: str, plan: Plan) -> str:
+    """What an interrupted sweep left in ``out`` and how to continue it."""
+    if not Path(out, "manifest.json").exists():
+        return "no checkpoint had been measured, so nothing was kept; run the same command again"
+    done = len(plan.units) - len(plan.pending(out))
+    return (
+        f"{out} keeps {done} of {len(plan.units)} units, its lock released; continue with "
+        "--resume (same --set), from this or any host"
+    )
 
 
 def _time_line(plan: Plan, recipe: Recipe, timings: str | None, same: str | None) -> str:
@@ -287,11 +307,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.handler(args)
     except (ValueError, OSError) as error:  # bad input, unusable paths: one red line
-        fail(str(error))
+        from tangentlens.sweep.store import DiskFullError, disk_full
+
+        full = disk_full(error) and not isinstance(error, DiskFullError)
+        fail(f"the disk is full: {error}" if full else str(error))
         return 2
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C, or a stop signal (tangentlens.sweep.stops)
+        fail(str(stop) or "interrupted")
+        return getattr(stop, "exit_code", 130)
     return 0
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tangentlens.capture.needs import Needs
+from tangentlens.checks import Bound
 from tangentlens.reporting import Reporting, default_figures, default_tables
 
 if TYPE_CHECKING:
@@ -220,7 +221,11 @@ class Probe:
     probe that reads each step's own fit (``StepInputs.own``) even when the scored proxies are
     frozen: the step refits them for it. ``recipe_check(config, recipe)``: raises a
     ``ValueError`` when the rest of the recipe cannot serve the probe (e.g. a site it needs is
-    not captured); run when a recipe is built. ``reporting``: its tables, figures, compared
+    not captured); run when a recipe is built. ``width_bounds(config, recipe, d)``: the ranges
+    (:class:`tangentlens.checks.Bound`, by recipe key) a model of width ``d`` sets on the
+    probe's settings and on the proxies stage's as the probe uses them, computed as the probe
+    computes them; checked when a sweep is planned and by ``measure``, before any capture.
+    ``reporting``: its tables, figures, compared
     settings and estimator notes (:class:`~tangentlens.reporting.Reporting`; by default a
     table and a figure per metric)."""
 
@@ -236,6 +241,7 @@ class Probe:
     max_tracked_types: Callable[[Any, int], int] | None = None
     refits: bool = False
     recipe_check: Callable[[Any, Any], None] | None = None
+    width_bounds: Callable[[Any, Any, int], Iterable[Bound]] | None = None
     reporting: Reporting = field(default_factory=Reporting)
 
     def __post_init__(self) -> None:
@@ -283,6 +289,10 @@ class Probe:
 
         if not isinstance(self.reporting, Reporting):
             raise ValueError(f"{where}: reporting must be a tangentlens Reporting")
+        keys = [f.name for f in dataclasses.fields(self.config)]
+        unknown = [k for k in self.reporting.may_differ if k not in keys]
+        if unknown and not hasattr(self.config, "to_table"):
+            raise ValueError(f"{where}: may_differ names {unknown}, not keys of its config {keys}")
         for item in (*self.tables, *self.figures):
             if item.metric not in self.metrics:
                 raise ValueError(
@@ -306,6 +316,10 @@ class Probe:
         """Refuse a recipe that cannot serve this probe (its ``recipe_check``), else nothing."""
         if self.recipe_check is not None:
             self.recipe_check(config, recipe)
+
+    def bounds(self, config: Any, recipe: Any, d: int) -> list[Bound]:
+        """The ranges a model of width ``d`` sets on its settings (its ``width_bounds``)."""
+        return [] if self.width_bounds is None else list(self.width_bounds(config, recipe, d))
 
     @property
     def module(self) -> str:

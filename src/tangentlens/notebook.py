@@ -29,6 +29,7 @@ from tangentlens.capture import LOSSES, CaptureStatistics
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
 from tangentlens.checks import build_section, check_count
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import AnalysisData, capture_loss, pack_texts
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.core.recipe import CaptureSpec, DataSpec, Recipe, SuiteSpec
@@ -47,7 +48,7 @@ from tangentlens.data import (
 from tangentlens.models import LensModel, lens_model
 from tangentlens.registry import SCOPES, TANGENT, ProbeEntry, builtin_probes, entries, resolve
 from tangentlens.results import ResultTable
-from tangentlens.runtime import threads
+from tangentlens.runtime import exact_float32, threads
 from tangentlens.user_proxies import resolve_proxies
 
 __all__ = [
@@ -286,6 +287,7 @@ def _loss(model: LensModel, loss: str | None, configs: Mapping[str, ProbeEntry])
     return loss
 
 
+@exact_float32()  # no TF32 whatever the notebook set; its settings restored after
 def capture_model(
     model: torch.nn.Module,
     texts_or_tokens: Any,
@@ -341,18 +343,22 @@ def _capture(
     step: int | None = None,
     tokens_seen: int | None = None,
     loss: str | None = None,
+    bounded: bool = False,
     **settings: Any,
 ) -> tuple[Capture, CaptureStatistics, dict[str, Any] | None]:
     """:func:`capture_model` for the probes' resolved ``configs`` and the proxies ``stage``:
     the capture, the statistics its energies are scored on and the step's own fit where it
     is fitted on other sequences (``held_out``: :func:`~tangentlens.core.step.capture_scored`),
-    else None."""
+    else None. ``bounded`` (a measurement): the bounds the model's width sets on the stage and
+    the probes are checked before the capture (:func:`~tangentlens.core.bounds.check_width`)."""
     loss = _loss(model, loss, configs)
     suite = suite or model.model_name or _LABEL
     step = int(step if step is not None else (model.checkpoint or 0))
     has_tokens = isinstance(texts_or_tokens, torch.Tensor | np.ndarray)
     recipe = _recipe(configs, stage, settings, suite, has_tokens=has_tokens)
     check_attention(model, recipe)  # before any data is prepared or captured
+    if bounded:  # measured: what the model's width rules out, refused before the capture
+        check_width(recipe, model.d_model, f"the model (d_model = {model.d_model})")
     width = texts_or_tokens.shape[-1] if has_tokens else None
     if width is not None and settings.get("seq_len", width) != width:
         raise ValueError(
@@ -411,6 +417,7 @@ def _check_capture(capture: Capture, configs: Mapping[str, ProbeEntry]) -> None:
             )
 
 
+@exact_float32()  # no TF32 whatever the notebook set; its settings restored after
 def measure(
     model_or_capture: torch.nn.Module | Capture,
     texts_or_tokens: Any = None,
@@ -470,9 +477,13 @@ def measure(
         raise ValueError("proxies are scored by the tangent_energy probe: add it to probes")
     if not isinstance(model_or_capture, Capture):
         capture, scored, fitted = _capture(
-            model_or_capture, texts_or_tokens, configs, stage, **settings
+            model_or_capture, texts_or_tokens, configs, stage, bounded=True, **settings
         )
     recipe = Recipe("notebook", SuiteSpec(name=capture.suite), proxies=stage, probes=configs)
+    if isinstance(model_or_capture, Capture):
+        widths = {site.h.d for site in capture.statistics.sites.values()}
+        for d in sorted(widths):
+            check_width(recipe, d, f"the capture (sites of width {d})")
     fixed = None
     if proxies:
         options = {} if proxy_rtol is None else {"rtol": proxy_rtol}

@@ -200,7 +200,12 @@ def fit_rows(
       [method][metric]``): ``pca_explained_variance``, ``seminmf_relative_error`` and
       ``seminmf_svd_bound`` (the truncated-SVD error at the same rank, a floor),
       ``seminmf_converged`` (1/0), ``sae_explained_variance``, ``sae_l0``, and
-      ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` (before m̂ was projected out of the proxy).
+      ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` (before m̂ was projected out of the proxy);
+    * where the proxies hold m̂, ``mean_direction_rho`` ``ρ = ‖μ‖ / √tr Σ_H`` of this step's
+      activations (method ``mean_direction``): the mean's size against the spread — m̂ errs by
+      an angle of about ``1/(ρ√n)`` over n independent tokens, mostly along the high-variance
+      directions the proxies span (METHODS.md §1.3), so a small ρ (at initialisation, after a
+      LayerNorm) says how far m̂ can be from the drift the energies are read beyond.
     """
     out: list[dict[str, Any]] = []
     for site, by_method in proxies.items():
@@ -209,6 +214,11 @@ def fit_rows(
             continue
         cov = stats.h.covariance()
         trace = float(torch.diagonal(cov).sum())
+        if MEAN_DIRECTION in by_method and trace > 0:
+            mean = stats.h.sum / stats.h.count
+            rho = float(mean.norm()) / trace**0.5
+            common = {"site": site, "method": MEAN_DIRECTION, "rank": 1}
+            out.append(make_row(data, FIT_PROBE, "mean_direction_rho", rho, **common))
         for method, basis in by_method.items():
             common = {"site": site, "method": method, "rank": basis.shape[1]}
             if trace > 0:

@@ -100,7 +100,15 @@ def _load(target: str, source: str) -> Probe:
         raise ValueError(
             f"probe {source}: cannot import {module_name!r} ({type(error).__name__}: {error})"
         ) from None
-    value = getattr(module, attribute or "PROBE", None)
+    name = attribute or "PROBE"
+    if not hasattr(module, name):
+        probes = [n for n, v in vars(module).items() if isinstance(v, Probe) and n[0] != "_"]
+        offered = f"; its probes: {', '.join(probes)}" if probes else ""
+        raise ValueError(
+            f"probe {source}: module {module_name} has no attribute {name!r}"
+            f"{offered}{suggest(name, probes)}"
+        )
+    value = getattr(module, name)
     if not isinstance(value, Probe):
         raise ValueError(
             f"probe {source}: {module_name}:{attribute or 'PROBE'} is not a tangentlens.registry"

@@ -48,7 +48,9 @@ def _check_render(render: str | None, where: str) -> None:
 @dataclass(frozen=True)
 class Table:
     """A table of one ``metric`` at frequency bin "all": in the run's report (``in_report``)
-    steps down and layers across, each cell the mean over methods and heads; in ``compare``
+    steps down and blocks across, one table per block site kind and, when ``per_method``, per
+    proxy method and rank (else the methods averaged, which the title then says), each cell
+    with the row's interval where it carries one; in ``compare``
     (``in_compare``, titled ``compare_title`` if given) a row per method, site kind and depth,
     a column per run — ``per_method=False`` averages the methods (e.g. attention heads) into
     one row. ``render``: a custom renderer for the report instead (module:function of the
@@ -75,6 +77,8 @@ class Figure:
     ``title``). ``over``: ``"steps"`` — a line per layer over training steps (the run's
     figures); ``"depth"`` — a line per step over depth (the run's), per run at its compared
     step and at step 0 over relative depth (``compare``, titled ``compare_title`` if given).
+    ``per_method``: a line (or a row of panels) per proxy method and rank, as per site kind
+    and layer; False averages the methods (e.g. attention heads: the ``label`` says so).
     ``render``: a custom figure (module:function of the rows, or of the comparison when
     ``in_compare``)."""
 
@@ -87,6 +91,7 @@ class Figure:
     in_compare: bool = False
     compare_title: str | None = None
     render: str | None = None
+    per_method: bool = True
 
     def __post_init__(self) -> None:
         _check_render(self.render, f"figure {self.file!r}")
@@ -104,12 +109,16 @@ class Figure:
 class Reporting:
     """Everything a probe declares for the report, ``compare`` and the manifest: ``tables``
     and ``figures`` (None: the defaults from its metrics, :func:`default_tables` and
-    :func:`default_figures`; ``()``: none), ``must_match`` settings and ``estimators``."""
+    :func:`default_figures`; ``()``: none), ``must_match`` settings, ``estimators`` and
+    ``may_differ``: the keys of its own recipe table two compared runs may set differently
+    (every other key must match, else ``compare`` refuses the probe's rows; e.g. the number of
+    bootstrap replicates, which changes no value)."""
 
     tables: tuple[Table, ...] | None = None
     figures: tuple[Figure, ...] | None = None
     must_match: tuple[MustMatch, ...] = ()
     estimators: tuple[Estimator, ...] = ()
+    may_differ: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,9 +150,16 @@ def default_tables(name: str, metrics: Mapping[str, str]) -> tuple[Table, ...]:
 
 
 def default_figures(name: str, metrics: Mapping[str, str]) -> tuple[Figure, ...]:
-    """One figure ``<probe>.png``: a panel per metric, a line per layer over steps."""
+    """One figure ``<probe>.png``: a panel per metric, a line per site kind, layer and method
+    over steps — in the run's report and in ``compare`` (a line per run and place there)."""
     return tuple(
-        Figure(f"{name}.png", metric, metric.replace("_", " "), f"{name} over training")
+        Figure(
+            f"{name}.png",
+            metric,
+            metric.replace("_", " "),
+            f"{name} over training",
+            in_compare=True,
+        )
         for metric in metrics
     )
 

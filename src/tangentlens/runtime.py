@@ -35,6 +35,14 @@ numbers are the same as run in line, since it runs on one thread either way.
 :class:`Phases` times the parts of a unit (a step's capture, each probe, its refit, its write)
 on the device's clock, for the unit's timing record.
 
+:func:`exact_float32` runs a block with TensorFloat-32 (and oneDNN's reduced float32) off for
+every matmul, convolution and RNN, whatever the user chose (``torch.backends.cuda.matmul.
+allow_tf32 = True`` and ``torch.set_float32_matmul_precision("high")`` are common in training
+notebooks), and restores the user's settings after: every unit of a sweep and ``measure`` run
+inside it, so their float32 paths (TwoNN's float32 candidate bound, curvature's exact
+neighbours, semi-NMF's float32 products, the model's own forward and backward) keep float32's
+24-bit mantissa (TF32 keeps 10) and the table does not depend on those settings.
+
 :func:`half_precision_slowdown` times a matmul at a half-precision dtype against float32: on a
 CPU without native bfloat16/float16 kernels (AVX2 only: AMD EPYC, 2026-11-26, torch 2.13) a
 512³ ``mm`` ran 60× slower at either dtype (0.47 against 87 GFLOP/s at 2048 × 512 × 2048).
@@ -63,6 +71,7 @@ __all__ = [
     "Phases",
     "alongside",
     "busy_cpus",
+    "exact_float32",
     "half_precision_slowdown",
     "passive_when_busy",
     "runtime_env",
@@ -226,6 +235,53 @@ def alongside(task: Callable[[], T]) -> Iterator[Callable[[], T]]:
         ThreadPoolExecutor(1, thread_name_prefix="tangentlens-alongside") as pool,
     ):
         yield pool.submit(on_one_thread).result
+
+
+def _precision_settings() -> list[Any]:
+    """The objects holding ``fp32_precision`` (torch ≥ 2.9's API), parents first: the generic
+    one, then cuBLAS matmul, cuDNN (convolutions, RNNs) and oneDNN (matmul, convolutions, RNNs);
+    empty on an older torch."""
+    import torch
+
+    b = torch.backends
+    if not hasattr(b.cuda.matmul, "fp32_precision"):
+        return []
+    holders = [b, b.cuda.matmul, b.cudnn, b.cudnn.conv, b.cudnn.rnn]
+    holders += [b.mkldnn, b.mkldnn.matmul, b.mkldnn.conv, b.mkldnn.rnn]
+    return [h for h in holders if hasattr(h, "fp32_precision")]
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """Within the block, float32 matmuls, convolutions and RNNs compute in full float32 (no
+    TF32, no reduced-precision oneDNN kernels) whatever the user's settings; the settings are
+    restored after, as they were (through the same API: ``fp32_precision`` where torch has it,
+    else ``allow_tf32`` and ``set_float32_matmul_precision``)."""
+    import torch
+
+    holders = _precision_settings()
+    if holders:
+        saved = [h.fp32_precision for h in holders]
+        for holder in holders[1:]:
+            holder.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            for holder, value in zip(holders, saved, strict=True):
+                holder.fp32_precision = value
+        return
+    legacy = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = legacy[:2]
+        torch.set_float32_matmul_precision(legacy[2])
 
 
 class Phases:

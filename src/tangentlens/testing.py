@@ -20,6 +20,20 @@ that no matrix did (:meth:`Transfers.matrices`) — so a stray ``.cpu()`` fails 
 would cost on a GPU. Values are the CPU's, so the device path is checked against the CPU path
 within a stated tolerance (the same arithmetic, reordered where the device path batches it).
 
+Every point where a CUDA device makes the host wait for its queue is recorded as a
+:class:`Sync` with its kind (:data:`SYNC_KINDS`) and the line that asked for it
+(:attr:`Transfers.syncs`): the copies and scalar reads above; ops whose output size or success
+depends on device values — ``nonzero`` (and ``torch.where(mask)``), ``unique``, boolean-mask
+indexing and assignment, ``masked_select``, ``bincount``, ``repeat_interleave`` without an
+output size, ``torch.equal``; linear algebra that checks its ``info`` on the host (``eigh``,
+``eigvalsh``, ``svd``, ``pinv``, ``lstsq``, ``eig``, ``cholesky``, ``inv``, ``solve``; not
+their ``*_ex`` forms with ``check_errors=False``, nor ``qr``); and host → device copies from
+pageable memory (``.to(device)`` of a CPU tensor, a CPU index tensor indexing a device tensor,
+``torch.tensor(..., device=)``): only a copy from pinned memory with ``non_blocking=True`` is
+queued without waiting (:func:`tangentlens.capture.transfer.upload`; ``pin_memory()`` works in
+the block and marks what it pins). Such queued copies are counted in :attr:`Transfers.uploads`.
+A test bounds the syncs of a piece of work (e.g. a capture batch) by slicing the list.
+
 ``torch.inference_mode`` blocks run as ``torch.no_grad`` (a tensor subclass cannot be an
 inference tensor; the values are the same). The emulation intercepts factory functions through
 a dispatch mode, which is thread-local: run
@@ -40,12 +54,15 @@ Python — so use micro shapes.
 (18.0, 'meta', True)
 >>> accelerator.transfers.scalars, accelerator.transfers.matrices()
 (1, [])
+>>> [sync.kind for sync in accelerator.transfers.syncs]  # the upload (pageable), the float
+['pageable_upload', 'scalar']
 """
 
 from __future__ import annotations
 
 import contextlib
 import traceback
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +73,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from tangentlens import seeding
 
-__all__ = ["EmulatedDevice", "Transfer", "Transfers", "emulated_accelerator"]
+__all__ = ["SYNC_KINDS", "EmulatedDevice", "Sync", "Transfer", "Transfers", "emulated_accelerator"]
 
 #: The device emulated tensors report.
 DEVICE = torch.device("meta")
@@ -70,6 +87,61 @@ _INDEXING = {
 }
 _SCALAR_READ = torch.ops.aten._local_scalar_dense.default
 
+#: The kinds of :class:`Sync`: a device → host copy (``to_host``: ``.cpu()``, a copy into a
+#: host tensor; ``tolist``), a scalar read, an op whose output size or result the host must
+#: read (``nonzero``, ``unique``, ``boolean_mask``, ``masked_select``, ``bincount``,
+#: ``repeat_interleave``, ``equal``), linear algebra checking its ``info`` on the host
+#: (``linalg_info``), a host → device copy from pageable memory (``pageable_upload``).
+SYNC_KINDS: tuple[str, ...] = (
+    "to_host",
+    "tolist",
+    "scalar",
+    "nonzero",
+    "unique",
+    "boolean_mask",
+    "masked_select",
+    "bincount",
+    "repeat_interleave",
+    "equal",
+    "linalg_info",
+    "pageable_upload",
+)
+_aten = torch.ops.aten
+#: Ops that make the host wait whatever their arguments, by kind.
+_SYNCING_OPS: dict[Any, str] = {
+    _aten.nonzero.default: "nonzero",
+    _aten.argwhere.default: "nonzero",
+    _aten._unique.default: "unique",
+    _aten._unique2.default: "unique",
+    _aten.unique_dim.default: "unique",
+    _aten.unique_consecutive.default: "unique",
+    _aten.unique_dim_consecutive.default: "unique",
+    _aten.masked_select.default: "masked_select",
+    _aten.bincount.default: "bincount",
+    _aten.equal.default: "equal",
+    _aten.is_nonzero.default: "scalar",
+    _aten._linalg_eigh.default: "linalg_info",
+    _aten._linalg_svd.default: "linalg_info",
+    _aten.linalg_pinv.atol_rtol_tensor: "linalg_info",
+    _aten.linalg_pinv.atol_rtol_float: "linalg_info",
+    _aten.linalg_lstsq.default: "linalg_info",
+    _aten.linalg_eig.default: "linalg_info",
+    _aten._linalg_eigvals.default: "linalg_info",
+    _aten._linalg_check_errors.default: "linalg_info",
+}
+#: ``*_ex`` linear algebra: a sync only with ``check_errors=True`` (their last argument).
+_CHECKED_EX = {
+    _aten.linalg_cholesky_ex.default,
+    _aten.linalg_inv_ex.default,
+    _aten._linalg_solve_ex.default,
+    _aten.linalg_lu_factor_ex.default,
+    _aten.linalg_ldl_factor_ex.default,
+}
+_REPEAT_INTERLEAVE = {
+    _aten.repeat_interleave.Tensor,
+    _aten.repeat_interleave.self_Tensor,
+}
+
 
 @dataclass(frozen=True)
 class Transfer:
@@ -79,13 +151,26 @@ class Transfer:
     where: str
 
 
+@dataclass(frozen=True)
+class Sync:
+    """One point where a CUDA device makes the host wait: its ``kind`` (one of
+    :data:`SYNC_KINDS`) and the line of code that asked for it."""
+
+    kind: str
+    where: str
+
+
 @dataclass
 class Transfers:
-    """What crossed from the emulated device to the host: ``copies`` (tensors) and ``scalars``
-    (values read one at a time)."""
+    """What crossed between the emulated device and the host: ``copies`` (tensors to the
+    host), ``scalars`` (values read one at a time), ``syncs`` (every wait a CUDA device would
+    make, in order: those copies and reads among them) and ``uploads`` (host → device copies
+    queued without a wait: pinned, ``non_blocking``)."""
 
     copies: list[Transfer] = field(default_factory=list)
     scalars: int = 0
+    syncs: list[Sync] = field(default_factory=list)
+    uploads: int = 0
 
     def matrices(self) -> list[Transfer]:
         """The copies with two or more dimensions of size > 1: more than parts of a result."""
@@ -127,7 +212,7 @@ class _OnDevice(torch.Tensor):
         return f"OnDevice({self.value!r})"
 
     def tolist(self) -> Any:
-        self._owner.record(tuple(self.shape))
+        self._owner.record(tuple(self.shape), "tolist")
         return self.value.tolist()
 
     def numpy(self, *, force: bool = False) -> Any:
@@ -155,9 +240,36 @@ class EmulatedDevice(TorchDispatchMode):
         self.device = DEVICE
         self.transfers = Transfers()
         self._generators: list[torch.Generator] = []
+        self._pinned: dict[int, weakref.ref[torch.Tensor]] = {}
 
-    def record(self, shape: tuple[int, ...]) -> None:
-        self.transfers.copies.append(Transfer(shape, _caller()))
+    def record(self, shape: tuple[int, ...], kind: str = "to_host") -> None:
+        """A device → host copy of ``shape`` (a sync of ``kind``)."""
+        where = _caller()
+        self.transfers.copies.append(Transfer(shape, where))
+        self.transfers.syncs.append(Sync(kind, where))
+
+    def sync(self, kind: str) -> None:
+        """A wait of ``kind`` (:data:`SYNC_KINDS`) asked for by the caller."""
+        self.transfers.syncs.append(Sync(kind, _caller()))
+
+    def pin(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy of the host ``tensor`` that stands for page-locked memory."""
+        pinned = tensor.clone()
+        self._pinned = {k: r for k, r in self._pinned.items() if r() is not None}
+        self._pinned[id(pinned)] = weakref.ref(pinned)
+        return pinned
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        ref = self._pinned.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+    def _upload(self, source: torch.Tensor, non_blocking: bool) -> None:
+        """A host → device copy from ``source``: queued when pinned and non-blocking, else a
+        wait."""
+        if non_blocking and self.is_pinned(source):
+            self.transfers.uploads += 1
+        else:
+            self.sync("pageable_upload")
 
     def generator(self) -> torch.Generator:
         """A generator that stands for the device's own (a CPU generator the emulation knows)."""
@@ -185,8 +297,7 @@ class EmulatedDevice(TorchDispatchMode):
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``func`` on the CPU values of its device arguments; results back on the device."""
         self._check(func, args, kwargs)
-        if func is _SCALAR_READ:
-            self.transfers.scalars += 1
+        self._count_syncs(func, args, kwargs)
         if _is_copy(func) and not isinstance(args[0], _OnDevice):  # into a host tensor
             self.record(tuple(args[1].shape))
             return args[0].copy_(args[1].value, *args[2:], **kwargs)
@@ -216,6 +327,35 @@ class EmulatedDevice(TorchDispatchMode):
 
         return tree_map(wrap, out)
 
+    def _count_syncs(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """Record the waits ``func`` makes on a CUDA device (host copies are recorded where
+        they are made)."""
+        if func is _SCALAR_READ:
+            self.transfers.scalars += 1
+            self.sync("scalar")
+        elif func in _SYNCING_OPS:
+            self.sync(_SYNCING_OPS[func])
+        elif func in _CHECKED_EX and (kwargs.get("check_errors") or _last_flag(func, args)):
+            self.sync("linalg_info")
+        elif func in _REPEAT_INTERLEAVE and kwargs.get("output_size") is None:
+            self.sync("repeat_interleave")
+        elif func in _INDEXING and isinstance(args[0], _OnDevice):
+            indices = args[1] if isinstance(args[1], list | tuple) else [args[1]]
+            for index in indices:
+                if not isinstance(index, torch.Tensor):
+                    continue
+                if not isinstance(index, _OnDevice):
+                    self.sync("pageable_upload")  # PyTorch copies it there, and waits
+                elif index.dtype == torch.bool:
+                    self.sync("boolean_mask")
+        elif func is torch.ops.aten._to_copy.default and not isinstance(args[0], _OnDevice):
+            self._upload(args[0], bool(kwargs.get("non_blocking")))
+        elif _is_copy(func) and isinstance(args[0], _OnDevice):
+            source = args[1]
+            if isinstance(source, torch.Tensor) and not isinstance(source, _OnDevice):
+                non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+                self._upload(source, bool(non_blocking))
+
     def _check(self, func: Any, args: tuple, kwargs: dict) -> None:
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         if any(not isinstance(t, _OnDevice) and t.device.type == DEVICE.type for t in tensors):
@@ -240,6 +380,13 @@ class EmulatedDevice(TorchDispatchMode):
                 f"{func}: Expected a 'meta' device type for generator but found 'cpu' (a random "
                 "draw on the accelerator needs the device's own generator)"
             )
+
+
+def _last_flag(func: Any, args: tuple) -> bool:
+    """``check_errors`` given by position (the schema's last argument)."""
+    names = [a.name for a in func._schema.arguments]
+    at = names.index("check_errors")
+    return len(args) > at and bool(args[at])
 
 
 def _names_device(device: Any) -> bool:
@@ -280,7 +427,8 @@ def emulated_accelerator() -> Iterator[EmulatedDevice]:
 def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
     """``torch.tensor``, ``torch.as_tensor`` and ``Tensor.new_tensor`` given the emulated
     device build the tensor on the CPU and move it (their C++ would otherwise make a value-less
-    ``meta`` tensor)."""
+    ``meta`` tensor); ``Tensor.pin_memory`` and ``Tensor.is_pinned`` stand for page-locked
+    memory (there is no CUDA driver to ask)."""
     originals = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
     new_tensor = torch.Tensor.new_tensor
 
@@ -299,10 +447,19 @@ def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
             return new_tensor(self, data, *args, **kwargs)
         return new_tensor(self.value, data, *args, **kwargs).to(DEVICE)
 
+    def pin(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return device.pin(self)
+
+    def is_pinned(self: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+        return device.is_pinned(self)
+
     inference_mode = torch.inference_mode
+    pin_memory, was_pinned = torch.Tensor.pin_memory, torch.Tensor.is_pinned
     for name in originals:
         setattr(torch, name, through(name))
     torch.Tensor.new_tensor = new  # type: ignore[method-assign]
+    torch.Tensor.pin_memory = pin  # type: ignore[method-assign]
+    torch.Tensor.is_pinned = is_pinned  # type: ignore[method-assign]
     torch.inference_mode = torch.no_grad  # type: ignore[misc, assignment]
     try:
         yield
@@ -310,4 +467,6 @@ def _constructors_through(device: EmulatedDevice) -> Iterator[None]:
         for name, original in originals.items():
             setattr(torch, name, original)
         torch.Tensor.new_tensor = new_tensor  # type: ignore[method-assign]
+        torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+        torch.Tensor.is_pinned = was_pinned  # type: ignore[method-assign]
         torch.inference_mode = inference_mode  # type: ignore[misc]

@@ -1,17 +1,13 @@
 """The same micro sweep on every executor gives exactly the local table: a real local Ray
-cluster (worker processes), submitit's local executor, a worker killed mid-unit (one run per
-executor, shared by the table and the kill: tests/e2e/conftest.py ``executor_runs``), and a run
-started on one executor resumed on another."""
+cluster (worker processes), submitit's local executor, and a worker killed mid-unit (one run per
+executor, shared by the table and the kill: tests/e2e/conftest.py ``executor_runs``). A run
+stopped by SIGTERM and resumed on another executor: tests/e2e/test_recovery.py."""
 
 from __future__ import annotations
 
 import json
-import signal
-import time
 
 import pytest
-
-from tangentlens.cli import main
 
 
 @pytest.mark.parametrize("executor", ["ray", "submitit-local"])
@@ -31,20 +27,3 @@ def test_a_worker_killed_mid_unit_is_retried_and_the_table_is_identical(
     run = executor_runs(executor)  # step-00000040's worker was killed while the unit ran
     assert run.killed != run.coordinator  # a worker, not the sweep: the sweep finished (rc 0)
     sweeps.assert_same_table(run.out, units_reference, added=run.added)
-
-
-def test_a_run_started_locally_resumes_on_another_executor(
-    units_reference, units_env, sweeps, tmp_path
-):
-    out = tmp_path / "moved"
-    process = sweeps.start(["--out", str(out), *sweeps.units], units_env)
-    deadline = time.monotonic() + 300
-    while not (out / "results" / "step-00000000.parquet").exists():
-        assert process.poll() is None, process.stderr.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)  # the coordinator dies; its lock stays
-    process.wait()
-    argv = ["sweep", "--recipe", sweeps.recipe, "--out", str(out), "--resume", *sweeps.units]
-    assert main([*argv, "--executor", "submitit-local", "--set", "executor.workers=2"]) == 0
-    sweeps.assert_same_table(out, units_reference)

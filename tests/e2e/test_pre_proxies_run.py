@@ -76,5 +76,5 @@ def test_a_run_from_before_the_stage_resumes_with_nothing_recomputed_and_reports
         assert _outputs(run) == before  # every output kept as it was, none added
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "energy ratio and p-value" in out and "cosine anisotropy" in out
+    assert "energy ratio [95 % CI], p-value" in out and "cosine anisotropy" in out
     assert (run / "figures" / "tangent_energy.png").read_bytes().startswith(b"\x89PNG")

@@ -119,7 +119,7 @@ def test_results_schema_manifest_and_report(finished_run, units_env, capsys):
     assert "holds a run of another recipe" in shown and "done" not in shown.split("\n", 1)[1]
     assert main(["report", str(finished_run)]) == 0
     out = capsys.readouterr().out
-    assert "energy ratio and p-value" in out and "cosine anisotropy" in out
+    assert "energy ratio [95 % CI], p-value" in out and "cosine anisotropy" in out
     for name in ("tangent_energy", "anisotropy_depth", "twonn", "qk_drift"):
         png = (finished_run / "figures" / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000
@@ -233,9 +233,10 @@ def test_bad_input_is_one_red_line_and_exit_code_2(units_env, tmp_path, capsys):
         (["--set", "capture.sites=['resid_mdi']"], "did you mean 'resid_mid'"),
         (["--set", "capture.sites=['resid_mid']"], "no resid_mid"),  # Pythia: parallel blocks
         (
-            ["--set", "proxies.rank=32"],  # refused at planning, from the shape
-            "proxies.rank = 32 must be below the model's width: suite "
-            "'micro-pythia' (d_model = 32) allows 1 … 31",
+            ["--set", "proxies.rank=16"],  # refused at planning, from the shape
+            "suite 'micro-pythia' (d_model = 32): proxies.rank = 16 is out of range: "
+            "tangent_energy's complement controls are k-frames outside the proxy and m̂, of "
+            "dimension d − k − 1 (k ≤ ⌊(d − 1)/2⌋ = 15 at d = 32); allowed: 1 … 15",
         ),
     ]
     for extra, message in cases:

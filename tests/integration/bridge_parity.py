@@ -166,14 +166,14 @@ class SampleRecorder:
     ) -> None:
         self.runs: dict[str, list[torch.Tensor]] = {} if runs is None else dict(runs)
         self._current: list[torch.Tensor] | None = None
-        add, prepare = RowReservoir.add, SemiNMF._prepare
+        offer, prepare = RowReservoir.offer, SemiNMF._prepare
 
-        def recording_add(reservoir, ids, columns):
+        def recording_offer(reservoir, rows, columns):  # RowReservoir.add offers too
             if self._current is not None:
                 self._current.extend(
                     _snapshot(c) for c in columns.values() if c.is_floating_point()
                 )
-            return add(reservoir, ids, columns)
+            return offer(reservoir, rows, columns)
 
         def recording_prepare(model, H):
             X = prepare(model, H)
@@ -181,7 +181,7 @@ class SampleRecorder:
                 self._current.append(_snapshot(X))
             return X
 
-        monkeypatch.setattr(RowReservoir, "add", recording_add)
+        monkeypatch.setattr(RowReservoir, "offer", recording_offer)
         monkeypatch.setattr(SemiNMF, "_prepare", recording_prepare)
 
     def run(self, name: str) -> _Run:

@@ -181,12 +181,16 @@ def _assert_same(a: CaptureStatistics, b: CaptureStatistics) -> None:
         assert (ea is None) == (eb is None) == (name not in ENERGY_SITES)
         if ea is not None:
             assert (ea.seq_len, ea.methods) == (eb.seq_len, eb.methods)
-            for field in ("sequences", "total", "inside", "control", "complement"):
+            for field in ("sequences", "total", "inside", "drift"):
                 _assert_tensor(getattr(ea, field), getattr(eb, field))
-            for method in ea.methods:
+            b = torch.linspace(-1.0, 1.0, D, dtype=torch.float64)  # any drift coefficient
+            for j, method in enumerate(ea.methods):
+                coefficient = None if ea.projectors.excluded[j] is None else b
                 for bin_index in [None, *range(N_BINS)]:
                     for x, y in zip(
-                        ea.sums(method, bin_index), eb.sums(method, bin_index), strict=True
+                        ea.sums(method, bin_index, coefficient),
+                        eb.sums(method, bin_index, coefficient),
+                        strict=True,
                     ):
                         _assert_tensor(x, y)
     assert list(a.attention) == list(b.attention) == [0, 1]
@@ -311,7 +315,7 @@ def test_files_that_are_not_captures_are_refused(setup, tmp_path):
     newer = tmp_path / "newer.pt"
     torch.save({**payload, "version": capture_saving.FORMAT_VERSION + 1}, newer)
     with pytest.raises(
-        ValueError, match=r"newer\.pt holds .* format version 3; .* reads version 2"
+        ValueError, match=r"newer\.pt holds .* format version 4; .* reads version 3"
     ):
         load_statistics(newer)
     payload["statistics"]["state"]["sites"]["values"][0]["class"] = "Unpickler"
@@ -368,7 +372,7 @@ def test_loading_reads_weights_only(setup, tmp_path):
     path = tmp_path / "capture.pt"
     save_statistics(setup.capture(slice(0, 3)), path, {"counts": np.arange(3)})
     payload = torch.load(path, weights_only=True)
-    assert (payload["format"], payload["version"]) == (capture_saving.FORMAT, 2)
+    assert (payload["format"], payload["version"]) == (capture_saving.FORMAT, 3)
     # a file that names a Python callable is refused without running it
     hostile = tmp_path / "hostile.pt"
     marker = tmp_path / "unpickled"

@@ -99,3 +99,56 @@ def test_a_step_on_the_device_path_gives_the_cpu_rows(micro_pythia, monkeypatch)
     assert {b.device.type for bases in own.values() for b in bases.values()} == {"meta"}
     _assert_same_rows(rows, expected, recorder.same("cpu", "device"))
     assert accelerator.transfers.matrices() == []
+
+
+#: The probes whose draws and replicates the sync test varies (the others' runs are
+#: covered by the test above).
+_DRAWING = ("tangent_energy", "anisotropy_share")
+
+
+def _probe_syncs(suite, *variants: tuple[str, ...]) -> list[int]:
+    """Host syncs of one step's probes (``step_rows``) on the emulated accelerator, for each
+    variant of the recipe (overrides), after one capture made there (per_checkpoint proxies:
+    the fits are the probes' too)."""
+    off = [f"probes.{p}=false" for p in _recipe().probes if p not in _DRAWING]
+    fits = ("proxies.fit_policy='per_checkpoint'", "proxies.methods=['pca']")  # semi-NMF's own test
+    recipes = [_recipe(*fits, *off, *v) for v in variants]
+    recipe = recipes[0]
+    with threads(recipe.capture.threads):
+        data = prepare_analysis_data(suite, recipe)
+        step = suite.steps[-1]
+        with emulated_accelerator() as accelerator:
+            model = _model(suite, step, accelerator.device)
+            sites = capture_sites(model, recipe)
+            stats = capture_step(model, sites, data, recipe, recipe.needs, step, gradients=True)
+            capture = Capture(
+                suite=recipe.suite.name,
+                step=step,
+                tokens_seen=suite.tokens_seen(step),
+                statistics=stats,
+                layers=sites,
+                seq_len=recipe.data.seq_len,
+                frequencies=data.frequencies,
+            )
+            counts = []
+            for variant in recipes:
+                start = len(accelerator.transfers.syncs)
+                step_rows(variant, capture)
+                counts.append(len(accelerator.transfers.syncs) - start)
+            return counts
+
+
+def test_a_steps_probes_wait_as_often_whatever_the_draws_and_replicates(micro_pythia):
+    """Twice the control draws (every family's), ΔIsoScore* draws and bootstrap replicates: the
+    same number of host syncs — the draws and replicates are batched on the device (the
+    bootstrap resamples per-sequence sums on the host, read once)."""
+    few, more = _probe_syncs(
+        micro_pythia,
+        (),
+        (
+            "proxies.draws=40",
+            "probes.tangent_energy.bootstrap=40",
+            "probes.anisotropy_share.isoscore_draws=6",
+        ),
+    )
+    assert few == more

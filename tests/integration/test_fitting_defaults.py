@@ -78,4 +78,6 @@ def test_auto_resolves_a_local_olmo_folder_to_the_bridge_at_planning(olmo_suite)
     recipe = load_recipe("quickstart", [f"suite.name='{spec}'", "suite.loader='hooked'"])
     with pytest.raises(ValueError, match="model type 'olmo' load only through loader 'bridge'"):
         plan_sweep(recipe)  # before anything is loaded
-    plan_sweep(load_recipe("quickstart", [f"suite.name='{spec}'", "suite.steps=2"]))
+    plan_sweep(
+        load_recipe("quickstart", [f"suite.name='{spec}'", "suite.steps=2", "proxies.rank=8"])
+    )

@@ -15,6 +15,7 @@ import torch
 import tangentlens as tl
 from tangentlens.dictionaries import PCA
 from tangentlens.dictionaries.proxy_config import ProxyConfig
+from tangentlens.metrics import drift_regression
 from tangentlens.proxies import fit_proxies
 from tangentlens.user_proxies import resolve_proxies
 
@@ -149,17 +150,18 @@ def test_a_proxy_holding_the_mean_direction_is_scored_without_it_and_its_overlap
     g = site.g.second_moment
     row = table.where(probe="tangent_energy", site=SITE, method="holds_m").to_pylist()[0]
     assert row["rank"] == 1
-    assert _energy(table, "holds_m") == pytest.approx(float(u @ g @ u / torch.trace(g)), rel=1e-9)
-    e_m = float(m @ g @ m / torch.trace(g))
+    s = drift_regression(g, m).moment  # scored beyond the drift, as every proxy avoiding m̂
+    assert _energy(table, "holds_m") == pytest.approx(float(u @ s @ u / torch.trace(g)), rel=1e-9)
     assert _energy(table, "holds_m", "energy_null_mean") == pytest.approx(
-        1 / (D - 1) * (1 - e_m), rel=1e-9
+        1 / (D - 1) * float(torch.trace(s) / torch.trace(g)), rel=1e-9
     )
 
 
 def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(capture):
     """Planted: the top eigenvectors of the site's own gradient moment read their exact energy
-    share ``tr(QᵀGQ)/tr(G)`` (m̂ projected out first, as for every proxy), above every control,
-    with the p-value at its floor. Null: a random frame reads like its controls."""
+    share beyond the drift ``tr(QᵀSQ)/tr(G)`` (m̂ projected out first, as for every proxy; S the
+    drift-regressed moment), above every control, with the p-value at its floor. Null: a random
+    frame reads like its controls."""
     site = capture.statistics.sites[SITE]
     g = site.g.second_moment
     top = torch.linalg.eigh(g).eigenvectors[:, -4:]
@@ -174,17 +176,18 @@ def test_planted_gradient_directions_read_enriched_and_random_ones_read_null(cap
     )
     m = site.h.sum / site.h.sum.norm()
     q = torch.linalg.qr(top - torch.outer(m, m @ top))[0]
-    expected = float(torch.trace(q.T @ g @ q) / torch.trace(g))
+    s = drift_regression(g, m).moment
+    expected = float(torch.trace(q.T @ s @ q) / torch.trace(g))
     assert _energy(table, "planted") == pytest.approx(expected, rel=1e-10)
     assert _energy(table, "planted") > _energy(table, "planted", "energy_control_max")
-    # exchangeable controls in m̂⊥: k/(d − 1) · (1 − E(m̂)); complement controls in span(T, m̂)⊥:
-    # k/(d − 1 − k) · (1 − E(T) − E(m̂))
-    e_m = float(m @ g @ m / torch.trace(g))
+    # exchangeable controls in m̂⊥: k/(d − 1) · (1 − D), 1 − D = tr S / tr G; complement controls
+    # in span(T, m̂)⊥: k/(d − 1 − k) · (1 − D − E(T))
+    outside = float(torch.trace(s) / torch.trace(g))
     assert _energy(table, "planted", "energy_null_mean") == pytest.approx(
-        4 / 31 * (1 - e_m), rel=1e-10
+        4 / 31 * outside, rel=1e-10
     )
     assert _energy(table, "planted", "energy_complement_null_mean") == pytest.approx(
-        4 / 27 * (1 - expected - e_m), rel=1e-10
+        4 / 27 * (outside - expected), rel=1e-10
     )
     assert _energy(table, "planted", "energy_p_value") == pytest.approx(1 / 41)
     z = _energy(table, "random", "energy_z")
@@ -448,3 +451,26 @@ def test_the_stage_keys_given_with_tangent_energy_are_moved_in_one_line(model, t
     capture = tl.capture_model(model, texts[:20], probes=probes, seq_len=32)
     again = tl.measure(capture, probes={"tangent_energy": {"bootstrap": 0}}, fit={"rank": 3})
     assert _same_rows(table, again)
+
+
+def test_the_width_bounds_are_checked_before_the_capture(model, texts, capture, monkeypatch):
+    """A rank whose complement controls do not fit d = 32 (k ≤ ⌊31/2⌋ = 15) is refused by its
+    recipe key before anything is captured, for a model and for a capture; 15 runs."""
+    import tangentlens.notebook as notebook
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("captured before the bounds were checked")
+
+    monkeypatch.setattr(notebook, "capture_scored", no_capture)
+    message = (
+        "the model (d_model = 32): proxies.rank = 16 is out of range: tangent_energy's "
+        "complement controls are k-frames outside the proxy and m̂, of dimension d − k − 1 "
+        "(k ≤ ⌊(d − 1)/2⌋ = 15 at d = 32); allowed: 1 … 15"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tl.measure(model, texts, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
+    with pytest.raises(ValueError, match=re.escape("the capture (sites of width 32): proxies.")):
+        tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 16})
+    monkeypatch.undo()
+    table = tl.measure(capture, probes={"tangent_energy": TANGENT}, fit={**FIT, "rank": 15})
+    assert _energy(table, "pca", "energy_ratio") > 0

@@ -21,6 +21,7 @@ from tangentlens.data import (
     pack_causal,
     tokenize_corpus,
 )
+from tangentlens.metrics import drift_regression
 from tangentlens.models import lens_model
 from tangentlens.probes import tangent_energy
 from tangentlens.proxies import ProxyConfig, fit_proxies
@@ -73,8 +74,9 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
     model, rows, capture, bins, proxies, _, data = setup
     site = "blocks.1.hook_resid_post"
     energy = data.statistics.sites[site].sequence_energy
-    # brute force: every kept row of every batch, its sequence and bin; the controls' exact
-    # mean energies written out: k/(d − r) · (‖g‖² − ‖Xᵀg‖²), X = m̂ or [Q, m̂]
+    # brute force: every kept row of every batch, its sequence and bin; for a proxy avoiding
+    # m̂ the rows beyond the drift r = g − b (m̂ᵀg), b their least-squares coefficient on the
+    # drift coordinate; the controls' exact mean energies k/(d − r) · (‖r‖² − ‖Xᵀr‖²)
     g_rows, seq_rows, bin_rows = [], [], []
     for start in range(0, len(rows), BATCH):
         tokens = torch.as_tensor(rows[start : start + BATCH])
@@ -95,14 +97,18 @@ def test_sums_gathered_during_capture_equal_explicit_rows(setup):
             x = g * mask[:, None]
             d, k = proxy.shape
             m = tangent_energy.exchangeable_excluded(proxies[site], method)
-            along_m = x.new_zeros(len(x)) if m is None else ((x @ m.double()) ** 2).sum(dim=1)
+            total = one_hot.T @ (x**2).sum(dim=1)
+            b = None
+            if m is not None:
+                drift = x @ m.double()  # (rows, 1)
+                b = (x.T @ drift)[:, 0] / float(drift.T @ drift)
+                x = x - drift * b
             r = 0 if m is None else 1
             along_q = ((x @ proxy.double()) ** 2).sum(dim=1)
-            total = one_hot.T @ (x**2).sum(dim=1)
             inside = one_hot.T @ along_q
-            control = k / (d - r) * (total - one_hot.T @ along_m)
-            complement = k / (d - r - k) * (total - one_hot.T @ (along_m + along_q))
-            got = energy.sums(method, bin_index)
+            control = k / (d - r) * (one_hot.T @ (x**2).sum(dim=1))
+            complement = k / (d - r - k) * (one_hot.T @ ((x**2).sum(dim=1) - along_q))
+            got = energy.sums(method, bin_index, b)
             torch.testing.assert_close(got.total, total, rtol=1e-9, atol=1e-12)
             torch.testing.assert_close(got.inside, inside, rtol=1e-9, atol=1e-12)
             torch.testing.assert_close(got.control, control, rtol=1e-9, atol=1e-12)
@@ -130,7 +136,13 @@ def test_probe_intervals_resample_every_sequence_and_contain_their_point(setup):
             continue
         energy = data.statistics.sites[r["site"]].sequence_energy
         b = None if r["freq_bin"] == "all" else int(r["freq_bin"])
-        inside, total, *_ = energy.sums(r["method"], b)
+        m = tangent_energy.exchangeable_excluded(proxies[r["site"]], r["method"])
+        coefficient = None
+        if m is not None:  # the bin's drift regression, as the probe fits it
+            stats = data.statistics.sites[r["site"]]
+            moment = (stats.g if b is None else stats.g_bins[b]).second_moment
+            coefficient = drift_regression(moment, m[:, 0]).coefficient
+        inside, total, *_ = energy.sums(r["method"], b, coefficient)
         assert float(inside.sum() / total.sum()) == pytest.approx(r["value"], rel=1e-10)
         assert energy.n_sequences == 48
 

@@ -186,6 +186,58 @@ def test_verify_finds_duplicates_over_all_pairs_damage_and_config_changes(micro_
     )
 
 
+def _poison(folder: Path, name: str, value: float, dtype: torch.dtype | None = None) -> None:
+    """Set one value of the weight ``name`` in ``folder``'s safetensors to ``value``."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    weights = load_file(path)
+    if dtype is not None:
+        weights = {k: v.to(dtype) for k, v in weights.items()}
+    weights[name].view(-1)[0] = value
+    save_file(weights, path, metadata={"format": "pt"})
+
+
+WEIGHT = "gpt_neox.layers.0.attention.dense.weight"
+
+
+def test_a_nan_weight_is_named_by_the_integrity_check_when_loaded_and_before_a_sweep(
+    micro_pythia, tmp_path, capsys
+):
+    """A NaN in one checkpoint's weights: named by its parameter where the suite's files are
+    read (``verify``, which a sweep runs before any unit), and when it is loaded — not later as
+    non-finite activations at some site."""
+    from tangentlens.cli import main
+
+    root = _copy_suite(micro_pythia, tmp_path / "suite", {"step0": 0, "step10": 10})
+    _poison(root / "step10", WEIGHT, float("nan"))
+    (line,) = LocalSuite(root).verify().problems()
+    assert line.startswith("checkpoint at step 10 is damaged: weights in ")
+    assert f"(model.safetensors): parameter {WEIGHT} holds 1 non-finite value(s)" in line
+    with pytest.raises(ValueError, match=f"parameter {WEIGHT} holds 1 non-finite value"):
+        LocalSuite(root).load(10)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        f'[suite]\nname = "{root}"\nsteps = "all"\n\n[data]\nseq_len = 32\nmax_tokens = 512\n'
+        '\n[capture]\nsites = ["resid_post"]\n\n[probes.cosine_drift]\n'
+    )
+    out = tmp_path / "run"
+    assert main(["sweep", "--recipe", str(recipe), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert f"parameter {WEIGHT} holds 1 non-finite" in error and "activations" not in error
+    assert not out.exists()  # refused before any unit ran
+
+
+def test_a_half_precision_overflow_names_the_dtype_when_loaded(micro_pythia, tmp_path):
+    folder = tmp_path / "step10"
+    shutil.copytree(micro_pythia.folder(10), folder)
+    _poison(folder, WEIGHT, float("inf"), dtype=torch.float16)
+    from tangentlens.models.loading import load_local_checkpoint
+
+    with pytest.raises(ValueError, match=f"{WEIGHT} holds 1 non-finite .* stored in float16"):
+        load_local_checkpoint(folder, dtype=torch.float16)
+
+
 def test_two_folders_naming_one_step_are_an_error_naming_both(micro_pythia, tmp_path):
     root = _copy_suite(micro_pythia, tmp_path / "suite", {"step1": 1, "checkpoint-1": 1})
     with pytest.raises(

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import math
+import multiprocessing
+import os
 
 import pytest
 import torch
@@ -176,6 +178,37 @@ def test_cached_suite_is_reused_and_interrupted_training_leaves_nothing(tmp_path
         ensure_mini_suite(
             "t", config=micro_config("pythia", seed=5), cache_dir=tmp_path, train=False
         )
+
+
+def _train_and_count(config, cache, log) -> None:
+    """Ensure the suite, appending this process's pid to ``log`` if it trained it."""
+
+    def progress(event):
+        if event.phase == "data":
+            with open(log, "a") as handle:
+                handle.write(f"{os.getpid()}\n")
+
+    ensure_mini_suite("t", config=config, cache_dir=cache, progress=progress)
+
+
+def test_two_processes_needing_one_suite_train_it_once(tmp_path, micro_config):
+    """A training holds a lock beside the suite: a second process that needs the same suite
+    meanwhile (two sweeps started together, the test run's workers) waits and reads it."""
+    config = micro_config("pythia", total_steps=20, checkpoint_every=10)
+    context = multiprocessing.get_context("fork")
+    log = tmp_path / "trained-by"
+    processes = [
+        context.Process(target=_train_and_count, args=(config, tmp_path / "cache", log))
+        for _ in range(2)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert len(log.read_text().split()) == 1  # trained once
+    names = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert names == [mini_suite_dir("t", config, tmp_path / "cache").name]  # no lock left
 
 
 def test_cache_key_depends_on_config_and_corpus():

@@ -14,7 +14,11 @@ from tangentlens.capture import (
     TypeSums,
     row_priorities,
 )
-from tangentlens.metrics import centred_anisotropy, centred_anisotropy_from_moments
+from tangentlens.metrics import (
+    centred_anisotropy,
+    centred_anisotropy_from_moments,
+    drift_regression,
+)
 from tests.numerics import assert_reordered_sums
 
 
@@ -279,28 +283,41 @@ def _energy_stream(seed=0, n_seq=7, seq_len=9, d=6, n_bins=2):
 
 
 def _brute_force(g, ids, bins, proxies, excluded, seq_len, n_slots=3):
-    """Per sequence, per slot: Σ‖g‖², Σ‖gQ‖² and the controls' exact mean energies, written out
-    row by row: ``k/(d − r) · (‖g‖² − ‖Xᵀg‖²)`` with X = m̂ (exchangeable) and X = [Q, m̂]
-    (complement; Q ⊥ m̂)."""
+    """Per sequence, per slot, written out row by row: Σ‖g‖², Σ‖gQ‖² and the drift sums
+    Σ (m̂ᵀg) g."""
     sequences = sorted({int(i) // seq_len for i in ids})
+    d = g.shape[1]
     total = np.zeros((len(sequences), n_slots))
     inside = np.zeros((len(sequences), len(proxies), n_slots))
-    control, complement = np.zeros_like(inside), np.zeros_like(inside)
-    d = g.shape[1]
+    drift = np.zeros((len(sequences), n_slots, d))
+    m = excluded["a"].numpy()[:, 0]
     for row, i, b in zip(g.numpy(), ids.tolist(), bins.tolist(), strict=True):
         s = sequences.index(i // seq_len)
         for slot in {0, b + 1 if 0 <= b < n_slots - 1 else 0}:
             total[s, slot] += row @ row
-            for j, (m, q) in enumerate(proxies.items()):
-                k = q.shape[1]
-                along_q = np.sum((row @ q.numpy()) ** 2)
-                x = excluded[m]
-                along_x = 0.0 if x is None else np.sum((row @ x.numpy()) ** 2)
-                r = 0 if x is None else x.shape[1]
-                inside[s, j, slot] += along_q
-                control[s, j, slot] += k / (d - r) * (row @ row - along_x)
-                complement[s, j, slot] += k / (d - r - k) * (row @ row - along_x - along_q)
-    return sequences, total, inside, control, complement
+            drift[s, slot] += (row @ m) * row
+            for j, q in enumerate(proxies.values()):
+                inside[s, j, slot] += np.sum((row @ q.numpy()) ** 2)
+    return sequences, total, inside, drift
+
+
+def _brute_sums(g, ids, bins, q, x, b, seq_len, slot):
+    """One method's per-sequence sums in ``slot``, row by row: of ``r = g − b (m̂ᵀg)`` where its
+    controls avoid ``x`` = m̂ — ``Σ‖Qᵀr‖²``, ``Σ‖g‖²``, ``k/(d − 1) Σ‖r‖²``, ``k/(d − 1 − k)
+    Σ(‖r‖² − ‖Qᵀr‖²)`` — else of ``g`` with ``k/d`` and ``k/(d − k)``."""
+    sequences = sorted({int(i) // seq_len for i in ids})
+    d, k = q.shape
+    out = np.zeros((4, len(sequences)))
+    for row, i, bin_ in zip(g.numpy(), ids.tolist(), bins.tolist(), strict=True):
+        if slot and bin_ != slot - 1:
+            continue
+        r = row if x is None else row - (row @ x.numpy()[:, 0]) * b
+        inside, outside = np.sum((r @ q.numpy()) ** 2), r @ r
+        shift = 0 if x is None else 1
+        values = (inside, row @ row, k / (d - shift) * outside)
+        out[:3, sequences.index(i // seq_len)] += values
+        out[3, sequences.index(i // seq_len)] += k / (d - shift - k) * (outside - inside)
+    return out
 
 
 def test_sequence_energy_matches_explicit_rows_and_ignores_batching():
@@ -313,7 +330,7 @@ def test_sequence_energy_matches_explicit_rows_and_ignores_batching():
     whole.update(g, ids, bins)
     sequences, *expected = _brute_force(g, ids, bins, proxies, excluded, seq_len)
     assert whole.sequences.tolist() == sequences and whole.n_sequences == len(sequences)
-    names = ("total", "inside", "control", "complement")
+    names = ("total", "inside", "drift")
     for name, want in zip(names, expected, strict=True):
         np.testing.assert_allclose(getattr(whole, name).numpy(), want, rtol=1e-12, err_msg=name)
     # split at odd places (a sequence cut in two) and merged from two accumulators
@@ -326,16 +343,19 @@ def test_sequence_energy_matches_explicit_rows_and_ignores_batching():
         torch.testing.assert_close(
             getattr(parts[0], name), getattr(whole, name), rtol=1e-12, atol=0
         )
-    sums = whole.sums("b", 1)
-    total, inside, control, complement = expected
-    for got, want in zip(
-        sums, (inside[:, 1, 2], total[:, 2], control[:, 1, 2], complement[:, 1, 2]), strict=True
-    ):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    # each method's sums for a coefficient b: drift-regressed where its controls avoid m̂
+    b = torch.linspace(-1.0, 2.0, 6, dtype=torch.float64)
+    for method, coefficient in (("a", b), ("b", None)):
+        sums = whole.sums(method, 1, coefficient)
+        want = _brute_sums(g, ids, bins, proxies[method], excluded[method], b.numpy(), seq_len, 2)
+        for got, expect in zip(sums, want, strict=True):
+            np.testing.assert_allclose(got.numpy(), expect, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="no projectors for method"):
         whole.sums("c")
     with pytest.raises(ValueError, match="bin_index must be None or in"):
         whole.sums("a", 2)
+    with pytest.raises(ValueError, match="its sums need the drift regression's coefficient"):
+        whole.sums("a", 1)
     other = SequenceEnergy(_projectors()[2], seq_len, 3)
     with pytest.raises(ValueError, match="same projectors"):
         whole.merge(other)
@@ -367,10 +387,12 @@ def test_site_statistics_gather_sequence_energy_only_for_named_sites():
         assert float(stats.sequence_energy.inside[:, 0, slot].sum()) == pytest.approx(
             pooled, rel=1e-12
         )
-        null = 2 / 5 * float(torch.trace(acc.second_moment) - m[:, 0] @ acc.second_moment @ m)
-        assert float(stats.sequence_energy.control[:, 0, slot].sum()) == pytest.approx(
-            null, rel=1e-12
-        )
+        # the drift-regressed exchangeable mean: k/(d − 1) · tr S, S the Schur complement
+        regression = drift_regression(acc.second_moment, m[:, 0])
+        null = 2 / 5 * float(torch.trace(regression.moment))
+        bin_index = None if slot == 0 else slot - 1
+        sums = stats.sequence_energy.sums("a", bin_index, regression.coefficient)
+        assert float(sums.control.sum()) == pytest.approx(null, rel=1e-10)
     assert SiteStatistics(6, config, site="other").sequence_energy is None
     assert SiteStatistics(6, config).sequence_energy is None
     with pytest.raises(ValueError, match="merge only when both keep sequence energies"):

@@ -1,7 +1,10 @@
 """The tangent-energy probe's two control families (METHODS.md §1.2), null and planted.
 
 Exchangeable controls (the headline) are Haar k-frames in m̂⊥, m̂ the mean direction projected
-out of the proxy; complement controls are Haar k-frames in span(T, m̂)⊥. Null: gradients with a
+out of the proxy; complement controls are Haar k-frames in span(T, m̂)⊥. The gradients' drift
+coordinate is made uncorrelated with the others, so the drift regression the proxies are scored
+beyond removes exactly their share along m̂ (tests/unit/test_drift_regression.py covers the
+rest). Null: gradients with a
 share f of their energy along m̂ and a proxy drawn uniformly in m̂⊥ read ratio 1 against either
 family, and each family's sampled mean equals its closed form; controls that may contain m̂ (the
 defect this guards against) read (1 − f)(d − k)/((d − 1) − k(1 − f)) instead. Planted: exact
@@ -36,13 +39,23 @@ def _haar_in_complement(excluded: torch.Tensor, k: int, gen: torch.Generator) ->
     return full[:, r:d] @ q
 
 
-def _gradients(f: float, m: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
-    """Anisotropic gradients (scales 0.3 … 2) with exactly a share ``f`` of their energy along
-    the unit ``m`` (d × 1)."""
-    g = torch.randn(n, D, generator=gen, dtype=torch.float64)
-    g = g * torch.linspace(0.3, 2.0, D, dtype=torch.float64)
+def _decorrelated(g: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(along, rest)``: the rows' part along the unit ``m`` and the rest, the rest's columns
+    made orthogonal (over the rows) to the drift coordinate ``gᵀm`` — so the drift regression
+    removes exactly the part along m (its coefficient is m, the share it removes E(m))."""
     along = g @ m @ m.T
     rest = g - along
+    a = g @ m  # (n, 1)
+    rest = rest - a @ (a.T @ rest) / float(a.T @ a)
+    return along, rest - rest @ m @ m.T
+
+
+def _gradients(f: float, m: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
+    """Anisotropic gradients (scales 0.3 … 2) with exactly a share ``f`` of their energy along
+    the unit ``m`` (d × 1), their drift coordinate uncorrelated with the rest."""
+    g = torch.randn(n, D, generator=gen, dtype=torch.float64)
+    g = g * torch.linspace(0.3, 2.0, D, dtype=torch.float64)
+    along, rest = _decorrelated(g, m)
     total = float(g.pow(2).sum())
     a = math.sqrt(f * total / float(along.pow(2).sum()))
     b = math.sqrt((1 - f) * total / float(rest.pow(2).sum()))
@@ -103,8 +116,9 @@ def test_planted_energies_and_both_closed_forms_are_exact():
     m = torch.linalg.qr(torch.randn(D, 1, generator=gen, dtype=torch.float64))[0]
     T = _haar_in_complement(m, K, gen)
     g = torch.randn(5000, D, generator=gen, dtype=torch.float64)
-    parts = [g @ T @ T.T, g @ m @ m.T]
-    rest = g - parts[0] - parts[1]
+    along, others = _decorrelated(g, m)  # the drift coordinate uncorrelated with T's
+    parts = [others @ T @ T.T, along]
+    rest = others - parts[0]
     total = float(g.pow(2).sum())
     g = sum(
         p * math.sqrt(share * total / float(p.pow(2).sum()))

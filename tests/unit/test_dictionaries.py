@@ -299,9 +299,14 @@ def test_one_float32_step_of_either_loop_is_within_the_rounding_bound(xp):
         + U32 * float(exact_D.norm())
         + 4 * gamma(n, U64) * kappa * float(exact_D.norm())
     )
-    found = torch.as_tensor(seminmf._directions(xp, to(gram), Zt, to(H)))
-    assert found.dtype == torch.float32
-    assert float((found.double() - exact_D).norm()) <= budget
+    found = [torch.as_tensor(seminmf._directions(xp, to(gram), Zt, to(H)))]
+    if xp is torch:  # the device loop's own solve (Cholesky, its right-hand side in float64)
+        solved, ok = seminmf._directions_solved(gram, Zt, H)
+        assert bool(ok)
+        found.append(solved)
+    for directions in found:
+        assert directions.dtype == torch.float32
+        assert float((directions.double() - exact_D).norm()) <= budget
     assert budget < 1e-2 * float(exact_D.norm())
 
 
@@ -366,3 +371,29 @@ def test_the_float32_loops_each_end_in_a_valid_fit_and_the_device_runs_torchs_lo
     assert accelerator.relative_error_ == torch_fit.relative_error_
     for fit, codes in ((numpy_fit, numpy_codes), (torch_fit, torch_codes)):
         _assert_a_valid_float32_fit(fit, H, codes)
+
+
+def _fit_syncs(max_iter: int, solver: str) -> tuple[int, int]:
+    """(host syncs, iterations) of a semi-NMF fit of noisy planted rows on the emulated
+    accelerator, ``tol`` small enough that it runs ``max_iter`` iterations."""
+    H, _ = _planted(n=300, d=12, k=4, seed=5, noise=0.5)
+    with emulated_accelerator() as device:
+        X = H.to(device.device)
+        start = len(device.transfers.syncs)
+        model = SemiNMF(4, solver=solver, seed=1, tol=1e-14, max_iter=max_iter, dtype="float64")
+        model.fit(X)
+        return len(device.transfers.syncs) - start, model.n_iter_
+
+
+@pytest.mark.parametrize("solver", ["hals", "mu"])
+def test_a_device_fit_waits_on_the_host_at_most_once_per_ten_iterations(solver):
+    """The device loop reads its objective (the stopping test) once per block of 10
+    iterations, in one transfer: 50 more iterations add at most 5 syncs (before: about 5 per
+    iteration). The fit's own set-up waits 9 times whatever its length — the input's finiteness,
+    its norm, the initial rows' index, the initial codes' and directions' pseudo-inverses (3),
+    the SVD bound (2), the final error — and 10 iterations read one block."""
+    short, short_iterations = _fit_syncs(10, solver)
+    long, long_iterations = _fit_syncs(60, solver)
+    assert (short_iterations, long_iterations) == (10, 60)
+    assert long - short <= 5
+    assert short <= 9 + 1

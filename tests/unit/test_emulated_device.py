@@ -76,3 +76,42 @@ def test_the_module_example_runs():
     from tangentlens import testing
 
     assert doctest.testmod(testing).failed == 0
+
+
+def test_every_wait_a_cuda_device_makes_is_counted_with_its_kind():
+    """Scalar reads, copies back, ops whose output size the host must read, linear algebra
+    checking its info on the host and pageable uploads are syncs; a pinned non-blocking upload
+    and the ``*_ex`` forms without error checks are not."""
+    a = torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with emulated_accelerator() as accelerator:
+        x = (a @ a.T + torch.eye(4, dtype=torch.float64)).to(accelerator.device)  # pageable
+        syncs = accelerator.transfers.syncs
+        mask = x > 0
+        pinned = torch.arange(4).pin_memory().to(accelerator.device, non_blocking=True)
+        torch.linalg.cholesky_ex(x)  # no info check
+        torch.linalg.qr(x)
+        x[pinned]  # a device index
+        assert [s.kind for s in syncs] == ["pageable_upload"] and accelerator.transfers.uploads == 1
+        x[mask]
+        torch.nonzero(mask)
+        torch.unique(pinned)
+        torch.linalg.eigh(x)
+        torch.linalg.cholesky(x)
+        x[torch.tensor([0, 1])]  # a host index PyTorch copies from pageable memory
+        float(x[0, 0])
+        x[0].tolist()
+        x.cpu()
+    kinds = [s.kind for s in syncs]
+    assert kinds == [
+        "pageable_upload",
+        "boolean_mask",
+        "nonzero",
+        "unique",
+        "linalg_info",
+        "linalg_info",
+        "pageable_upload",
+        "scalar",
+        "tolist",
+        "to_host",
+    ]
+    assert all("test_emulated_device.py" in s.where for s in syncs)

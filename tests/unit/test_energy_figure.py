@@ -269,7 +269,11 @@ def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
     assert figures.tangent_energy_figure(rows, tmp_path / "te.png")
     (fig,) = closed
     titles = [ax.get_title() for ax in fig.axes]  # fractions above, ratios below
-    assert titles == [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"] + [""] * len(BINS)
+    site = " — blocks.2.hook_resid_post"  # the deepest layer's one site
+    named = [f"frequency bin {b}" for b in BINS[:-1]] + ["all tokens"]
+    named[0] += " (rarest)"
+    named[-2] += " (most frequent)"
+    assert titles == [t + site for t in named] + [""] * len(BINS)
     assert "layer 2" in fig.get_suptitle()  # the deepest layer, not the embedding
     assert not figures.tangent_energy_figure(rows[:0], tmp_path / "none.png")
     # a method has the same colour in both energy figures

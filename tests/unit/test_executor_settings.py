@@ -4,6 +4,7 @@ commands are stand-ins on a PATH of the test's own (and never run)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from pathlib import Path
@@ -186,3 +187,21 @@ def test_the_slurm_check_passes_with_the_commands_and_other_kinds_need_none(
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
     for kind in ("local", "ray", "submitit-local"):
         check_executor(load_recipe("quickstart", [f"executor.kind='{kind}'"]))
+
+
+def test_local_jobs_start_as_the_job_itself_with_the_units_environment(monkeypatch, tmp_path):
+    """``submitit-local`` starts each job directly (no ``sh -c`` from a setup: cancelling a
+    job must signal the job), with the units' environment set while it starts and restored
+    after."""
+    pytest.importorskip("submitit")
+    from tangentlens.sweep.executors.submitit import _executor, _local_env
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    recipe = load_recipe("quickstart", ["executor.kind='submitit-local'", "capture.threads=3"])
+    executor = _executor(recipe, tmp_path)
+    assert not executor._executor.parameters.get("setup")
+    with _local_env(executor, recipe):
+        seen = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    assert seen == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+    assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ

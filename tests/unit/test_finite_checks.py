@@ -42,3 +42,21 @@ def test_one_bad_value_past_the_first_chunk_is_found() -> None:
 def test_integer_tensors_and_no_tensors() -> None:
     assert finite_flags([torch.arange(6)]) == [True]
     assert finite_flags([]) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_non_finite_activations_name_the_site_and_a_half_precision_dtype(dtype) -> None:
+    """A capture's non-finite activations name the site and step and, in float16 / bfloat16
+    (whose range a model overflows easily), the dtype as a likely cause."""
+    from tangentlens.capture.engine import _finite_or_raise
+
+    tensor = torch.tensor([[1.0, float("inf")]], dtype=dtype)
+    with pytest.raises(ValueError) as error:
+        _finite_or_raise({"blocks.2.hook_resid_post": tensor}, [float("inf")], "activations", 40)
+    message = str(error.value)
+    assert (
+        "non-finite activations (NaN or inf) at site 'blocks.2.hook_resid_post' at step 40"
+        in message
+    )
+    half = f"the model runs in {str(dtype)[6:]}, whose range overflows easily: a likely cause"
+    assert (half in message) == (dtype != torch.float32), message

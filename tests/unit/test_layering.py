@@ -159,7 +159,18 @@ def test_the_module_graph_has_no_cycle():
 #: The layers of the README's "How the code is laid out": a package imports only from its own
 #: layer and those before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "_lazy", "paths", "checks", "typing", "runtime", "seeding", "results", "testing"),
+    (
+        "__init__",
+        "_lazy",
+        "paths",
+        "checks",
+        "typing",
+        "runtime",
+        "locking",
+        "seeding",
+        "results",
+        "testing",
+    ),
     ("metrics",),
     ("dictionaries",),
     ("data", "models"),

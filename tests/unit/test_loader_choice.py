@@ -94,7 +94,8 @@ def test_suite_families_are_known_without_opening_the_suite(tmp_path) -> None:
     ],
 )
 def test_the_manifest_records_the_loader_every_unit_uses(suite, loader, recorded) -> None:
-    recipe = load_recipe("quickstart", [f"suite.name='{suite}'", f"suite.loader='{loader}'"])
+    overrides = [f"suite.name='{suite}'", f"suite.loader='{loader}'", "proxies.rank=8"]
+    recipe = load_recipe("quickstart", overrides)  # d = 32: k ≤ 15
     manifest = initial_manifest(recipe, plan_sweep(recipe), "cpu")
     assert manifest["loader"] == recorded
     assert manifest["recipe"]["suite"]["loader"] == loader

@@ -29,6 +29,7 @@ def _inputs(**change) -> PlanInputs:
         reservoir=16384,
         energy_methods=2,
         n_sequences=512,
+        energy_drift=True,
     )
     return dataclasses.replace(base, **change)
 
@@ -60,12 +61,12 @@ def test_auto_passes_are_the_fewest_that_fit() -> None:
     plan = check_fits(_inputs(passes=0), accelerator=budget, host=None)
     assert plan.accelerator_peak <= budget
     fewer = memory_plan(_inputs(passes=plan.passes - 1))
-    assert fewer.accelerator_peak > budget and plan.passes == 3
+    assert fewer.accelerator_peak > budget and plan.passes == 2
     assert check_fits(_inputs(passes=0), accelerator=None, host=None).passes == 1
 
 
 def test_refusal_names_what_would_fit() -> None:
-    with pytest.raises(ValueError, match=r"capture\.passes = 3 fits\)$") as error:
+    with pytest.raises(ValueError, match=r"capture\.passes = 2 fits\)$") as error:
         check_fits(_inputs(), accelerator=80 * 10**9, host=None)
     assert "\n" not in str(error.value) and "74.51 GiB is available" in str(error.value)
     with pytest.raises(ValueError, match=r"no data\.batch_size or capture\.passes fits"):

@@ -328,25 +328,51 @@ def test_make_row_rows_of_the_example_pass_its_own_check():
     ("override", "message"),
     [
         (
-            "proxies.rank=128",
-            "proxies.rank = 128 must be below the model's width: suite "
-            "'mini-pythia' (d_model = 128) allows 1 … 127",
+            "proxies.rank=64",  # the unit would fail drawing the complement controls
+            "suite 'mini-pythia' (d_model = 128): proxies.rank = 64 is out of range: "
+            "tangent_energy's complement controls are k-frames outside the proxy and m̂, of "
+            "dimension d − k − 1 (k ≤ ⌊(d − 1)/2⌋ = 63 at d = 128); allowed: 1 … 63",
         ),
         (
-            "probes.tangent_energy.data_matched_m=16",
-            "probes.tangent_energy.data_matched_m = 16 must be above the rank (proxies.rank = 16)",
+            "probes.tangent_energy.data_matched_m=32",
+            "probes.tangent_energy.data_matched_m = 32 is out of range: the data-matched "
+            "controls are k-frames in a top-m PCA span (m < d = 128) outside the proxy and m̂ "
+            "(m − k − 1 ≥ k: m ≥ 33 at proxies.rank = 16); allowed: 33 … 127",
+        ),
+        (
+            "probes.tangent_energy.data_matched_m=128",  # PCA's rank is below the width
+            "probes.tangent_energy.data_matched_m = 128 is out of range",
         ),
         ('capture.layers="0,4"', "capture.layers names block(s) [4], but the model has 4 blocks"),
     ],
 )
 def test_what_the_models_shape_rules_out_is_refused_at_planning(override, message):
-    """Checked from the suite's shape alone (no checkpoint opened, no unit run)."""
+    """Checked from the suite's shape alone (no checkpoint opened, no unit run), by recipe key
+    with the range the unit allows: the widest rank and data-matched span plan."""
     from tangentlens.core.recipe import load_recipe
     from tangentlens.sweep.runner import plan_sweep
 
-    plan_sweep(load_recipe("quickstart", ["proxies.rank=127"]))  # the widest
+    plan_sweep(load_recipe("quickstart", ["proxies.rank=63"]))  # the widest
+    plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.data_matched_m=33"]))
+    plan_sweep(load_recipe("quickstart", ["probes.tangent_energy.data_matched_m=127"]))
     with pytest.raises(ValueError, match=re.escape(message)):
         plan_sweep(load_recipe("quickstart", [override]))
+
+
+def test_the_rank_bound_follows_what_the_probes_draw():
+    """Without tangent_energy's complement controls the exchangeable ones bound the rank
+    (k ≤ d − 1); without m̂ projected out, k ≤ d (and the dictionaries' d − 1)."""
+    from tangentlens.core.recipe import load_recipe
+    from tangentlens.sweep.runner import plan_sweep
+
+    alone = ["probes.tangent_energy=false", "probes.anisotropy_share=true"]
+    plan_sweep(load_recipe("quickstart", [*alone, "proxies.rank=127"]))
+    with pytest.raises(ValueError, match=re.escape("proxies.rank = 128 is out of range: a dict")):
+        plan_sweep(load_recipe("quickstart", [*alone, "proxies.rank=128"]))
+    plain = load_recipe("quickstart", ["proxies.mean_direction=false", "proxies.rank=64"])
+    plan_sweep(plain)  # complement room d − k ≥ k
+    with pytest.raises(ValueError, match=re.escape("(k ≤ ⌊(d − 0)/2⌋ = 64 at d = 128)")):
+        plan_sweep(load_recipe("quickstart", ["proxies.mean_direction=false", "proxies.rank=65"]))
 
 
 def test_the_fixture_package_probes_pass_check_probe():

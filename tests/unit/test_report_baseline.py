@@ -42,11 +42,13 @@ def _row(step: int, probe: str, metric: str, value: float, **cell: Any) -> dict[
 
 
 def _energy(step: int, i: int) -> list[dict[str, Any]]:
+    """The energy rows, each ratio with the interval ± 0.05."""
     out = []
     for method, ratios in RATIOS.items():
         cell = {"method": method, "rank": 1 if method == "mean_direction" else 16}
+        ci = (ratios[i] - 0.05, ratios[i] + 0.05)
         out += [
-            _row(step, "tangent_energy", "energy_ratio", ratios[i], **cell),
+            _row(step, "tangent_energy", "energy_ratio", ratios[i], ci=ci, **cell),
             _row(step, "tangent_energy", "energy_p_value", 0.0099 if i == 0 else 0.5, **cell),
             # a metric the report does not know: ignored, not an error
             _row(step, "tangent_energy", "energy_complement_ratio", 9.0, **cell),
@@ -113,8 +115,10 @@ def test_findings_give_the_step_0_value_beside_the_later_steps():
         "peak at step 10"
     )
     assert energy == (
-        "mean over the early steps [10, 100] (≤ 30% of the 2,048,000 tokens seen by step 1000): "
-        "1.94; at step 1000: 1.10; baseline step 0 (init): 2.31 "
+        "early steps (≤ 30% of the 2,048,000 tokens seen by step 1000) 10: 2.23 [2.18, 2.28], "
+        "100: 1.65 [1.60, 1.70], mean 1.94 [1.89, 1.99]; at step 1000: 1.10 [1.05, 1.15]; "
+        "baseline step 0 (init): 2.31 [2.26, 2.36]; early − baseline -10.3 sd, early − late "
+        "+23.3 sd; mean over the same 2 (method, layer, site) at every compared step "
         "(mean direction m̂, rank 1: 5.00 at step 0 (init), 0.50 at step 1000)"
     )
     assert frequency == (
@@ -132,11 +136,11 @@ def test_findings_without_step_0_read_the_earliest_step_as_their_baseline():
         "L1 0.200, L2 0.300"
     )
     assert rise == f"by step — 10: 20.0, 100: 16.0, 1000: 12.0; {earliest}; peak at step 100"
-    assert energy == (
-        "mean over the early steps [100] (≤ 30% of the 2,048,000 tokens seen by step 1000): "
-        f"1.65; at step 1000: 1.10; {earliest}: 2.23 "
-        "(mean direction m̂, rank 1: 4.00 at step 10, 0.50 at step 1000)"
+    assert energy.startswith(
+        "early steps (≤ 30% of the 2,048,000 tokens seen by step 1000) 100: 1.65 [1.60, 1.70], "
+        f"mean 1.65 [1.60, 1.70]; at step 1000: 1.10 [1.05, 1.15]; {earliest}: 2.23 [2.18, 2.28]"
     )
+    assert energy.endswith("(mean direction m̂, rank 1: 4.00 at step 10, 0.50 at step 1000)")
     assert baseline.baseline_notice(rows) == NO_BASELINE
     assert baseline.baseline_notice(_rows()) is None
     assert baseline.baseline_notice([]) is None
@@ -150,20 +154,24 @@ def test_a_run_of_step_0_alone_is_not_testable():
 def test_report_tables_label_the_step_0_row_init_above_the_later_steps(tmp_path):
     text = _report(tmp_path, _rows())
     assert "no step-0 baseline" not in text
-    title = "energy ratio and p-value against the exchangeable controls — pca, "
+    title = "energy ratio [95 % CI], p-value vs the exchangeable controls — pca, "
     assert _table(text, title + "blocks.2.hook_resid_post") == [
         "step all",
         "0 (init) 2.300 p0.010",
+        "[2.250, 2.350]",
         "10 2.100 p0.500",
+        "[2.050, 2.150]",
         "100 1.600 p0.500",
+        "[1.550, 1.650]",
         "1000 1.200 p0.500",
+        "[1.150, 1.250]",
     ]
     assert _table(text, "centred anisotropy")[:3] == [
         "step L0 L1 L2",
         "0 (init) 0.050 0.060 0.070",
         "10 0.100 0.200 0.300",
     ]
-    assert "baseline step 0 (init): 2.31" in text.replace("\n", " ")
+    assert "baseline step 0 (init): 2.31 [2.26, 2.36]" in text.replace("\n", " ")
 
 
 def test_report_without_step_0_says_so_in_one_line(tmp_path):
@@ -193,7 +201,7 @@ def test_two_sites_at_the_deepest_layer_get_a_table_each_titled_by_site(tmp_path
                 row("s", step, step, "tangent_energy", "energy_p_value", p, **cell),
             ]
     text = _report(tmp_path, rows)
-    title = "energy ratio and p-value against the exchangeable controls — pca, "
+    title = "energy ratio [95 % CI], p-value vs the exchangeable controls — pca, "
     assert _table(text, title + "blocks.2.hook_resid_post") == [
         "step all",
         "0 (init) 2.000 p0.010",

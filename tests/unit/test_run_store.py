@@ -5,14 +5,17 @@ live or remote lock is never taken; a failed start leaves nothing."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from tangentlens.sweep.store import RunStore
+from tangentlens.sweep.store import RunStore, check_run_dir
 
 
 def _dead_pid() -> int:
@@ -95,3 +98,110 @@ def test_a_failed_start_leaves_nothing_and_a_failed_resume_keeps_the_run(tmp_pat
     with pytest.raises(RuntimeError), RunStore.open(root, resume=True):
         raise RuntimeError("while resuming")
     assert (root / "manifest.json").exists()
+
+
+def _race(root, barrier, results, hold: float) -> None:
+    """One coordinator of a race: open ``root`` as a fresh run when the barrier falls; reports
+    ``(outcome, text, when)`` — "in" with the (monotonic, system-wide) time it let go, or
+    "refused" with the message and the time it was refused."""
+    barrier.wait()
+    try:
+        with RunStore.open(root, resume=False) as store:
+            time.sleep(hold)  # a coordinator makes its manifest (versions, git hash) first
+            store.write_manifest({"recipe": {}})
+            time.sleep(hold)
+        results.put(("in", str(os.getpid()), time.monotonic()))
+    except ValueError as error:
+        results.put(("refused", str(error), time.monotonic()))
+    except BaseException as error:  # anything else is a defect (e.g. a temporary file lost)
+        results.put(("error", repr(error), time.monotonic()))
+
+
+def _race_trials(tmp_path, trials: int, prepare) -> list[list[tuple[str, str, float]]]:
+    """``trials`` races of two coordinators started together on a run directory that
+    ``prepare(root)`` sets up: each trial's outcomes."""
+    context = multiprocessing.get_context("fork")  # no re-import: the racers start in ~1 ms
+    outcomes = []
+    for trial in range(trials):
+        root = tmp_path / f"run{trial}"
+        prepare(root)
+        barrier, results = context.Barrier(2), context.Queue()
+        racers = [
+            context.Process(target=_race, args=(root, barrier, results, 0.02)) for _ in range(2)
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=60)
+        outcomes.append([results.get(timeout=5) for _ in racers])
+    return outcomes
+
+
+def _exactly_one_in(outcomes: list[list[tuple[str, str, float]]]) -> None:
+    """One coordinator in, the other refused: by the lock while the first holds it (not "holds
+    a run", nor a crash on the other's temporary files); "already holds a run" only after the
+    first has let go."""
+    for outcome in outcomes:
+        assert sorted(kind for kind, _, _ in outcome) == ["in", "refused"], outcome
+        ((_, _, left),) = [o for o in outcome if o[0] == "in"]
+        ((_, message, refused),) = [o for o in outcome if o[0] == "refused"]
+        if refused < left:
+            assert "is locked by a running sweep" in message, outcome
+        else:
+            assert "already holds a run" in message, outcome
+
+
+def test_two_coordinators_started_together_never_both_hold_the_run(tmp_path):
+    """Two coordinators racing for one fresh run directory, many times: exactly one gets in,
+    the other is refused with the lock's message (never both in, never a crash on the other's
+    temporary files)."""
+    _exactly_one_in(_race_trials(tmp_path, 40, lambda root: None))
+
+
+def test_two_coordinators_taking_over_a_dead_lock_never_both_win(tmp_path):
+    dead = _dead_pid()
+    _exactly_one_in(_race_trials(tmp_path, 30, lambda root: _left_by_a_killed_sweep(root, dead)))
+
+
+def test_a_takeover_marker_of_a_dead_coordinator_is_cleared(tmp_path):
+    root = tmp_path / "run"
+    _left_by_a_killed_sweep(root, _dead_pid())
+    marker = root / ".lock.takeover"
+    marker.write_text("")
+    os.utime(marker, (time.time() - 60, time.time() - 60))  # left a minute ago
+    with RunStore.open(root, resume=False) as store:
+        store.write_manifest({})
+    assert sorted(p.name for p in root.iterdir()) == ["manifest.json"]
+
+
+@pytest.mark.parametrize("where", ["file", "below-file"])
+def test_an_out_that_is_or_passes_through_a_file_is_refused_before_anything(tmp_path, where):
+    path = tmp_path / "results.txt"
+    path.write_text("mine")
+    out = path if where == "file" else path / "run"
+    with pytest.raises(ValueError, match=r"--out .* not a folder: choose another --out"):
+        check_run_dir(out)
+    with pytest.raises(ValueError, match="not a folder"), RunStore.open(out, resume=False):
+        pass
+    assert path.read_text() == "mine"
+
+
+def test_a_full_disk_is_told_apart_and_says_where():
+    """ENOSPC / EDQUOT (also as text, the way pyarrow re-raises them) is a full disk: a retry
+    cannot help, and the error says so and where."""
+    import errno
+
+    from tangentlens.sweep.store import DiskFullError, disk_full
+    from tangentlens.sweep.units import retryable
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/runs/x/results/.step.parquet.1")
+    assert disk_full(full) and disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert disk_full(OSError("IOError: [Errno 28] No space left on device"))
+    assert not disk_full(OSError(errno.EIO, "Input/output error"))
+    assert not retryable(full) and retryable(OSError(errno.EIO, "Input/output error"))
+    error = DiskFullError(Path("/tmp"), full)
+    assert disk_full(error) and not retryable(error)
+    assert str(error).startswith(
+        "the disk is full: no space left writing /runs/x/results/.step.parquet.1 ("
+    )
+    assert "MiB free on the filesystem of /tmp); free some space there" in str(error)

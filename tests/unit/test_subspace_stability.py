@@ -99,3 +99,96 @@ def test_the_random_baseline_against_scipy_and_closed_forms():
     assert random_principal_angles(4, 2, 2)[0] > 35
     with pytest.raises(ValueError, match="subspace dimensions must be ≤ d = 4"):
         random_principal_angles(4, 5, 1)
+
+
+def _nonnegative_mixture(n: int = 400, d: int = 12, k: int = 3, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.rand(n, k, generator=gen, dtype=torch.float64)
+    directions = torch.randn(k, d, generator=gen, dtype=torch.float64)
+    return codes @ directions + 0.05 * torch.randn(n, d, generator=gen, dtype=torch.float64)
+
+
+def test_seminmf_is_exactly_scale_equivariant_so_the_floor_is_rounding_alone():
+    """The floor compares fits of H and of c·H: with c a power of two every operation of the fit
+    scales exactly (no rounding differs), so the directions are bit for bit c times the others —
+    what makes the angles at c = 1 + 2⁻²⁰ rounding alone, not a different problem."""
+    from tangentlens.dictionaries import ROUNDING_SCALE, SemiNMF, rounding_angles
+
+    H = _nonnegative_mixture()
+    one = SemiNMF(3, seed=1).fit(H)
+    two = SemiNMF(3, seed=1).fit(H * 4)
+    assert one.n_iter_ == two.n_iter_
+    assert torch.equal(two.components_, 4 * one.components_)
+    assert float(rounding_angles(H, 3, seed=1, scale=4.0).max()) < 1e-6  # degrees
+    floor = rounding_angles(H, 3, seed=1)  # eight ulps: the fit moves, a little
+    assert floor.shape == (3,) and bool(((floor >= 0) & (floor <= 90)).all())
+    assert ROUNDING_SCALE == 1 + 2**-20
+
+
+def test_angles_that_involve_a_semi_nmf_fit_carry_its_rounding_floor():
+    """``principal_angle_max_floor``: the sum of the compared fits' floors (PCA's 0), the frozen
+    fit counting this step's refit only, the previous step's added for ``@prev``; none for
+    PCA-only pairs and for seeds (their other fits have no floor measured)."""
+    data = StepLabel("s", 10, 0, layers={"site": 2})
+    proxies = {"site": {"pca": _rotated(0.0), "seminmf": _rotated(math.radians(30))}}
+    frozen = {"site": {"pca": _rotated(0.0), "seminmf": _rotated(0.0)}}
+    reseeded = {"site": {"seminmf": {0: _rotated(0.0), 1: _rotated(math.radians(45))}}}
+    floors = {"site": {"seminmf": 1.5}}
+    config = subspace_stability.SubspaceStabilityConfig(seeds=2)
+    rows = subspace_stability.rows(data, proxies, reseeded, config, frozen, floors)
+    rows += subspace_stability.transition_rows(
+        data, proxies, frozen, floors, {"site": {"seminmf": 0.25}}
+    )
+    got = {(r["method"], r["metric"]): r["value"] for r in rows}
+    floor = "principal_angle_max_floor"
+    assert got[("pca~seminmf", floor)] == 1.5
+    assert got[("seminmf@frozen", floor)] == 1.5
+    assert got[("seminmf@prev", floor)] == 1.75
+    assert {m for m, metric in got if metric == floor} == {
+        "pca~seminmf",
+        "seminmf@frozen",
+        "seminmf@prev",
+    }
+    plain = subspace_stability.rows(data, proxies, reseeded, config, frozen)
+    assert floor not in {r["metric"] for r in plain}  # no floors measured: no floor rows
+
+
+def test_a_steps_semi_nmf_refit_reports_its_rounding_floor():
+    """``rounding_floors`` fits the stage's semi-NMF on the site's centred sampled rows and on
+    the same rows scaled: its angles are those of ``rounding_angles`` on those rows."""
+    from types import SimpleNamespace
+
+    from tangentlens.capture import MomentAccumulator
+    from tangentlens.dictionaries import rounding_angles
+
+    H = _nonnegative_mixture(seed=2) + 3.0  # a mean the stage centres away
+    moments = MomentAccumulator(H.shape[1])
+    moments.update(H)
+    site = SimpleNamespace(h=moments, reservoir=_Reservoir(H.float()))
+    stage = SimpleNamespace(methods=("pca", "seminmf"), rank=3, seed=0, seminmf_max_iter=500,
+                            centre=True)  # fmt: skip
+    floors = subspace_stability.rounding_floors(SimpleNamespace(sites={"b.0": site}), stage)
+    centred = H.float().double() - H.mean(0)
+    assert torch.equal(floors["b.0"]["seminmf"], rounding_angles(centred, 3, seed=0))
+    data = StepLabel("s", 10, 0, layers={"b.0": 0})
+    rows = subspace_stability.floor_rows(data, floors)
+    got = {r["metric"]: r["value"] for r in rows}
+    assert got == {
+        "rounding_angle_mean": float(floors["b.0"]["seminmf"].mean()),
+        "rounding_angle_max": float(floors["b.0"]["seminmf"].max()),
+    }
+    pca_only = SimpleNamespace(**{**vars(stage), "methods": ("pca",)})
+    assert subspace_stability.rounding_floors(SimpleNamespace(sites={"b.0": site}), pca_only) == {}
+
+
+class _Reservoir:
+    """A reservoir stand-in: its sampled activation rows and their count."""
+
+    def __init__(self, H: torch.Tensor) -> None:
+        self.H = H
+
+    def columns(self) -> dict[str, torch.Tensor]:
+        return {"H": self.H}
+
+    def __len__(self) -> int:
+        return len(self.H)

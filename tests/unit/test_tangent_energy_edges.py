@@ -123,10 +123,7 @@ def test_sequence_energy_config_checks_the_bin_count():
         tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, -1, 4)
     spec = tangent_energy.sequence_energy_config({SITE: {"pca": PROXY}}, 2, 4)
     assert (spec.seq_len, spec.n_bins) == (4, 2)
-    # no m̂ among the proxies: the exchangeable controls' exact mean projector is k/d · I
+    # no m̂ among the proxies: no drift sums, the proxy's projector alone
     projectors = spec.projectors[SITE]
-    d, k = PROXY.shape
-    assert projectors.excluded == (None,)
-    torch.testing.assert_close(
-        projectors.stacked[0, 1], k / d * torch.eye(d, dtype=torch.float64), rtol=0, atol=1e-15
-    )
+    assert projectors.excluded == (None,) and projectors.drift is None
+    torch.testing.assert_close(projectors.stacked[0], PROXY @ PROXY.T, rtol=0, atol=1e-15)

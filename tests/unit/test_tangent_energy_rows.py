@@ -1,5 +1,7 @@
-"""Every row of the tangent-energy probe against an independent recomputation (numpy sums, the
-controls re-drawn from their documented seed keys, the PCA span from an eigen-decomposition):
+"""Every row of the tangent-energy probe against an independent recomputation (numpy sums of the
+drift-regressed gradients ``r = g − b (m̂ᵀg)``, ``b`` the least-squares coefficient of the rows
+on their drift coordinate, for every proxy that avoids m̂; the controls re-drawn from their
+documented seed keys, the PCA span from an eigen-decomposition):
 row labels, both control families, the closed forms, the data-matched frames and the
 reservoir-sample intervals, per frequency bin — and the cells the probe must skip (a site without
 gradients or proxies, a bin without gradient) without stopping at them."""
@@ -135,7 +137,13 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
         0 if LAYERS[site] is None else LAYERS[site] + 1,
         0 if b is None else b + 1,
     )
-    e_t = float(((g_b @ proxy.numpy()) ** 2).sum() / (g_b**2).sum())
+    energy = float((g_b**2).sum())
+    b_coef = np.zeros(D)
+    if excluded is not None:  # the rows' least-squares coefficient on their drift coordinate
+        drift = g_b @ M_HAT.numpy()[:, 0]
+        b_coef = (g_b.T @ drift) / (drift @ drift)
+    r_b = g_b - np.outer(g_b @ M_HAT.numpy()[:, 0], b_coef) if excluded is not None else g_b
+    e_t = float(((r_b @ proxy.numpy()) ** 2).sum() / energy)
     out: dict[str, tuple] = {
         "energy_fraction": (e_t, None),
         "energy_enrichment": (e_t / (K / D), None),
@@ -146,8 +154,9 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     exact = {}  # the families' exact mean projectors k/(d − r)·(I − XXᵀ)
     for infix, x in (("", excluded), ("complement_", complement)):
         frames = control_frames(D, k, DRAWS, key, excluded=x)
-        e_n = _energies(g_b, frames)
-        e_x = 0.0 if x is None else float(((g_b @ x.numpy()) ** 2).sum() / (g_b**2).sum())
+        e_n = _energies(r_b, frames) * (r_b**2).sum() / energy
+        outside = (r_b**2).sum() - (0.0 if x is None else ((r_b @ x.numpy()) ** 2).sum())
+        e_x = 1 - float(outside / energy)
         r = 0 if x is None else x.shape[1]
         null = k / (D - r) * (1 - e_x)
         exact[infix] = k / (D - r) * (np.eye(D) - (0 if x is None else x.numpy() @ x.numpy().T))
@@ -162,7 +171,7 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
             out["energy_z"] = ((e_t - e_n.mean()) / e_n.std(ddof=1), None)
             out["energy_enrichment_null"] = ((1 - e_x) * D / (D - r), None)
         matched = data_matched_frames(_pca_span(h), k, DRAWS, key, excluded=x)
-        e_m = _energies(g_b, matched)
+        e_m = _energies(r_b, matched) * (r_b**2).sum() / energy
         out[f"data_matched_{infix}energy_ratio"] = (e_t / e_m.mean(), None)
         out[f"data_matched_{infix}energy_p_value"] = (
             (1 + (e_m >= e_t).sum()) / (1 + DRAWS),
@@ -172,13 +181,14 @@ def _expected(site: str, method: str, b: int | None, raw: dict) -> dict[str, tup
     # float32) — with the families' exact mean projectors, not the frames' — bootstrapped
     sequence = ids[keep] // SEQ_LEN
     g_b = g_b.astype(np.float32).astype(np.float64)
+    r_b = g_b - np.outer(g_b @ M_HAT.numpy()[:, 0], b_coef) if excluded is not None else g_b
     sums = [
         np.bincount(sequence, weights=w, minlength=N_SEQ)
         for w in (
-            ((g_b @ proxy.numpy()) ** 2).sum(1),
+            ((r_b @ proxy.numpy()) ** 2).sum(1),
             (g_b**2).sum(1),
-            ((g_b @ exact[""]) * g_b).sum(1),
-            ((g_b @ exact["complement_"]) * g_b).sum(1),
+            ((r_b @ exact[""]) * r_b).sum(1),
+            ((r_b @ exact["complement_"]) * r_b).sum(1),
         )
     ]
     seen = np.bincount(sequence, minlength=N_SEQ) > 0

@@ -1,12 +1,19 @@
 """Weight files: discovery, truncation and corruption checks, hashing."""
 
 import json
+import math
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from tangentlens.models.weights import verify_weight_files, weight_files, weights_hash
+from tangentlens.models.weights import (
+    check_finite_files,
+    check_finite_weights,
+    verify_weight_files,
+    weight_files,
+    weights_hash,
+)
 
 
 def _tensors(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -83,3 +90,35 @@ def test_sharded_checkpoint_lists_shards_and_refuses_missing_ones(tmp_path):
 def test_folder_without_weights_names_the_allowed_files(tmp_path):
     with pytest.raises(ValueError, match=r"no weight files .*model\.safetensors"):
         weight_files(tmp_path)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_weight_is_named_with_its_count(tmp_path, bad):
+    tensors = _tensors()
+    tensors["b"][[3, 5]] = bad
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError) as error:
+        check_finite_files(tmp_path, "step 7")
+    assert str(error.value) == (
+        "step 7 (model.safetensors): parameter b holds 2 non-finite value(s) (NaN or inf) of "
+        "17: the checkpoint is broken"
+    )
+    with pytest.raises(ValueError, match=r"^step 7: parameter b holds 2 non-finite .* of 17: "):
+        check_finite_weights(tensors.items(), "step 7")
+
+
+def test_finite_weights_and_integer_buffers_pass(tmp_path):
+    tensors = {**_tensors(), "ids": torch.arange(4)}
+    save_file(tensors, tmp_path / "model.safetensors")
+    check_finite_files(tmp_path, "here")
+    check_finite_weights(tensors.items(), "here")
+    torch.save({"w": torch.ones(3)}, tmp_path / "pytorch_model.bin")
+    (tmp_path / "model.safetensors").unlink()
+    check_finite_files(tmp_path, "here")  # a torch.save archive too
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_overflow_in_half_precision_names_the_dtype(dtype):
+    weights = {"w": torch.tensor([1.0, math.inf, -math.inf]).to(dtype)}
+    with pytest.raises(ValueError, match=f"2 non-finite .* stored in {str(dtype)[6:]}, whose"):
+        check_finite_weights(weights.items(), "step 1")

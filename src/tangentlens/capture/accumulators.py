@@ -20,6 +20,7 @@ whole (exactly, up to float64 summation order).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,11 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.capture.reservoir import RowReservoir
+from tangentlens.capture.batch_rows import BatchRows
+from tangentlens.capture.reservoir import Offer, RowReservoir
 from tangentlens.capture.sequence_energy import SequenceEnergy, SequenceEnergyConfig
-from tangentlens.capture.transfer import upload
-from tangentlens.checks import check_count
+from tangentlens.capture.transfer import upload_many
+from tangentlens.checks import check_choice, check_count
 from tangentlens.metrics.attention import QKDrift, pattern_entropy_sums, qk_drift_from_means
 from tangentlens.typing import TokenMask
 
@@ -66,19 +68,35 @@ def _check_rows(x: torch.Tensor, d: int, name: str) -> None:
 _MOMENT_FIELDS = ("_n_nonzero", "sum", "sum_unit", "sum_norms", "sum_sq_norms", "second_moment")
 
 
+#: The precisions a capture's statistics accumulate in (``capture.precision`` resolved:
+#: :mod:`tangentlens.capture.precision`).
+RESOLVED_PRECISIONS: tuple[str, ...] = ("float64", "float32")
+
+
 class MomentAccumulator:
     """Streaming moments of rows of width ``d`` in float64 (on ``device``).
 
     Attributes: ``count`` rows, ``sum`` (d,), ``sum_norms`` / ``sum_sq_norms`` (floats),
     ``sum_unit`` (d,) and ``n_nonzero`` (rows with a direction), ``second_moment`` (d, d) or None.
+    ``precision="float32"``: each batch's ``Σ x xᵀ`` is a float32 Gram matrix of the rows
+    shifted by ``shift`` (the mean of the first rows seen, then frozen), added into the float64
+    ``second_moment`` with the shift's float64 terms (:meth:`batch_gram`;
+    :mod:`tangentlens.capture.precision` states the bound).
     """
 
     def __init__(
-        self, d: int, *, second_moment: bool = True, device: torch.device | str = "cpu"
+        self,
+        d: int,
+        *,
+        second_moment: bool = True,
+        device: torch.device | str = "cpu",
+        precision: str = "float64",
     ) -> None:
         check_count(d, "d", minimum=1)
         f64 = {"dtype": torch.float64, "device": device}
         self.d = d
+        self.precision = check_choice(precision, "precision", RESOLVED_PRECISIONS)
+        self.shift: Float[torch.Tensor, " d"] | None = None
         self.count = 0
         self._n_nonzero = torch.zeros((), dtype=torch.int64, device=device)
         self.sum = torch.zeros(d, **f64)
@@ -103,10 +121,34 @@ class MomentAccumulator:
         self.sum_sq_norms += (norms * norms).sum()
         self.sum_unit += torch.where(nonzero, norms, 1.0).reciprocal().mul(nonzero) @ x
         if self.second_moment is not None:
-            if gram is None:
+            if gram is not None:
+                self.second_moment += gram
+            elif self.precision == "float64":
                 self.second_moment.addmm_(x.T, x)
             else:
-                self.second_moment += gram
+                self.second_moment += self.batch_gram(x)
+
+    def batch_gram(self, x: Float[torch.Tensor, "n d"]) -> Float[torch.Tensor, "d d"]:
+        """``Σ x xᵀ`` of float64 rows ``x`` (n, d) at this accumulator's precision: the float64
+        product, or (float32) ``Yᵀ Y + c sᵀ + s cᵀ + n c cᵀ`` with ``Y`` the rows shifted by
+        the frozen ``c`` (:attr:`shift`, set from the first rows seen) in float32 and ``s = Σ
+        (x − c)`` in float64."""
+        if self.precision == "float64":
+            return x.T @ x
+        if self.shift is None and x.shape[0]:
+            self.shift = x.mean(dim=0)
+        if self.shift is None:
+            return x.new_zeros(self.d, self.d)
+        y = x - self.shift
+        y32 = y.to(torch.float32)
+        total = y.sum(dim=0)
+        cross = torch.outer(self.shift, total)
+        return (
+            (y32.T @ y32).to(torch.float64)
+            + cross
+            + cross.T
+            + x.shape[0] * torch.outer(self.shift, self.shift)
+        )
 
     @property
     def n_nonzero(self) -> int:
@@ -115,7 +157,7 @@ class MomentAccumulator:
 
     def to(self, device: torch.device | str) -> MomentAccumulator:
         """Move every sum to ``device`` (in place); returns self."""
-        for name in _MOMENT_FIELDS:
+        for name in (*_MOMENT_FIELDS, "shift"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, _moved(value, device))
@@ -145,6 +187,11 @@ class MomentAccumulator:
         """Add ``other``'s statistics (same ``d`` and the same second-moment setting)."""
         if other.d != self.d or (other.second_moment is None) != (self.second_moment is None):
             raise ValueError("accumulators merge only with equal d and second-moment setting")
+        if other.precision != self.precision:
+            raise ValueError(
+                f"accumulators merge only at one precision, got {self.precision} and "
+                f"{other.precision}"
+            )
         self.count += other.count
         self._n_nonzero += other._n_nonzero.to(self._n_nonzero.device)
         self.sum += other.sum
@@ -206,6 +253,8 @@ class TypeSums:
         self.vocab_size = vocab_size
         self._row = torch.full((vocab_size,), -1, dtype=torch.int64)  # type id → row, or -1
         self._row[ids] = torch.arange(len(ids))
+        # names the tracked types: type sums of equal types share a batch's located rows
+        self._types = (vocab_size, hashlib.sha256(ids.numpy().tobytes()).hexdigest())
         n = len(ids)
         self.count = torch.zeros(n, dtype=torch.int64, device=device)
         self.sum = torch.zeros(n, d, dtype=torch.float64, device=device)
@@ -222,24 +271,40 @@ class TypeSums:
             raise ValueError(f"types {untracked} are not tracked by these type sums")
         return rows
 
-    def update(self, tokens: TokenIds, x: Rows) -> None:
+    def update(self, tokens: TokenIds, x: Rows, *, batch: BatchRows | None = None) -> None:
         """Add the rows of ``x`` (n, d) whose token type ``tokens`` (n,; checked on the CPU, so
-        pass CPU ids to avoid a device sync) is tracked."""
+        pass CPU ids to avoid a device sync) is tracked; ``batch``: the same rows'
+        :class:`~tangentlens.capture.batch_rows.BatchRows`, whose located types every site of
+        the batch shares (found once)."""
+        device = self.sum.device
+        if batch is None:
+            partial, tracked, rows = self._locate(tokens, device)
+        else:
+            key = ("types", self._types, device)
+            partial, tracked, rows = batch.shared(key, lambda: self._locate(batch.tokens, device))
+        x = x.detach()
+        if partial:
+            x = x[tracked.to(x.device)]
+        x = x.to(device, torch.float64)
+        self.count.index_add_(0, rows, torch.ones_like(rows))
+        self.sum.index_add_(0, rows, x)
+        self.sum_sq_norms.index_add_(0, rows, (x * x).sum(dim=1))
+
+    def _locate(
+        self, tokens: TokenIds, device: torch.device
+    ) -> tuple[bool, torch.Tensor, torch.Tensor]:
+        """(whether some rows are untracked, the tracked rows' positions, their type rows), the
+        indices made on the host and sent to ``device`` in one copy."""
         tokens = tokens.cpu()
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
         rows = self._row[tokens]
         tracked = torch.nonzero(rows >= 0).squeeze(1)
-        device = self.sum.device
-        x = x.detach()
-        if len(tracked) < len(tokens):
+        partial = len(tracked) < len(tokens)
+        if partial:
             rows = rows[tracked]
-            x = x[upload(tracked, x.device)]
-        rows = upload(rows, device)
-        x = x.to(device, torch.float64)
-        self.count.index_add_(0, rows, torch.ones_like(rows))
-        self.sum.index_add_(0, rows, x)
-        self.sum_sq_norms.index_add_(0, rows, (x * x).sum(dim=1))
+        tracked, rows = upload_many([tracked, rows], device)
+        return partial, tracked, rows
 
     def to(self, device: torch.device | str) -> TypeSums:
         """Move the sums to ``device`` (in place; ids and the index stay on the CPU)."""
@@ -269,7 +334,8 @@ class StatisticsConfig:
     ``vocab_size``, which is then required); ``reservoir_size``: rows sampled for point-based
     metrics (0 = none); ``seed``: of the reservoir's priorities; ``sequence_energy``: projectors
     per site for per-sequence energy sums of ``G`` (None = none; needs ``gradients`` and one
-    slot per frequency bin plus "all").
+    slot per frequency bin plus "all"); ``precision``: ``"float64"`` or ``"float32"`` (the d × d
+    second moments from float32 Grams of shifted rows, :mod:`tangentlens.capture.precision`).
     """
 
     gradients: bool = True
@@ -281,10 +347,12 @@ class StatisticsConfig:
     reservoir_size: int = 16384
     seed: int = 0
     sequence_energy: SequenceEnergyConfig | None = None
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         for name in ("n_bins", "reservoir_size", "seed"):
             check_count(getattr(self, name), name, minimum=0)
+        check_choice(self.precision, "precision", RESOLVED_PRECISIONS)
         if self.sequence_energy is not None:
             if not self.gradients:
                 raise ValueError("sequence_energy sums gradients: it needs gradients=True")
@@ -324,14 +392,21 @@ def _update_binned(
         for acc, rows in zip(per_bin, slices, strict=True):
             acc.update(rows)
         return
-    grams = [rows.T @ rows for rows in slices]
-    unbinned = x[: edges[0]]
-    total = unbinned.T @ unbinned
+    grams = [acc.batch_gram(rows) for acc, rows in zip(per_bin, slices, strict=True)]
+    total = overall.batch_gram(x[: edges[0]])
     for gram in grams:
         total += gram
     overall.update(x, gram=total)
     for acc, rows, gram in zip(per_bin, slices, grams, strict=True):
         acc.update(rows, gram=gram)
+
+
+def _bin_order(bins: TokenIds, n_bins: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """The rows' order by bin (stable, sorted on the host; on ``device``) and each bin's first
+    position in it (``n_bins + 1`` edges)."""
+    sorted_bins, order = torch.sort(bins.cpu(), stable=True)
+    edges = torch.searchsorted(sorted_bins, torch.arange(n_bins + 1)).tolist()
+    return upload_many([order], device)[0], edges
 
 
 class SiteStatistics:
@@ -358,16 +433,14 @@ class SiteStatistics:
         self.config = config
         grads = config.gradients
         g_moments = config.gradient_bin_moments
-        self.h = MomentAccumulator(d, device=device)
-        self.g = MomentAccumulator(d, device=device) if grads else None
+        at = {"device": device, "precision": config.precision}
+        self.h = MomentAccumulator(d, **at)
+        self.g = MomentAccumulator(d, **at) if grads else None
         self.h_bins = [
-            MomentAccumulator(d, second_moment=False, device=device) for _ in range(config.n_bins)
+            MomentAccumulator(d, second_moment=False, **at) for _ in range(config.n_bins)
         ]
         self.g_bins = (
-            [
-                MomentAccumulator(d, second_moment=g_moments, device=device)
-                for _ in range(config.n_bins)
-            ]
+            [MomentAccumulator(d, second_moment=g_moments, **at) for _ in range(config.n_bins)]
             if grads
             else []
         )
@@ -415,9 +488,15 @@ class SiteStatistics:
         tokens: TokenIds,
         row_ids: TokenIds,
         bins: TokenIds | None = None,
+        *,
+        batch: BatchRows | None = None,
     ) -> None:
         """Add kept rows: activations ``h`` (n, d), gradients ``g`` (n, d) or None, their token
-        ids, global row ids (for the reservoir) and frequency bins (n,) (needed if ``n_bins``)."""
+        ids, global row ids (for the reservoir) and frequency bins (n,) (needed if ``n_bins``).
+        ``batch``: the same rows' :class:`~tangentlens.capture.batch_rows.BatchRows` (their
+        ids, row ids and bins), whose bookkeeping every site of the batch shares — the order by
+        bin, the tracked types, the sequence groups, the reservoir's selection: made once, sent
+        to the device once."""
         _check_rows(h, self.d, "activations")
         if (g is None) != (self.g is None):
             raise ValueError("gradients must be given exactly when the statistics keep them")
@@ -425,12 +504,16 @@ class SiteStatistics:
             _check_rows(g, self.d, "gradients")
         if self.config.n_bins and bins is None:
             raise ValueError(f"bins are required: the statistics keep {self.config.n_bins} bins")
-        h64 = h.detach().to(self.h.sum.device, torch.float64)
-        g64 = None if g is None else g.detach().to(self.h.sum.device, torch.float64)
+        if batch is None:
+            batch = BatchRows.of(tokens, row_ids, bins)
+        device = self.h.sum.device
+        h64 = h.detach().to(device, torch.float64)
+        g64 = None if g is None else g.detach().to(device, torch.float64)
         if self.config.n_bins:  # one sort on the host, then a contiguous slice per bin
-            sorted_bins, order = torch.sort(bins.cpu(), stable=True)  # type: ignore[union-attr]
-            edges = torch.searchsorted(sorted_bins, torch.arange(self.config.n_bins + 1)).tolist()
-            order = upload(order, h64.device)
+            n_bins = self.config.n_bins
+            order, edges = batch.shared(
+                ("bin order", n_bins, device), lambda: _bin_order(batch.bins, n_bins, device)
+            )
             _update_binned(self.h, self.h_bins, h64[order], edges)
             if self.g is not None:
                 _update_binned(self.g, self.g_bins, g64[order], edges)  # type: ignore[index]
@@ -439,17 +522,20 @@ class SiteStatistics:
             if self.g is not None:
                 self.g.update(g64)  # type: ignore[arg-type]
         if self.sequence_energy is not None:
-            self.sequence_energy.update(g64, row_ids, bins)  # type: ignore[arg-type]
+            self.sequence_energy.update(g64, batch.row_ids, batch.bins, batch=batch)  # type: ignore[arg-type]
         if self.types is not None:
-            self.types.update(tokens, h64)
+            self.types.update(batch.tokens, h64, batch=batch)
         if self.reservoir is not None:  # every column where the rows are
-            device = h.device
-            columns = {"H": h.detach().float(), "token": upload(tokens.long(), device)}
+            at, seed = h.device, self.reservoir.seed
+            ids = [batch.tokens] if batch.bins is None else [batch.tokens, batch.bins]
+            sent = batch.shared(("reservoir ids", at), lambda: upload_many(ids, at))
+            columns = {"H": h.detach().float(), "token": sent[0]}
             if g is not None:
                 columns["G"] = g.detach().float()
-            if bins is not None:
-                columns["bin"] = upload(bins.long(), device)
-            self.reservoir.add(row_ids, columns)
+            if batch.bins is not None:
+                columns["bin"] = sent[1]
+            offer = batch.shared(("offer", seed), lambda: Offer(batch.row_ids, seed))
+            self.reservoir.offer(offer, columns)
 
     def merge(self, other: SiteStatistics) -> None:
         """Absorb the statistics of a disjoint part of the stream (same d and config)."""
@@ -481,29 +567,50 @@ ATTENTION_KINDS: tuple[str, ...] = ("q", "k", "pattern")
 class AttentionStatistics:
     """Per-head float64 sums of one attention layer (on ``device``): queries ``sum_q`` and keys
     ``sum_k`` (head, d_head) at kept positions, and ``entropy_sum`` (head,) of the kept query
-    rows' attention entropy over ``count`` rows."""
+    rows' attention entropy over ``count`` rows (``precision="float32"``: each row's entropy
+    summed over its keys in float32, the rows' sums in float64)."""
 
-    def __init__(self, n_heads: int, d_head: int, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        n_heads: int,
+        d_head: int,
+        device: torch.device | str = "cpu",
+        precision: str = "float64",
+    ) -> None:
         f64 = {"dtype": torch.float64, "device": device}
+        self.precision = check_choice(precision, "precision", RESOLVED_PRECISIONS)
         self.sum_q = torch.zeros(n_heads, d_head, **f64)
         self.sum_k = torch.zeros(n_heads, d_head, **f64)
         self.entropy_sum = torch.zeros(n_heads, **f64)
         self.count = 0
 
-    def update(self, kind: str, tensor: torch.Tensor, keep: TokenMask) -> None:
+    def update(
+        self,
+        kind: str,
+        tensor: torch.Tensor,
+        keep: TokenMask,
+        *,
+        kept: Int[torch.Tensor, " n"] | None = None,
+        n_kept: int | None = None,
+    ) -> None:
         """Add one batch's ``q`` or ``k`` (batch, pos, head, d_head) or attention ``pattern``
         (batch, head, query, key) at the kept positions ``keep`` (batch, pos); ``count`` counts
-        the kept query rows of the patterns."""
+        the kept query rows of the patterns. ``kept`` (the kept positions' flat indices, on the
+        tensor's device) and ``n_kept`` (their number, from the host's mask) spare the device
+        the boolean mask's wait."""
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
         keep = keep.to(tensor.device)
         if kind == "pattern":
-            entropy, n = pattern_entropy_sums(tensor, keep)
+            entropy, n = pattern_entropy_sums(
+                tensor, keep, count=n_kept, row_dtype=getattr(torch, self.precision)
+            )
             self.entropy_sum += entropy.to(self.entropy_sum.device)
             self.count += n
             return
         total = self.sum_q if kind == "q" else self.sum_k
-        total += tensor[keep].to(torch.float64).sum(dim=0).to(total.device)
+        rows = tensor[keep] if kept is None else tensor.flatten(0, 1).index_select(0, kept)
+        total += rows.to(torch.float64).sum(dim=0).to(total.device)
 
     def to(self, device: torch.device | str) -> AttentionStatistics:
         """Move the sums to ``device`` (in place); returns self."""
@@ -515,6 +622,8 @@ class AttentionStatistics:
         """Add the sums of a disjoint part of the stream."""
         if other.sum_q.shape != self.sum_q.shape or other.sum_k.shape != self.sum_k.shape:
             raise ValueError("attention statistics merge only with equal heads and d_head")
+        if other.precision != self.precision:
+            raise ValueError("attention statistics merge only at one precision")
         self.sum_q += other.sum_q.to(self.sum_q.device)
         self.sum_k += other.sum_k.to(self.sum_k.device)
         self.entropy_sum += other.entropy_sum.to(self.entropy_sum.device)

@@ -49,6 +49,14 @@ Attention layers are reduced inside their forward hooks (queries, keys and the p
 summed over the kept positions into an :class:`~tangentlens.capture.AttentionStatistics`): the
 capture keeps no reference to a layer's queries, keys or pattern.
 
+Where the work runs: everything of a batch stays on the model's device, and the host waits for
+it once per batch. The masks, the masked-LM corruption, the kept positions (one flat index per
+batch, shared by every site and attention layer: gathered with ``index_select``, no boolean
+mask) and the scored positions are made on the host from the host's tokens and sent to the
+device in one copy (:func:`~tangentlens.capture.transfer.upload_many`); the kept rows are
+counted on the host; the loss and one finiteness sum per site tensor come back in one transfer
+at the end of the batch — the batch's only wait.
+
 ``reduction="sum"`` (the only one) differentiates the summed token loss, so a token's gradient
 does not depend on the batch size or on the other rows of its batch. A per-batch mean is not
 offered: dividing each batch by its own number of scored tokens would weight tokens of small or
@@ -69,8 +77,8 @@ from jaxtyping import Bool, Float, Int
 
 from tangentlens.capture.accumulators import AttentionStatistics
 from tangentlens.capture.chunks import loss_chunk_rows
-from tangentlens.capture.transfer import upload
-from tangentlens.checks import finite_flags
+from tangentlens.capture.transfer import upload_many
+from tangentlens.checks import finite_elementwise, finite_sums
 from tangentlens.data.masks import MaskPolicy, analysis_mask
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.data.packing import SpecialTokens
@@ -182,6 +190,8 @@ class CapturedBatch:
     the statistics use (see the module docstring), ``host_keep`` the same mask on the CPU (it
     is made there: the bookkeeping of ids and bins needs no copy back from the device);
     ``scored`` the positions the loss scores;
+    ``kept`` the kept positions' flat indices (row-major over ``(batch, pos)``) on the model's
+    device, the gather every site's rows share;
     ``excluded`` counts excluded positions per reason (``bos``, ``position0``, ``padding``,
     ``special``, ``no_target``; ``total`` = excluded by any); ``attention`` this batch's
     attention statistics per layer (on the model's device); ``loss`` is the reduced loss (NaN
@@ -194,6 +204,7 @@ class CapturedBatch:
     scored: Bool[torch.Tensor, "batch pos"]
     keep: TokenMask
     host_keep: TokenMask
+    kept: Int[torch.Tensor, " n"]
     excluded: dict[str, int]
     activations: dict[str, SiteTensor]
     gradients: dict[str, SiteTensor]
@@ -207,8 +218,10 @@ class CapturedBatch:
         """Kept rows ``(H, G)`` of ``site`` (``G`` None without gradients), row-major order."""
         if site not in self.activations:
             raise ValueError(f"site {site!r} was not captured; captured: {list(self.activations)}")
-        h = self.activations[site][self.keep]
-        g = self.gradients[site][self.keep] if site in self.gradients else None
+        h = self.activations[site].flatten(0, 1).index_select(0, self.kept)
+        g = None
+        if site in self.gradients:
+            g = self.gradients[site].flatten(0, 1).index_select(0, self.kept)
         return h, g
 
 
@@ -263,17 +276,24 @@ def _check_reached(activations: dict[str, torch.Tensor], config: CaptureConfig) 
         )
 
 
-def _check_finite(tensors: dict[str, torch.Tensor], what: str, step: int | None) -> None:
-    if not tensors:
-        return
-    flags = finite_flags(tensors.values())
-    bad = [site for site, ok in zip(tensors, flags, strict=True) if not ok]
-    if bad:
-        at = "" if step is None else f" at step {step}"
-        raise ValueError(
-            f"non-finite {what} (NaN or inf) at site {bad[0]!r}{at}: the checkpoint or the "
-            "input is broken; nothing from this batch was accumulated"
-        )
+def _finite_or_raise(
+    tensors: dict[str, torch.Tensor], sums: list[float], what: str, step: int | None
+) -> None:
+    """Raise naming the first site of ``tensors`` holding a NaN or inf, from each tensor's
+    sum read back (``sums``; a non-finite sum is checked element by element)."""
+    for (site, tensor), total in zip(tensors.items(), sums, strict=True):
+        if not (math.isfinite(total) or finite_elementwise(tensor)):
+            at = "" if step is None else f" at step {step}"
+            half = (
+                f"; the model runs in {str(tensor.dtype).removeprefix('torch.')}, whose range "
+                "overflows easily: a likely cause (try suite.dtype = 'float32')"
+                if tensor.dtype in (torch.float16, torch.bfloat16)
+                else ""
+            )
+            raise ValueError(
+                f"non-finite {what} (NaN or inf) at site {site!r}{at}: the checkpoint or the "
+                f"input is broken{half}; nothing from this batch was accumulated"
+            )
 
 
 def _logits(lens: LensModel, x: Float[torch.Tensor, "n d_model"]) -> torch.Tensor:
@@ -304,16 +324,19 @@ def _written_loss(
 
 
 def _chunked_loss(
-    lens: LensModel, head_in: HeadInput, labels: Int[torch.Tensor, "batch pos"]
-) -> tuple[float, int, HeadInput | None]:
-    """Summed cross-entropy of the scored positions (labels ≠ IGNORE_INDEX), a chunk of at
-    most ``loss_chunk_rows(d_vocab)`` positions at a time; returns ``(loss, n_scored,
-    ∂loss/∂head_in)``, the gradient None unless ``head_in`` requires one (written out where the
-    logits are plain: :func:`_written_loss`; through autograd otherwise: half-precision weights
-    cast to float32, a soft cap)."""
+    lens: LensModel,
+    head_in: HeadInput,
+    labels: Int[torch.Tensor, "batch pos"],
+    scored: Int[torch.Tensor, " n"],
+) -> tuple[torch.Tensor, HeadInput | None]:
+    """Summed cross-entropy of the scored positions (``scored``: their flat indices on the
+    device, made on the host), a chunk of at most ``loss_chunk_rows(d_vocab)`` positions at a
+    time; returns ``(loss, ∂loss/∂head_in)``, the loss a float64 0-d tensor on the device (read
+    with the batch's other scalars), the gradient None unless ``head_in`` requires one (written
+    out where the logits are plain: :func:`_written_loss`; through autograd otherwise:
+    half-precision weights cast to float32, a soft cap)."""
     flat = head_in.detach().reshape(-1, head_in.shape[-1])
     targets = labels.reshape(-1)
-    scored = torch.nonzero(targets != IGNORE_INDEX).squeeze(1)
     rows = loss_chunk_rows(lens.d_vocab_out)
     grad = torch.zeros_like(flat) if head_in.requires_grad else None
     written = grad is not None and lens.plain_logits
@@ -331,7 +354,7 @@ def _chunked_loss(
         if grad is not None:
             grad.index_copy_(0, index, torch.autograd.grad(loss, x)[0])
         total += loss.detach().double()
-    return float(total), scored.numel(), None if grad is None else grad.view_as(head_in)
+    return total, None if grad is None else grad.view_as(head_in)
 
 
 def _inputs_and_labels(
@@ -372,13 +395,15 @@ def capture_batch(
     *,
     first_sequence: int = 0,
     step: int | None = None,
+    precision: str = "float64",
 ) -> CapturedBatch:
     """Capture ``config.sites`` (and attention) for one ``(batch, pos)`` token batch.
 
     ``model`` is a TransformerLens ``HookedTransformer``, ``HookedEncoder`` or
     ``TransformerBridge`` (or its :class:`~tangentlens.models.adapter.LensModel`);
     ``first_sequence`` is the stream index of the batch's first row (it seeds the masked-LM
-    corruption); ``step`` only names the checkpoint in error messages.
+    corruption); ``step`` only names the checkpoint in error messages; ``precision``: of the
+    attention entropy's per-row sums (:class:`~tangentlens.capture.AttentionStatistics`).
     Non-finite activations or gradients raise ``ValueError`` naming the site and step.
     """
     from tangentlens.models.lens import lens_model
@@ -392,25 +417,30 @@ def capture_batch(
         )
     _check_sites(lens, config.sites)
     vocab_size = lens.d_vocab
-    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+    host = tokens.cpu()  # the batches come from the host: checks and bookkeeping stay there
+    if int(host.min()) < 0 or int(host.max()) >= vocab_size:
         raise ValueError(
             f"token ids must lie in [0, {vocab_size}) (the model's vocabulary), got "
-            f"[{int(tokens.min())}, {int(tokens.max())}]"
+            f"[{int(host.min())}, {int(host.max())}]"
         )
     # the masks and the masked-LM corruption are made on the host, where the batches come
     # from, and go to the device once; kept positions come from the original tokens (an MLM
     # [MASK] or random input is kept)
-    host = tokens.cpu()
     inputs, labels = _inputs_and_labels(host, config, special, vocab_size, first_sequence)
     masks = analysis_mask(host, special, causal=config.causal, policy=config.mask_policy)
+    kept = torch.nonzero(masks.keep.reshape(-1)).squeeze(1)
+    scored = torch.nonzero(labels.reshape(-1) != IGNORE_INDEX).squeeze(1)
+    n_kept = len(kept)
     device = lens.device
-    tokens, inputs, labels = upload(host, device), upload(inputs, device), upload(labels, device)
-    keep = upload(masks.keep, device)
+    tokens, inputs, labels, keep, kept, scored = upload_many(
+        [host, inputs, labels, masks.keep, kept, scored], device
+    )
+    keep = keep.bool()
     attention_names = _attention_names(lens, config.attention_layers)
     site_set = set(config.sites)
     activations: dict[str, torch.Tensor] = {}
     attention = {  # made here, not in the hooks: they must not be inference tensors
-        layer: AttentionStatistics(lens.n_heads, lens.d_head, tokens.device)
+        layer: AttentionStatistics(lens.n_heads, lens.d_head, tokens.device, precision)
         for layer in sorted(config.attention_layers)
     }
 
@@ -418,7 +448,7 @@ def capture_batch(
         def record(tensor: torch.Tensor) -> torch.Tensor:
             if name in attention_names:  # reduced here: nothing of the layer is kept
                 layer, kind = attention_names[name]
-                attention[layer].update(kind, tensor.detach(), keep)
+                attention[layer].update(kind, tensor.detach(), keep, kept=kept, n_kept=n_kept)
             if name in site_set:
                 if config.gradients and not tensor.requires_grad:
                     tensor = tensor.detach().requires_grad_(True)
@@ -428,13 +458,15 @@ def capture_batch(
         return record
 
     hooks = {name: recorder(name) for name in sorted(site_set | set(attention_names))}
-    loss, n_scored = math.nan, 0
+    loss = torch.full((), math.nan, dtype=torch.float64, device=device)
+    n_scored = 0
     with frozen_parameters(lens.module), lens.hooks(hooks):
         if config.gradients:
             with torch.enable_grad():
                 head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
-                loss, n_scored, grad_head = _chunked_loss(lens, head_in, labels)
+                loss, grad_head = _chunked_loss(lens, head_in, labels, scored)
+                n_scored = len(scored)
                 site_tensors = [activations[s] for s in config.sites]
                 grads = (
                     torch.autograd.grad(
@@ -449,7 +481,8 @@ def capture_batch(
                 head_in = lens.head_input(inputs, config.loss)
                 _check_reached(activations, config)
                 if config.scores:
-                    loss, n_scored, _ = _chunked_loss(lens, head_in, labels)
+                    loss, _ = _chunked_loss(lens, head_in, labels, scored)
+                    n_scored = len(scored)
                 del head_in
             grads = ()
     gradients = {
@@ -457,21 +490,26 @@ def capture_batch(
         for s, g in zip(config.sites, grads, strict=False)  # no gradients: grads is empty
     }
     activations = {s: activations[s].detach() for s in config.sites}
-    _check_finite(activations, "activations", step)
-    _check_finite(gradients, "gradients", step)
-    if config.scores and not math.isfinite(loss):
+    # the batch's one wait: the loss and a finiteness sum per site tensor, read together
+    sums = [loss, *finite_sums(activations.values()), *finite_sums(gradients.values())]
+    read = torch.stack([t.to(device, torch.float64) for t in sums]).tolist()
+    value, n = read[0], len(activations)
+    _finite_or_raise(activations, read[1 : 1 + n], "activations", step)
+    _finite_or_raise(gradients, read[1 + n :], "gradients", step)
+    if config.scores and not math.isfinite(value):
         at = "" if step is None else f" at step {step}"
-        raise ValueError(f"the loss is not finite{at} ({loss}): the checkpoint is broken")
+        raise ValueError(f"the loss is not finite{at} ({value}): the checkpoint is broken")
     return CapturedBatch(
         tokens=tokens,
         inputs=inputs,
         scored=labels != IGNORE_INDEX,
         keep=keep,
         host_keep=masks.keep,
+        kept=kept,
         excluded=dict(masks.excluded),
         activations=activations,
         gradients=gradients,
         attention=attention,
-        loss=loss,
+        loss=value,
         n_scored=n_scored,
     )

@@ -6,18 +6,28 @@ reservoir keeps the ``capacity`` rows of smallest priority (bottom-k sampling), 
 sample without replacement of all rows seen. Because priorities depend only on ids, any split of
 the stream into batches — and any merge of reservoirs filled from disjoint parts — holds exactly
 the same rows. Memory is ``capacity`` rows whatever the number of tokens.
+
+Every site of a capture offers the same rows of a batch to a reservoir of the same capacity and
+seed: an :class:`Offer` hashes the batch's ids once, and each selection (which rows enter, into
+which slots) is made once per reservoir state and read by every reservoir in that state (the
+sites' reservoirs, fed the same offers, stay in the same state), its indices sent to the
+device in one copy.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from jaxtyping import Int
 
-from tangentlens.capture.transfer import upload
+from tangentlens.capture.transfer import upload, upload_many
 from tangentlens.checks import check_count
 
-__all__ = ["RowReservoir", "row_priorities"]
+__all__ = ["Offer", "RowReservoir", "row_priorities"]
 
 RowIds = Int[torch.Tensor, " n"]
 
@@ -37,6 +47,43 @@ def row_priorities(seed: int, ids: RowIds) -> torch.Tensor:
     z *= _MIX2
     z ^= z >> np.uint64(31)
     return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
+#: Names of reservoir states: a filled reservoir's state is named by the offer that made it.
+_STATES = itertools.count()
+
+
+@dataclass(eq=False)
+class _Selection:
+    """Which offered rows enter (``entering``, into the offer) and the slots they take
+    (``slots``), host int64, and the reservoir's size after; the two indices on each device
+    they are needed on, sent together once."""
+
+    entering: torch.Tensor
+    slots: torch.Tensor
+    size: int
+    _sent: dict[torch.device, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    def on(self, device: torch.device) -> list[torch.Tensor]:
+        """``[entering, slots]`` on ``device``."""
+        if device not in self._sent:
+            self._sent[device] = upload_many([self.entering, self.slots], device)
+        return self._sent[device]
+
+
+@dataclass(eq=False)
+class Offer:
+    """Rows ``ids`` (n,) offered at once to every reservoir of ``seed`` (every site of one
+    batch): their priorities hashed once, each selection made once per reservoir state."""
+
+    ids: RowIds
+    seed: int
+    priority: torch.Tensor = field(init=False)
+    _selections: dict[Hashable, tuple[int, _Selection]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.ids = self.ids.to("cpu", torch.int64)
+        self.priority = row_priorities(self.seed, self.ids)
 
 
 class RowReservoir:
@@ -63,19 +110,37 @@ class RowReservoir:
         self._ids = torch.empty(capacity, dtype=torch.int64)
         self._priority = torch.empty(capacity, dtype=torch.float64)
         self._columns: dict[str, torch.Tensor] = {}
+        # the state's name: equal for reservoirs that hold the same rows in the same slots
+        self._state: Hashable = ("empty", capacity)
 
     def __len__(self) -> int:
         return self._size
 
     def add(self, ids: RowIds, columns: dict[str, torch.Tensor]) -> None:
         """Offer rows ``ids`` (n,) int64 with their ``columns`` (each ``(n, ...)``)."""
-        ids = ids.to("cpu", torch.int64)
+        self.offer(Offer(ids, self.seed), columns)
+
+    def offer(self, offer: Offer, columns: dict[str, torch.Tensor]) -> None:
+        """Offer the rows of ``offer`` (made for this reservoir's seed) with their ``columns``
+        (each ``(n, ...)``); the selection is read from ``offer`` when another reservoir in
+        this one's state made it."""
+        if offer.seed != self.seed:
+            raise ValueError(
+                f"the offer was hashed with seed {offer.seed}, the reservoir's is {self.seed}"
+            )
         for name, col in columns.items():
-            if col.shape[0] != ids.shape[0]:
+            if col.shape[0] != offer.ids.shape[0]:
                 raise ValueError(
-                    f"column {name!r} has {col.shape[0]} rows but {ids.shape[0]} ids were given"
+                    f"column {name!r} has {col.shape[0]} rows but {offer.ids.shape[0]} ids were "
+                    "given"
                 )
-        self._offer(ids, row_priorities(self.seed, ids), columns)
+        self._check_columns(columns)
+        made = offer._selections.get(self._state)
+        if made is None:
+            made = (next(_STATES), self._select(offer.priority))
+            offer._selections[self._state] = made
+        self._state, selection = made
+        self._apply(selection, offer.ids, offer.priority, columns)
 
     def merge(self, other: RowReservoir) -> None:
         """Absorb ``other`` (same capacity and seed, disjoint row ids)."""
@@ -87,22 +152,21 @@ class RowReservoir:
         if len(other):
             n = len(other)
             columns = {k: v[:n] for k, v in other._columns.items()}
-            self._offer(other._ids[:n], other._priority[:n], columns)
+            self._check_columns(columns)
+            priority = other._priority[:n]
+            self._apply(self._select(priority), other._ids[:n], priority, columns)
+            self._state = next(_STATES)
 
-    def _offer(
-        self, ids: torch.Tensor, priority: torch.Tensor, columns: dict[str, torch.Tensor]
-    ) -> None:
+    def _check_columns(self, columns: dict[str, torch.Tensor]) -> None:
         if self._columns and set(columns) != set(self._columns):
             raise ValueError(
                 f"columns must stay {sorted(self._columns)} for every add, got {sorted(columns)}"
             )
-        if not self._columns:
-            self._columns = {
-                name: torch.empty(
-                    (self.capacity, *col.shape[1:]), dtype=col.dtype, device=col.device
-                )
-                for name, col in columns.items()
-            }
+
+    def _select(self, priority: torch.Tensor) -> _Selection:
+        """The rows of ``priority`` that enter the sample (the ``capacity`` smallest priorities
+        of the sample and the offer) and the slots they take (those of evicted rows, then the
+        free ones)."""
         size = self._size
         pool = torch.cat([self._priority[:size], priority])
         if pool.numel() <= self.capacity:
@@ -117,22 +181,35 @@ class RowReservoir:
                 [torch.nonzero(~kept_old).flatten(), torch.arange(size, self.capacity)]
             )
             slots = free[: entering.numel()]
+        return _Selection(entering, slots, min(self.capacity, pool.numel()))
+
+    def _apply(
+        self,
+        selection: _Selection,
+        ids: torch.Tensor,
+        priority: torch.Tensor,
+        columns: dict[str, torch.Tensor],
+    ) -> None:
+        """Copy the entering rows (ids, priorities and each column, where it is stored) into
+        their slots."""
+        if not self._columns:
+            self._columns = {
+                name: torch.empty(
+                    (self.capacity, *col.shape[1:]), dtype=col.dtype, device=col.device
+                )
+                for name, col in columns.items()
+            }
+        entering, slots = selection.entering, selection.slots
         if entering.numel():
             self._ids[slots] = ids[entering]
             self._priority[slots] = priority[entering]
-            uploaded: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-            def on(index: torch.Tensor, device: torch.device) -> torch.Tensor:
-                key = (id(index), device)  # each index goes to each device once
-                if key not in uploaded:
-                    uploaded[key] = upload(index, device)
-                return uploaded[key]
-
             for name, col in columns.items():
                 stored = self._columns[name]
-                rows = col[on(entering, col.device)].detach()
-                stored[on(slots, stored.device)] = upload(rows, stored.device).to(stored.dtype)
-        self._size = min(self.capacity, pool.numel())
+                rows = col[selection.on(col.device)[0]].detach()
+                stored[selection.on(stored.device)[1]] = upload(rows, stored.device).to(
+                    stored.dtype
+                )
+        self._size = selection.size
 
     @property
     def ids(self) -> RowIds:

@@ -60,9 +60,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "REGISTERED", "load_statistics", "save_st
 
 #: What the ``format`` entry of a saved capture holds.
 FORMAT = "tangentlens.capture_statistics"
-#: The version of the encoding this module writes and reads (2: per-sequence energy sums keep
-#: the controls' exact mean projectors and a complement column, no per-slot frame projectors).
-FORMAT_VERSION = 2
+#: The version of the encoding this module writes and reads (3: per-sequence energy sums keep
+#: ``P_Q`` per method and the drift sums ``Σ (m̂ᵀg) g``, the controls' sums derived from them).
+FORMAT_VERSION = 3
 
 #: The classes whose objects are saved (by their state) and rebuilt, by name.
 REGISTERED: dict[str, type] = {

@@ -9,19 +9,22 @@ per frequency-bin *slot* (slot 0 = every kept token, slot ``b + 1`` = the tokens
 
 * ``total``: ``Σ‖g‖²``;
 * ``inside``: ``Σ gᵀ P_Q g = Σ‖g Q‖²`` for each proxy method (``P_Q`` = ``Q Qᵀ``);
-* ``control``: ``Σ gᵀ P̄ g`` with ``P̄ = E[N Nᵀ] = k/(d − r) · (I − P_X)`` the *exact* mean
-  projector of the method's exchangeable controls (Haar k-frames outside the excluded span X,
-  m̂), so ``Σ_seq control`` is the family's exact mean energy ``k/(d − r) · (‖G‖² − ‖G X‖²)``,
-  the denominator of the energy ratio — not the mean over the frames drawn, whose Monte-Carlo
-  error would not shrink with the sequences;
-* ``complement``: the same with the complement family's ``P̄`` (X = span(Q, m̂)).
+* ``drift``: ``Σ (m̂ᵀg) g`` (d per sequence and slot), where the proxies hold the mean
+  direction m̂: with it the energies of the drift-regressed gradients ``r = g − b (m̂ᵀg)``
+  (:func:`tangentlens.metrics.drift_regression`) follow for any coefficient ``b``, which the
+  whole step's moments fix only once the capture is done.
 
-Summed over sequences these equal the energies computed from the pooled second moments (up to
-float64 summation order). The projectors depend on the proxies and m̂ only: no control frame is
-drawn before the capture. Cost: one d × d Gram matrix per (sequence, bin) group of a batch —
-about one extra ``Gᵀ G`` per batch, in a few batched products (:func:`group_grams`) — and one
-product of the groups' Gram matrices with the ``3M`` projectors (``(groups, d²) @ (d², 3M)``),
-whatever the number of tokens.
+From these, :meth:`SequenceEnergy.sums` gives each method's sums: the proxy's energy and the
+*exact* mean energies of its two control families (the controls' expected projector is
+``k/(d − r) · (I − P_X)``, so no frame is drawn): for a proxy whose controls avoid m̂, of the
+regressed gradients — ``Σ‖Qᵀr‖²``, ``k/(d − 1) · Σ‖r‖²`` (exchangeable: ``r ⊥ m̂``) and
+``k/(d − 1 − k) · Σ(‖r‖² − ‖Qᵀr‖²)`` (complement, outside the proxy and m̂); for one whose
+controls fill ℝ^d (m̂ itself, or no m̂), of the gradients — ``Σ‖Qᵀg‖²``, ``k/d · Σ‖g‖²`` and
+``k/(d − k) · Σ(‖g‖² − ‖Qᵀg‖²)``. Summed over sequences these equal the energies computed from
+the pooled second moments (up to float64 summation order). Cost: one d × d Gram matrix per
+(sequence, bin) group of a batch — about one extra ``Gᵀ G`` per batch, in a few batched
+products (:func:`group_grams`) — then ``(groups, d²) @ (d², M)`` and one ``(groups, d, d) @
+(d,)``, whatever the number of tokens.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ from typing import NamedTuple
 import torch
 from jaxtyping import Float, Int
 
-from tangentlens.capture.transfer import upload
+from tangentlens.capture.batch_rows import BatchRows
+from tangentlens.capture.transfer import upload, upload_many
 from tangentlens.checks import check_count
-from tangentlens.metrics.controls import exclusion_basis, expected_projector
 
 __all__ = [
     "EnergyProjectors",
@@ -45,9 +48,6 @@ __all__ = [
     "group_grams",
 ]
 
-#: The projectors of each method, in the order of :attr:`EnergyProjectors.stacked`.
-_KINDS = ("inside", "control", "complement")
-
 
 @dataclass(frozen=True, eq=False)
 class EnergyProjectors:
@@ -55,14 +55,15 @@ class EnergyProjectors:
 
     ``methods``: proxy names; ``bases``: the proxies (d × k each, float64); ``excluded``: per
     method the span its exchangeable controls avoid (m̂, d × 1; None: all of ℝ^d);
-    ``stacked``: ``(M, 3, d, d)`` — per method ``P_Q``, the exchangeable controls' exact mean
-    projector ``k/(d − r) · (I − P_X)`` and the complement controls' (X = span(Q, m̂)).
+    ``stacked``: ``(M, d, d)`` — per method ``P_Q``; ``drift``: the mean direction m̂ (d,) whose
+    drift sums are gathered (the ``excluded`` of every method that avoids it), or None.
     """
 
     methods: tuple[str, ...]
     bases: tuple[torch.Tensor, ...]
     excluded: tuple[torch.Tensor | None, ...]
-    stacked: Float[torch.Tensor, "M 3 d d"]
+    stacked: Float[torch.Tensor, "M d d"]
+    drift: Float[torch.Tensor, " d"] | None = None
 
     def __post_init__(self) -> None:
         m = len(self.methods)
@@ -71,10 +72,13 @@ class EnergyProjectors:
         if len(self.excluded) != m:
             raise ValueError("excluded must name one span (or None) per method")
         d = self.stacked.shape[-1]
-        if self.stacked.shape != (m, len(_KINDS), d, d):
-            raise ValueError(
-                f"stacked must be ({m}, {len(_KINDS)}, d, d), got {tuple(self.stacked.shape)}"
-            )
+        if self.stacked.shape != (m, d, d):
+            raise ValueError(f"stacked must be ({m}, d, d), got {tuple(self.stacked.shape)}")
+        for x in self.excluded:
+            if x is not None and (
+                self.drift is None or x.shape != (d, 1) or not torch.equal(x[:, 0], self.drift)
+            ):
+                raise ValueError("an excluded span must be the mean direction m̂ (drift), d × 1")
 
     @classmethod
     def from_proxies(
@@ -83,8 +87,8 @@ class EnergyProjectors:
         excluded: Mapping[str, torch.Tensor | None],
     ) -> EnergyProjectors:
         """Projectors from the proxies (``method → d × k`` orthonormal basis) and the span each
-        method's exchangeable controls avoid (``method → d × r`` or None), on the proxies'
-        device."""
+        method's exchangeable controls avoid (``method → m̂`` (d × 1) or None; one m̂ for all),
+        on the proxies' device."""
         methods = tuple(proxies)
         if set(excluded) != set(methods):
             raise ValueError(f"excluded must be given for exactly the methods {methods}")
@@ -93,19 +97,10 @@ class EnergyProjectors:
             None if excluded[m] is None else excluded[m].detach().double().to(q.device)
             for m, q in zip(methods, bases, strict=True)
         )
-        stacked = []
-        for q, x in zip(bases, spans, strict=True):
-            d, k = q.shape
-            stacked.append(
-                torch.stack(
-                    [
-                        q @ q.T,
-                        expected_projector(d, k, x, device=q.device),
-                        expected_projector(d, k, exclusion_basis(q, x)),
-                    ]
-                )
-            )
-        return cls(methods, bases, spans, torch.stack(stacked))
+        drifts = [x for x in spans if x is not None]
+        drift = drifts[0][:, 0] if drifts else None
+        stacked = torch.stack([q @ q.T for q in bases])
+        return cls(methods, bases, spans, stacked, drift)
 
     @property
     def d(self) -> int:
@@ -113,13 +108,59 @@ class EnergyProjectors:
 
 
 class EnergySums(NamedTuple):
-    """Per-sequence sums ``(S,)`` each of one method and slot: ``Σ‖gQ‖²``, ``Σ‖g‖²`` and the
-    exact mean energies of the exchangeable and the complement controls."""
+    """Per-sequence sums ``(S,)`` each of one method and slot: the proxy's energy ``Σ‖gQ‖²``
+    (of the drift-regressed gradients where its controls avoid m̂), ``Σ‖g‖²`` and the exact
+    mean energies of the exchangeable and the complement controls."""
 
     inside: torch.Tensor
     total: torch.Tensor
     control: torch.Tensor
     complement: torch.Tensor
+
+
+@dataclass(eq=False)
+class _GramPlan:
+    """How :func:`group_grams` gathers the groups of consecutive rows (``sizes`` (groups,),
+    ``n`` rows) by size class: per class the rows of its groups (padded with the index ``n``,
+    a zero row) and where their Gram matrices go, on the host — or on a device, once
+    :meth:`with_indices` has the copies (sent in one transfer)."""
+
+    n: int
+    n_groups: int
+    classes: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def of(cls, sizes: Int[torch.Tensor, " groups"], n: int) -> _GramPlan:
+        sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host
+        ends = torch.cumsum(sizes, 0)
+        starts = ends - sizes
+        size_class = torch.ceil(torch.log2(sizes.double())).long()
+        classes = []
+        for c in torch.unique(size_class).tolist():
+            at = torch.nonzero(size_class == c).squeeze(1)
+            offsets = torch.arange(2**c)
+            rows = starts[at, None] + offsets
+            classes.append((torch.where(offsets < sizes[at, None], rows, n), at))
+        return cls(n, len(sizes), classes)
+
+    def indices(self) -> list[torch.Tensor]:
+        """Every index of the plan, class by class (rows, then where they go)."""
+        return [t for pair in self.classes for t in pair]
+
+    def with_indices(self, sent: list[torch.Tensor]) -> _GramPlan:
+        """The plan with its indices replaced by ``sent`` (in :meth:`indices`' order)."""
+        pairs = [(sent[2 * i], sent[2 * i + 1]) for i in range(len(self.classes))]
+        return _GramPlan(self.n, self.n_groups, pairs)
+
+    def grams(self, x: Float[torch.Tensor, "n d"]) -> Float[torch.Tensor, "groups d d"]:
+        """The groups' Gram matrices of ``x`` (indices on ``x``'s device)."""
+        d = x.shape[1]
+        padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
+        out = x.new_empty(self.n_groups, d, d)
+        for rows, at in self.classes:
+            block = padded[rows]  # (groups of the class, 2^c, d)
+            out[at] = block.transpose(1, 2) @ block
+        return out
 
 
 def group_grams(
@@ -129,21 +170,58 @@ def group_grams(
     ``sizes[i]`` rows). Groups are batched by size class (padded with zero rows to the next power
     of two, at most twice the work), so a batch costs a handful of batched products, not one
     small product per group."""
-    n, d = x.shape
-    sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host, indices uploaded
-    ends = torch.cumsum(sizes, 0)
-    starts = ends - sizes
-    padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
-    size_class = torch.ceil(torch.log2(sizes.double())).long()
-    out = x.new_empty(len(sizes), d, d)
-    for c in torch.unique(size_class).tolist():
-        at = torch.nonzero(size_class == c).squeeze(1)
-        offsets = torch.arange(2**c)
-        rows = starts[at, None] + offsets
-        rows = torch.where(offsets < sizes[at, None], rows, n)
-        block = padded[upload(rows, x.device)]  # (groups of the class, 2^c, d)
-        out[upload(at, x.device)] = block.transpose(1, 2) @ block
-    return out
+    plan = _GramPlan.of(sizes, x.shape[0])
+    return plan.with_indices(upload_many(plan.indices(), x.device)).grams(x)
+
+
+@dataclass(eq=False)
+class _Groups:
+    """One batch's (sequence, slot) groups for :meth:`SequenceEnergy.update`, the same for
+    every site: the sequences (``ids``, host), the rows' order, where each group's sums go
+    (slot 0 and, for binned groups, their bin's slot) and the Gram plan; indices on the
+    device, sent in one copy."""
+
+    ids: torch.Tensor
+    order: torch.Tensor
+    to_all: torch.Tensor
+    binned: torch.Tensor | None
+    to_bin: torch.Tensor | None
+    plan: _GramPlan
+
+    @classmethod
+    def of(
+        cls,
+        row_ids: Int[torch.Tensor, " n"],
+        bins: Int[torch.Tensor, " n"] | None,
+        seq_len: int,
+        n_slots: int,
+        device: torch.device,
+    ) -> _Groups:
+        s = n_slots
+        sequences = row_ids.cpu().long() // seq_len  # ids and bins: host bookkeeping
+        slot = torch.zeros_like(sequences)
+        if bins is not None and s > 1:
+            b = bins.cpu().long()
+            slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
+        key, order = torch.sort(sequences * s + slot, stable=True)
+        groups, sizes = torch.unique_consecutive(key, return_counts=True)
+        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
+        ids, where = torch.unique(group_seq, return_inverse=True)
+        binned = torch.nonzero(group_slot > 0).squeeze(1)
+        plan = _GramPlan.of(sizes, len(order))
+        host = [order, where * s]
+        if len(binned):
+            host += [binned, where[binned] * s + group_slot[binned]]
+        sent = upload_many(host + plan.indices(), device)
+        extra = 4 if len(binned) else 2
+        return cls(
+            ids,
+            sent[0],
+            sent[1],
+            sent[2] if len(binned) else None,
+            sent[3] if len(binned) else None,
+            plan.with_indices(sent[extra:]),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,10 +241,10 @@ class SequenceEnergyConfig:
 
 
 class SequenceEnergy:
-    """Per-sequence sums ``total`` (S, slots), ``inside``, ``control`` and ``complement``
-    (S, M, slots) of one site, in float64, for the sequences ``sequences`` (S,) (ascending
-    stream indices) that had at least one kept token. A sequence with no token of bin ``b`` has
-    zeros in slot ``b + 1``.
+    """Per-sequence sums ``total`` (S, slots), ``inside`` (S, M, slots) and, with a drift
+    direction, ``drift`` (S, slots, d) of one site, in float64, for the sequences
+    ``sequences`` (S,) (ascending stream indices) that had at least one kept token. A sequence
+    with no token of bin ``b`` has zeros in slot ``b + 1``.
     """
 
     def __init__(
@@ -180,23 +258,32 @@ class SequenceEnergy:
         self.seq_len = check_count(seq_len, "seq_len", minimum=1)
         self.n_slots = check_count(n_slots, "n_slots", minimum=1)
         m, d = len(projectors.methods), projectors.d
-        # flattened to d² columns: kind-major (every method's P_Q, then P̄, then P̄ complement)
-        flat = projectors.stacked.transpose(0, 1).reshape(len(_KINDS) * m, d * d)
-        self._flat = flat.to(device, torch.float64)
+        self._flat = upload(projectors.stacked.reshape(m, d * d).to(torch.float64), device)
+        drift = projectors.drift  # pinned uploads: no wait
+        self._drift = None if drift is None else upload(drift.to(torch.float64), device)
         self._chunks: list[tuple[torch.Tensor, ...]] = []
 
     @property
     def methods(self) -> tuple[str, ...]:
         return self.projectors.methods
 
+    @property
+    def _width(self) -> int:
+        """Columns per (sequence, slot): Σ‖g‖², one per method, d drift sums (with m̂)."""
+        return 1 + len(self.methods) + (0 if self._drift is None else self.projectors.d)
+
     def update(
         self,
         g: Float[torch.Tensor, "n d"],
         row_ids: Int[torch.Tensor, " n"],
         bins: Int[torch.Tensor, " n"] | None = None,
+        *,
+        batch: BatchRows | None = None,
     ) -> None:
         """Add kept gradient rows ``g`` (n, d), their global row ids and frequency bins (n,;
-        bins outside ``[0, slots − 1)`` count in slot 0 only)."""
+        bins outside ``[0, slots − 1)`` count in slot 0 only); ``batch``: the same rows'
+        :class:`~tangentlens.capture.batch_rows.BatchRows`, whose grouping every site of the
+        batch shares (made once)."""
         p = self.projectors
         if g.ndim != 2 or g.shape[1] != p.d or row_ids.shape != (g.shape[0],):
             raise ValueError(
@@ -205,57 +292,46 @@ class SequenceEnergy:
             )
         if not g.shape[0]:
             return
-        m, s = len(p.methods), self.n_slots
-        sequences = row_ids.cpu().long() // self.seq_len  # ids and bins: host bookkeeping
-        slot = torch.zeros_like(sequences)
-        if bins is not None and s > 1:
-            b = bins.cpu().long()
-            slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
-        key, order = torch.sort(sequences * s + slot, stable=True)
-        groups, sizes = torch.unique_consecutive(key, return_counts=True)
+        s = self.n_slots
         device = self._flat.device
-        x = g.detach().to(device, torch.float64)[upload(order, device)]
-        grams = group_grams(x, sizes).flatten(1)  # (groups, d²)
-        energies = (grams @ self._flat.T).view(-1, len(_KINDS), m)  # (groups, kind, method)
-        total = torch.diagonal(grams.view(-1, p.d, p.d), dim1=1, dim2=2).sum(dim=1)
-        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
-        ids, where = torch.unique(group_seq, return_inverse=True)
-        n, kinds = len(ids), len(_KINDS)
-        # per (sequence, slot) row: Σ‖g‖², then the energies (kind-major); slot 0 gets every
-        # group, a group of bin b its slot b + 1 as well (the rows' indices made on the host)
-        values = torch.cat([total[:, None], energies.flatten(1)], dim=1)
-        out = torch.zeros(n * s, 1 + kinds * m, dtype=torch.float64, device=device)
-        out.index_add_(0, upload(where * s, device), values)
-        binned = torch.nonzero(group_slot > 0).squeeze(1)
-        if len(binned):
-            rows = upload(where[binned] * s + group_slot[binned], device)
-            out.index_add_(0, rows, values[upload(binned, device)])
-        out = out.view(n, s, 1 + kinds * m)
-        out_total = out[:, :, 0].contiguous()
-        out_kinds = out[:, :, 1:].reshape(n, s, kinds, m).permute(2, 0, 3, 1).contiguous()
-        self._chunks.append((ids, out_total, *out_kinds))
-
-    def _consolidated(self) -> tuple[torch.Tensor, ...]:
-        """One chunk per sequence (sequences split across updates or merges are summed)."""
-        m, s = len(self.projectors.methods), self.n_slots
-        if not self._chunks:
-            f64 = {"dtype": torch.float64}
-            return (
-                torch.zeros(0, dtype=torch.int64),
-                torch.zeros(0, s, **f64),
-                *(torch.zeros(0, m, s, **f64) for _ in _KINDS),
+        if batch is None:
+            groups = _Groups.of(row_ids, bins, self.seq_len, s, device)
+        else:
+            key = ("sequence groups", self.seq_len, s, device)
+            groups = batch.shared(
+                key, lambda: _Groups.of(batch.row_ids, batch.bins, self.seq_len, s, device)
             )
+        x = g.detach().to(device, torch.float64)[groups.order]
+        grams = groups.plan.grams(x)  # (groups, d, d)
+        flat = grams.flatten(1)
+        total = torch.diagonal(grams, dim1=1, dim2=2).sum(dim=1)
+        # per group: Σ‖g‖², Σ‖gQ‖² per method, then Σ (m̂ᵀg) g
+        columns = [total[:, None], flat @ self._flat.T]
+        if self._drift is not None:
+            columns.append(grams @ self._drift)
+        values = torch.cat(columns, dim=1)
+        n = len(groups.ids)
+        # per (sequence, slot) row; slot 0 gets every group, a group of bin b its slot b + 1 as
+        # well (the rows' indices made on the host)
+        out = torch.zeros(n * s, self._width, dtype=torch.float64, device=device)
+        out.index_add_(0, groups.to_all, values)
+        if groups.binned is not None:
+            out.index_add_(0, groups.to_bin, values[groups.binned])
+        self._chunks.append((groups.ids, out.view(n, s, self._width)))
+
+    def _consolidated(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sequences, sums (S, slots, width))``, one row per sequence (sequences split
+        across updates or merges are summed)."""
+        if not self._chunks:
+            empty = torch.zeros(0, self.n_slots, self._width, dtype=torch.float64)
+            return torch.zeros(0, dtype=torch.int64), empty
         if len(self._chunks) > 1:
             device = self._chunks[0][1].device
             ids = torch.cat([c[0].cpu() for c in self._chunks])
             unique, where = torch.unique(ids, return_inverse=True)
-            where = where.to(device)
-            merged = [unique]
-            for k in range(1, 2 + len(_KINDS)):
-                parts = torch.cat([c[k].to(device) for c in self._chunks])
-                out = parts.new_zeros((len(unique), *parts.shape[1:]))
-                merged.append(out.index_add_(0, where, parts))
-            self._chunks = [tuple(merged)]
+            parts = torch.cat([c[1].to(device) for c in self._chunks])
+            out = parts.new_zeros((len(unique), *parts.shape[1:]))
+            self._chunks = [(unique, out.index_add_(0, where.to(device), parts))]
         return self._chunks[0]
 
     @property
@@ -268,23 +344,31 @@ class SequenceEnergy:
 
     @property
     def total(self) -> Float[torch.Tensor, "S slots"]:
-        return self._consolidated()[1]
+        return self._consolidated()[1][:, :, 0]
 
     @property
     def inside(self) -> Float[torch.Tensor, "S M slots"]:
-        return self._consolidated()[2]
+        m = len(self.methods)
+        return self._consolidated()[1][:, :, 1 : 1 + m].transpose(1, 2)
 
     @property
-    def control(self) -> Float[torch.Tensor, "S M slots"]:
-        return self._consolidated()[3]
+    def drift(self) -> Float[torch.Tensor, "S slots d"] | None:
+        """``Σ (m̂ᵀg) g`` per sequence and slot (None without a drift direction)."""
+        if self._drift is None:
+            return None
+        return self._consolidated()[1][:, :, 1 + len(self.methods) :]
 
-    @property
-    def complement(self) -> Float[torch.Tensor, "S M slots"]:
-        return self._consolidated()[4]
-
-    def sums(self, method: str, bin_index: int | None = None) -> EnergySums:
+    def sums(
+        self,
+        method: str,
+        bin_index: int | None = None,
+        coefficient: Float[torch.Tensor, " d"] | None = None,
+    ) -> EnergySums:
         """Per-sequence :class:`EnergySums` (S,) each, of ``method`` over every kept token
-        (``bin_index`` None) or over the tokens of one frequency bin."""
+        (``bin_index`` None) or over the tokens of one frequency bin. A method whose controls
+        avoid m̂ is scored on the drift-regressed gradients ``g − b (m̂ᵀg)``: ``coefficient``
+        ``b`` (d,) is the slot's (:func:`tangentlens.metrics.drift_regression` of its pooled
+        moment) and must be given."""
         if method not in self.methods:
             raise ValueError(f"no projectors for method {method!r}; have {self.methods}")
         slot = 0 if bin_index is None else bin_index + 1
@@ -293,15 +377,32 @@ class SequenceEnergy:
                 f"bin_index must be None or in [0, {self.n_slots - 1}), got {bin_index}"
             )
         j = self.methods.index(method)
-        _, total, inside, control, complement = self._consolidated()
+        q = self.projectors.bases[j]
+        d, k = q.shape
+        total = self.total[:, slot]
+        inside = self.inside[:, j, slot]
+        if self.projectors.excluded[j] is None:  # controls in ℝ^d, complement outside the proxy
+            return EnergySums(inside, total, k / d * total, k / (d - k) * (total - inside))
+        if coefficient is None:
+            raise ValueError(
+                f"method {method!r} avoids m̂: its sums need the drift regression's coefficient"
+            )
+        drift = self.drift[:, slot]  # type: ignore[index]
+        b = coefficient.to(drift.device, torch.float64)
+        along = drift @ self._drift.to(drift.device)  # type: ignore[union-attr]
+        qb = q.to(drift.device).T @ b
+        regressed = inside - 2 * (drift @ q.to(drift.device)) @ qb + qb.dot(qb) * along
+        outside = total - 2 * (drift @ b) + b.dot(b) * along  # Σ‖r‖², r ⊥ m̂
         return EnergySums(
-            inside[:, j, slot], total[:, slot], control[:, j, slot], complement[:, j, slot]
+            regressed, total, k / (d - 1) * outside, k / (d - 1 - k) * (outside - regressed)
         )
 
     def to(self, device: torch.device | str) -> SequenceEnergy:
         """Move the sums (and projectors) to ``device`` (in place); returns self."""
-        self._chunks = [(c[0], *(t.to(device) for t in c[1:])) for c in self._chunks]
+        self._chunks = [(ids, sums.to(device)) for ids, sums in self._chunks]
         self._flat = self._flat.to(device)
+        if self._drift is not None:
+            self._drift = self._drift.to(device)
         return self
 
     def merge(self, other: SequenceEnergy) -> None:

@@ -3,7 +3,9 @@
 Each batch is captured, its kept rows are folded into the statistics, and the batch is dropped:
 memory is that of one batch plus the accumulators, whatever the number of tokens. Rows are
 identified by ``sequence index × seq_len + position`` (sequence index counted over the whole
-stream), which makes the row reservoir independent of the batch size.
+stream), which makes the row reservoir independent of the batch size. A batch's kept rows —
+their ids, bins and what is derived from them — are one
+:class:`~tangentlens.capture.batch_rows.BatchRows` shared by every site.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tangentlens.capture.accumulators import AttentionStatistics, SiteStatistics, StatisticsConfig
+from tangentlens.capture.batch_rows import BatchRows
 from tangentlens.capture.engine import CaptureConfig, capture_batch
 from tangentlens.data.frequency import FrequencyBins
 from tangentlens.data.packing import SpecialTokens
@@ -147,6 +150,10 @@ def combine_site_passes(passes: Sequence[CaptureStatistics]) -> CaptureStatistic
     return combined
 
 
+def _ids(rows: BatchRows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    return rows.tokens, rows.row_ids, rows.bins
+
+
 def capture_statistics(
     model: torch.nn.Module | LensModel,
     batches: Iterable[Tokens],
@@ -187,7 +194,15 @@ def capture_statistics(
             seq_len = tokens.shape[1]
         elif tokens.shape[1] != seq_len:
             raise ValueError(f"every batch must have {seq_len} positions, got {tokens.shape[1]}")
-        batch = capture_batch(model, tokens, config, special, first_sequence=sequence, step=step)
+        batch = capture_batch(
+            model,
+            tokens,
+            config,
+            special,
+            first_sequence=sequence,
+            step=step,
+            precision=statistics.precision,
+        )
         n_rows, n_pos = tokens.shape
         keep = batch.host_keep  # ids, tokens and bins: the bookkeeping lives on the CPU
         row_ids = (
@@ -195,13 +210,12 @@ def capture_statistics(
         )[keep]
         kept_tokens = tokens.cpu()[keep]
         kept_bins = bins.assign(kept_tokens) if statistics.n_bins else None  # type: ignore[union-attr]
+        rows = BatchRows.of(kept_tokens, row_ids, kept_bins)  # every site's, made once
         for site in config.sites:
             h, g = batch.rows(site)
             if site not in out.sites:  # accumulate where the activations are
                 out.sites[site] = SiteStatistics(h.shape[1], statistics, device=h.device, site=site)
-            out.sites[site].update(
-                h, g if statistics.gradients else None, kept_tokens, row_ids, kept_bins
-            )
+            out.sites[site].update(h, g if statistics.gradients else None, *_ids(rows), batch=rows)
         for layer, attention in batch.attention.items():
             if layer in out.attention:
                 out.attention[layer].merge(attention)

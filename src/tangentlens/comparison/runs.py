@@ -21,24 +21,36 @@ from typing import Any
 
 from tangentlens.core.proxy_stage import move_legacy_keys
 from tangentlens.models.sites import site_kind
-from tangentlens.sweep.store import read_replicates, read_results
+from tangentlens.sweep.store import read_parts, read_replicates, read_results
 
-__all__ = ["MODEL_LEVEL", "Run", "read_run", "relative_depth", "row_place"]
+__all__ = [
+    "ACROSS_PART",
+    "MODEL_LEVEL",
+    "Run",
+    "read_run",
+    "relative_depth",
+    "row_identity",
+    "row_place",
+]
 
 Row = dict[str, Any]
 
 #: The site kind of rows about the whole model (site ``"-"``: losses, token counts, correlations
 #: across layers).
 MODEL_LEVEL = "-"
+#: The result part of a run's across-steps unit (the rows that compare steps).
+ACROSS_PART = "results/across-steps.parquet"
 
 
 @dataclass(frozen=True)
 class Run:
     """One run directory: ``label`` (its name in the comparison), ``root``, ``manifest``,
     every row (``rows``, all steps), ``n_layers`` (the suite's blocks), ``finished`` (False
-    for a run still going or stopped: its rows so far are compared) and the bootstrap
+    for a run still going or stopped: its rows so far are compared), the bootstrap
     replicates it kept (``replicates``: one record per row with an interval, see
-    :data:`tangentlens.results.REPLICATE_FIELDS`; empty unless the sweep kept them)."""
+    :data:`tangentlens.results.REPLICATE_FIELDS`; empty unless the sweep kept them) and which
+    rows compare steps (``across``: the identities, :func:`row_identity`, of the rows the
+    across-steps unit wrote — each reads the transition from the previous scored step)."""
 
     label: str
     root: Path
@@ -46,6 +58,17 @@ class Run:
     rows: tuple[Row, ...]
     n_layers: int
     replicates: tuple[Row, ...] = ()
+    across: frozenset[tuple[Any, ...]] = frozenset()
+
+    def is_across(self, row: Row) -> bool:
+        """Whether ``row`` (one of this run's) compares steps: a transition into its step."""
+        return row_identity(row) in self.across
+
+    def transition(self, step: int) -> tuple[int | None, int]:
+        """The transition an across row at ``step`` reads: ``(previous scored step, step)``
+        (None before the first)."""
+        earlier = [s for s in self.steps if s < step]
+        return (earlier[-1] if earlier else None, step)
 
     @property
     def finished(self) -> bool:
@@ -108,7 +131,17 @@ def read_run(path: str | Path, label: str | None = None) -> Run:
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     rows = tuple(read_results(root).to_pylist())
     replicates = tuple(read_replicates(root).to_pylist())
-    return Run(label or root.name, root, manifest, rows, _n_layers(root, manifest), replicates)
+    part = root / ACROSS_PART
+    across = frozenset(
+        row_identity(r) for r in (read_parts([part]).to_pylist() if part.is_file() else [])
+    )
+    n_layers = _n_layers(root, manifest)
+    return Run(label or root.name, root, manifest, rows, n_layers, replicates, across)
+
+
+def row_identity(row: Row) -> tuple[Any, ...]:
+    """What names one row of a run: its step, probe, metric, site, method, rank and bin."""
+    return tuple(row[k] for k in ("step", "probe", "metric", "site", "method", "rank", "freq_bin"))
 
 
 def relative_depth(kind: str, layer: int | None, n_layers: int) -> Fraction | None:

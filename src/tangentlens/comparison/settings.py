@@ -18,12 +18,22 @@ then the registered probes' own (:class:`~tangentlens.reporting.MustMatch`, over
 each probe that declares it; built in: ``proxies.draws`` (tangent_energy,
 anisotropy_share), ``probes.tangent_energy.data_matched_m`` (tangent_energy's
 ``data_matched_*``), ``probes.anisotropy_share.isoscore_draws``,
-``probes.update_alignment.draws``).
+``probes.update_alignment.draws``), then every key of each compared probe's own recipe table
+(:func:`probe_settings`: a researcher's probe run with ``lower = 1`` and with ``lower = 2`` is
+not compared), except those the probe declares may differ (``Reporting.may_differ``; built in:
+tangent_energy's ``bootstrap``, ``interval`` and ``keep_replicates``, which change no value).
 
 The tangent account's probes (:func:`tangent_account`, from the registry): every probe of scope
 ``tangent`` — built in: tangent_energy, anisotropy_share, subspace_stability, update_alignment —
 and the proxy fit's rows (proxy_fit). A setting is checked only where every run's recipe has it
 (a probe one run lacks has no shared rows).
+
+Statistics precision (:func:`precision_refusals`, read from the manifests' ``statistics_dtype``;
+runs from before the setting are float64): runs whose statistics were accumulated at different
+precisions are compared only when every float32 run's stated bound (``statistics_bound``: the
+second moments' error per unit of ``Σ‖x − c‖²``, :mod:`tangentlens.capture.precision`) is at
+most :data:`MIXED_PRECISION_BOUND`, flagged in one line; otherwise every row is refused, in one
+line naming each run's precision and bound.
 
 Flagged (:data:`FLAGGED`, one warning line each, nothing refused): ``data.seq_len``,
 ``data.max_tokens`` (the token budget) and the corpus size (the tokens the runs analysed: the
@@ -40,15 +50,16 @@ before and after a change of estimator are not compared on what the change moved
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tangentlens.comparison.runs import Run
-from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes
+from tangentlens.registry import FIT_PROBE, TANGENT, builtin_probes, installed_probes, resolve
 
 __all__ = [
     "FLAGGED",
+    "MIXED_PRECISION_BOUND",
     "Refusal",
     "Setting",
     "corpus_size_flag",
@@ -57,8 +68,11 @@ __all__ = [
     "fit_window_lines",
     "flag_lines",
     "must_match",
+    "precision_refusals",
+    "probe_settings",
     "recipe_differences",
     "refusals",
+    "transition_refusal",
 ]
 
 Row = dict[str, Any]
@@ -84,7 +98,8 @@ class Setting:
     """A recipe setting (``path``: its dotted key) and the rows it concerns: those of
     ``probes`` (None = every probe) whose metric starts with ``metric_prefix`` and ends with
     ``metric_suffix`` (or is one of ``metrics``, when given), only the per-bin rows if
-    ``per_bin``."""
+    ``per_bin``. ``parts``: the path's table keys when one holds a dot (a probe named by an
+    import path, ``probes."mypkg.probes:PROBE".lower``)."""
 
     name: str
     path: str
@@ -93,6 +108,7 @@ class Setting:
     per_bin: bool = False
     metric_suffix: str = ""
     metrics: tuple[str, ...] | None = None
+    parts: tuple[str, ...] = ()
 
     def concerns(self, row: Row) -> bool:
         probes = self.probe_names()
@@ -112,7 +128,7 @@ class Setting:
     def value(self, recipe: dict[str, Any]) -> Any:
         """The setting in a manifest's recipe, or ``_MISSING``."""
         node: Any = recipe
-        for part in self.path.split("."):
+        for part in self.parts or self.path.split("."):
             if not isinstance(node, dict) or part not in node:
                 return _MISSING
             node = node[part]
@@ -159,6 +175,42 @@ def must_match() -> tuple[Setting, ...]:
             for (name, path, prefix), probes in declared.items()
         ),
     )
+
+
+def _probe_names(runs: Sequence[Run]) -> dict[str, str]:
+    """Recipe key → the probe name its rows carry, for the probes every run's recipe enables
+    (the manifests record the name; else the key)."""
+    keys = set.intersection(*(set(run.recipe.get("probes", {})) for run in runs))
+    names: dict[str, str] = {}
+    for key in sorted(keys):
+        for run in runs:
+            entry = run.manifest.get("probes", {}).get(key)
+            if isinstance(entry, dict) and "name" in entry:
+                names[key] = entry["name"]
+        names.setdefault(key, key)
+    return names
+
+
+def probe_settings(runs: Sequence[Run]) -> list[Setting]:
+    """Every key of the recipe table of each probe the runs share (its rows must not be
+    compared when the key differs), but those the probe declares may differ
+    (``Reporting.may_differ``) and those a declared must-match setting already names; a probe
+    this installation cannot resolve has none that may differ."""
+    declared = {s.path for s in must_match()}
+    out = []
+    for key, name in _probe_names(runs).items():
+        try:
+            may_differ = set(resolve(key).reporting.may_differ)
+        except ValueError:
+            may_differ = set()
+        tables = [run.recipe["probes"][key] for run in runs]
+        fields = sorted(set().union(*(t for t in tables if isinstance(t, dict))))
+        for field in fields:
+            path = f"probes.{key}.{field}"
+            if field not in may_differ and path not in declared:
+                parts = ("probes", key, field)
+                out.append(Setting(f"{name} setting {field}", path, (name,), parts=parts))
+    return out
 
 
 def _estimator(key: str, probes: tuple[str, ...] | str | None, **which: Any) -> Setting:
@@ -221,16 +273,51 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A must-match setting that differs: the rows it concerns are not compared."""
+    """A must-match setting that differs, or the transitions across-steps rows read: the rows
+    it concerns (:meth:`concerns`) are not compared. ``rows``: what it refuses when that is not
+    a setting's rows (a row → bool), else None."""
 
-    setting: Setting
+    setting: Setting | None
     line: str
+    rows: Callable[[Row], bool] | None = None
+
+    def concerns(self, row: Row) -> bool:
+        """Whether the refusal covers ``row``."""
+        if self.rows is not None:
+            return self.rows(row)
+        return self.setting is not None and self.setting.concerns(row)
+
+
+def transition_refusal(runs: Sequence[Run], steps: Sequence[int]) -> Refusal | None:
+    """Across-steps rows (a transition s → s′ into the compared step: update alignment, the
+    previous step's principal angles, a researcher's ``across`` probe) are compared only
+    between the same transitions: the refusal of every across row when the runs' transitions
+    into their compared steps differ (64 → 1200 against 0 → 1200), else None."""
+    transitions = [run.transition(step) for run, step in zip(runs, steps, strict=True)]
+    probes = sorted(
+        {
+            r["probe"]
+            for run, step in zip(runs, steps, strict=True)
+            for r in run.rows
+            if r["step"] == step and run.is_across(r)
+        }
+    )
+    if len(set(transitions)) == 1 or not probes:
+        return None
+    shown = ", ".join(
+        f"{run.label} {'start' if s is None else s} → {e}"
+        for run, (s, e) in zip(runs, transitions, strict=True)
+    )
+    line = f"transitions differ ({shown}): across-steps rows ({', '.join(probes)}) not compared"
+    return Refusal(None, line, lambda row: any(run.is_across(row) for run in runs))
 
 
 def refusals(runs: Sequence[Run]) -> list[Refusal]:
-    """The must-match settings whose values differ across the runs, each with its line."""
+    """The must-match settings whose values differ across the runs (the core's, the probes'
+    declared ones and their own recipe tables' keys: :func:`probe_settings`), each with its
+    line."""
     out = []
-    for setting in must_match():
+    for setting in (*must_match(), *probe_settings(runs)):
         values = _values(runs, setting)
         if values is not None and len({repr(v) for v in values}) > 1:
             line = (
@@ -264,6 +351,38 @@ def estimator_refusals(runs: Sequence[Run]) -> list[Refusal]:
         line = f"{setting.name} differs ({texts}): {setting.what()} not compared"
         out.append(Refusal(setting, line))
     return out
+
+
+#: The largest stated float32 bound (relative, per unit of ``Σ‖x − c‖²``) at which runs of
+#: different statistics precisions are still compared: eigenvalues within 0.1 % of the spread.
+MIXED_PRECISION_BOUND = 1e-3
+
+
+def _precision(run: Run) -> tuple[str, float]:
+    """A run's statistics precision and its stated relative bound (0 for float64)."""
+    dtype = run.manifest.get("statistics_dtype", "float64")
+    bound = run.manifest.get("statistics_bound", {}).get("relative", 0.0)
+    return dtype, float(bound) if dtype == "float32" else 0.0
+
+
+def precision_refusals(runs: Sequence[Run]) -> tuple[list[Refusal], list[str]]:
+    """(refusals, flag lines) for runs of different statistics precisions: nothing when they
+    agree; a flag when every float32 run's bound is within :data:`MIXED_PRECISION_BOUND`; else
+    one refusal of every row."""
+    found = [_precision(run) for run in runs]
+    if len({dtype for dtype, _ in found}) == 1:
+        return [], []
+    listed = ", ".join(
+        f"{run.label} {dtype}" + (f" (bound {bound:.1e})" if bound else "")
+        for run, (dtype, bound) in zip(runs, found, strict=True)
+    )
+    if max(bound for _, bound in found) <= MIXED_PRECISION_BOUND:
+        return [], [f"statistics precision differs ({listed}): within {MIXED_PRECISION_BOUND:g}"]
+    line = (
+        f"statistics precision differs ({listed}), a bound above {MIXED_PRECISION_BOUND:g}: "
+        "no row compared (rerun one with capture.precision matching the other)"
+    )
+    return [Refusal(Setting("statistics precision", "statistics_dtype"), line)], []
 
 
 def flag_lines(runs: Sequence[Run]) -> list[str]:

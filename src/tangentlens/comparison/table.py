@@ -6,7 +6,10 @@ Rows match across runs on ``(probe, metric, method, rank, freq_bin, site kind, r
 and a BERT encoder's ``blocks.3.hook_normalized_resid_post`` the same place), each run at its
 compared step: its last scored step with rows by default, or one step every run has. Model-free rows
 (``untrained_block``, at a negative step) are not compared. A row is shared when every run has
-it and no must-match setting that concerns it differs (:mod:`tangentlens.comparison.settings`).
+it and no must-match setting that concerns it differs (:mod:`tangentlens.comparison.settings`:
+a probe's own recipe keys included); a row that compares steps (written by the across-steps
+unit: a transition from the previous scored step) only when every run's transition into its
+compared step is the same (64 → 1200 is not 0 → 1200).
 
 The table has the tidy schema plus ``run``, ``site_kind``, ``relative_depth`` and
 ``difference``. Per shared key, one row per run — that run's own row, unchanged, ``run`` its
@@ -45,8 +48,10 @@ from tangentlens.comparison.settings import (
     estimator_refusals,
     fit_window_lines,
     flag_lines,
+    precision_refusals,
     recipe_differences,
     refusals,
+    transition_refusal,
 )
 from tangentlens.results import SCHEMA
 
@@ -92,7 +97,7 @@ DIFFERENCE_LEVEL = 0.95
 
 def is_ratio(metric: str) -> bool:
     """Ratio metrics are compared on the log scale: ``*_ratio`` (a ratio to its null, whose
-    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − E(m̂))·d/(d − 1)``,
+    reference is 1). ``energy_enrichment`` is not one: its null is ``(1 − D)·d/(d − 1)``,
     reported beside it (``energy_enrichment_null``), so it is compared as a plain difference."""
     return metric.endswith("_ratio")
 
@@ -218,7 +223,7 @@ class Comparison:
 
     def is_refused(self, row: Row) -> bool:
         """Whether a must-match setting that differs concerns this row."""
-        return any(refusal.setting.concerns(row) for refusal in self.refused)
+        return any(refusal.concerns(row) for refusal in self.refused)
 
 
 def _labels(paths: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
@@ -255,8 +260,11 @@ def compare(
         raise ValueError(f"compare needs two or more run directories, got {len(paths)}")
     read = [read_run(p, label) for p, label in zip(paths, _labels(paths, labels), strict=True)]
     steps = [run.pick_step(step) for run in read]
-    refused = [*refusals(read), *estimator_refusals(read)]
-    flagged = flag_lines(read)
+    mixed, precision_flags = precision_refusals(read)
+    refused = [*refusals(read), *estimator_refusals(read), *mixed]
+    if (across := transition_refusal(read, steps)) is not None:
+        refused.append(across)
+    flagged = [*flag_lines(read), *precision_flags]
     size = corpus_size_flag(read, steps)
     if size is not None:
         flagged.append(size)
@@ -264,7 +272,7 @@ def compare(
     kept = [_replicates(run, s) for run, s in zip(read, steps, strict=True)]
     common = set(keyed[0]).intersection(*keyed[1:])
     shared = sorted(
-        (k for k in common if not any(r.setting.concerns(keyed[0][k]) for r in refused)),
+        (k for k in common if not any(r.concerns(keyed[0][k]) for r in refused)),
         key=_sort_key,
     )
     out: list[Row] = []

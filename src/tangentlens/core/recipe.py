@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tangentlens.capture.needs import Needs
-from tangentlens.checks import build_section, check_count, check_fraction, suggest
+from tangentlens.capture.precision import PRECISIONS
+from tangentlens.checks import build_section, check_choice, check_count, check_fraction, suggest
 from tangentlens.core.proxy_stage import LEGACY_PROBE, PROXIES, ProxiesSpec, move_legacy_keys
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import LOADER_CHOICES
@@ -203,7 +204,14 @@ class CaptureSpec:
     the same order wherever a unit runs (part of the recipe: another thread count can change the
     last bits of a sum); ``passes``: capture passes per step, each over a contiguous group of the
     sites (the model runs once per pass; a site's statistics do not depend on its group; 0 = the
-    fewest that fit the device's memory, chosen by the memory plan where the unit runs)."""
+    fewest that fit the device's memory, chosen by the memory plan where the unit runs);
+    ``precision``: of the statistics' d × d sums — ``"float64"`` (every sum in float64),
+    ``"float32"`` (the second moments from float32 Grams of rows shifted by a frozen mean, added
+    into float64, and the attention entropy's rows in float32: within the bound
+    :mod:`tangentlens.capture.precision` states, which the manifest records) or ``"auto"``
+    (float64 on the CPU and on GPUs with full-rate float64 — P100, V100, A100, H100, B200 —,
+    float32 on the others, where float64 runs at 1/32–1/64 of float32); recorded in the
+    manifest as resolved (``statistics_dtype``)."""
 
     sites: tuple[str, ...] = ("resid_post",)
     layers: str = "all"
@@ -213,6 +221,7 @@ class CaptureSpec:
     seed: int = 0
     threads: int = 2
     passes: int = 1
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         for kind in self.sites:
@@ -229,6 +238,7 @@ class CaptureSpec:
         check_count(self.reservoir, "capture.reservoir", minimum=0)
         check_count(self.threads, "capture.threads", minimum=1)
         check_count(self.passes, "capture.passes", minimum=0)
+        check_choice(self.precision, "capture.precision", PRECISIONS)
         _layer_form(self.layers)  # the form here; the range once a model is known
 
 
@@ -353,9 +363,12 @@ class Recipe:
         """Plain JSON-able form of what the results depend on: the recipe's identity, recorded
         in the manifest and compared on ``--resume``. The executor is not part of it
         (:meth:`executor_dict`), nor ``capture.passes`` (how the sites are grouped changes no
-        site's statistics)."""
+        site's statistics); ``capture.precision`` is part of it unless float64 (so runs from
+        before the setting, all float64, keep their identity)."""
         capture = dataclasses.asdict(self.capture)
         del capture["passes"]
+        if capture["precision"] == "float64":
+            del capture["precision"]
         out = {
             "name": self.name,
             "suite": dataclasses.asdict(self.suite),
@@ -377,7 +390,45 @@ def _table(config: Any) -> dict[str, Any]:
     return config.to_table() if hasattr(config, "to_table") else dataclasses.asdict(config)
 
 
-def _apply_override(data: dict[str, Any], override: str) -> None:
+def _override_path(key: str) -> list[str]:
+    """The table path of a ``--set`` key: its dotted parts, where a part in quotes is one part
+    (TOML's quoted key, as a recipe file writes an import-path probe:
+    ``probes."mypkg.probes:PROBE".per_bin``) and, under ``probes``, an unquoted import path is
+    one part too (``probes.mypkg.probes:PROBE.per_bin``: the first part holding ``:`` ends it —
+    no recipe key has one, and an attribute name has no dot)."""
+    parts: list[str] = []
+    current, quote = "", ""
+    for char in key.strip():
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                current += char
+        elif char in "\"'":
+            quote = char
+        elif char == ".":
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if quote:
+        raise ValueError(f"--set {key}: a quoted key part is not closed ({quote})")
+    parts.append(current.strip())
+    if not all(parts):
+        raise ValueError(f"--set {key}: an empty key part (e.g. proxies.rank=32)")
+    if parts[0] == "probes":
+        colon = next((i for i, part in enumerate(parts[1:], 1) if ":" in part), None)
+        if colon is not None and colon > 1:
+            parts = ["probes", ".".join(parts[1 : colon + 1]), *parts[colon + 1 :]]
+    return parts
+
+
+def _apply_override(
+    data: dict[str, Any], override: str, given: dict[tuple[str, ...], tuple[str, Any]]
+) -> None:
+    """Set ``data`` at the override's key; ``given``: the keys earlier overrides set (the path
+    they reached and their text), so that one key given twice with two values is refused, as
+    a recipe file refuses it."""
     if "=" not in override:
         raise ValueError(f"--set expects KEY=VALUE (e.g. proxies.rank=32), got {override!r}")
     key, raw = override.split("=", 1)
@@ -385,12 +436,19 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is a string
-    parts = key.strip().split(".")
+    parts = _override_path(key)
     stage_keys = [f.name for f in dataclasses.fields(ProxiesSpec)]
     if parts[:2] == ["probes", LEGACY_PROBE] and len(parts) > 2 and parts[2] in stage_keys:
         moved = ".".join([PROXIES, *parts[2:]])
         logger.warning("--set %s: %s now lives in [%s] (set %s)", key, parts[2], PROXIES, moved)
         parts = [PROXIES, *parts[2:]]
+    path = tuple(parts)
+    if path in given and given[path][1] != value:
+        first = given[path][0]
+        raise ValueError(
+            f"--set sets {'.'.join(path)} twice: {first} and {override.strip()}; give it once"
+        )
+    given[path] = (override.strip(), value)
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
@@ -439,8 +497,9 @@ def load_recipe(spec: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"recipe {path} is not valid TOML: {err}") from None
     data = move_legacy_keys(data, f"recipe {path.name}")
+    given: dict[tuple[str, ...], tuple[str, Any]] = {}
     for override in overrides:
-        _apply_override(data, override)
+        _apply_override(data, override, given)
     allowed = ["suite", "data", "capture", PROXIES, "probes", "executor"]
     for key in data:
         if key not in allowed:

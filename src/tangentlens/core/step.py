@@ -24,6 +24,7 @@ from tangentlens.capture import (
 )
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
+from tangentlens.capture.precision import resolve_precision
 from tangentlens.core.data import AnalysisData
 from tangentlens.core.proxy_stage import ProxiesSpec
 from tangentlens.core.recipe import Recipe, select_layers, site_groups
@@ -102,6 +103,7 @@ def capture_step(
     sequence_energy: SequenceEnergyConfig | None = None,
     part: slice = slice(None),
     passes: int = 1,
+    precision: str | None = None,
 ) -> CaptureStatistics:
     """One capture of ``step`` over the sequences ``data.rows[part]``, in ``passes`` passes over
     contiguous groups of the sites (attention in the first): with one pass the statistics stay
@@ -110,7 +112,9 @@ def capture_step(
     energy sums of proxies known in advance (the frozen-early intervals); ``score_loss=False``
     (forward-only captures that read activations alone): no language-modelling head, no
     ``mean_loss``. Per-type sums track only the types the probes read (each probe's
-    ``tracked_types``)."""
+    ``tracked_types``). ``precision``: the statistics' (``"float64"`` or ``"float32"``; None =
+    ``capture.precision`` resolved on the model's device by
+    :func:`~tangentlens.capture.precision.resolve_precision`)."""
     type_ids = None
     if needs.type_sums:
         counts = data.frequencies.counts
@@ -120,6 +124,8 @@ def capture_step(
                 wanted[entry.probe.tracked_types(entry.config, counts)] = True
         type_ids = tuple(np.flatnonzero(wanted).tolist())
     model = lens_model(model)  # once: every pass and batch reads the same adapter
+    if precision is None:
+        precision = resolve_precision(recipe.capture.precision, model.device)
     attention = select_layers(recipe.capture.layers, model.n_layers) if needs.attention else ()
     statistics = StatisticsConfig(
         gradients=gradients,
@@ -131,6 +137,7 @@ def capture_step(
         reservoir_size=recipe.capture.reservoir if needs.reservoir else 0,
         seed=recipe.capture.seed,
         sequence_energy=sequence_energy,
+        precision=precision,
     )
     groups = site_groups(list(sites), passes)
 
@@ -210,6 +217,7 @@ def capture_scored(
     sequence_energy: SequenceEnergyConfig | None = None,
     fixed: Mapping[str, Mapping[str, FixedProxy]] | None = None,
     status: Status = _quiet,
+    precision: str | None = None,
 ) -> tuple[CaptureStatistics, CaptureStatistics, dict[str, FittedProxies] | None]:
     """A step's capture for every probe of ``recipe``: ``(statistics, scored, fitted)`` — the
     whole stream's statistics, those the energies are scored on and the step's own fit when it
@@ -219,13 +227,15 @@ def capture_scored(
     sequences and scored on the second (an in-sample proxy flatters its own energy): two
     captures over disjoint halves cost one over all sequences, and merged they are exactly the
     whole stream's statistics for the other probes; ``fixed`` proxies join the fit. Otherwise
-    one capture (``sequence_energy``: per-sequence sums of proxies known in advance)."""
+    one capture (``sequence_energy``: per-sequence sums of proxies known in advance).
+    ``precision``: the statistics' (None: ``capture.precision`` resolved on the model's
+    device)."""
     needs = recipe.needs
 
     def capture(**where: Any) -> CaptureStatistics:
         return capture_step(
             model, sites, data, recipe, needs, step, gradients=needs.gradients, passes=passes,
-            **where,
+            precision=precision, **where,
         )  # fmt: skip
 
     stage = recipe.proxies

@@ -27,7 +27,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "pretrained_location",
             "pretrained_models",
         ),
-        ".seminmf": ("SOLVERS", "SemiNMF"),
+        ".seminmf": ("ROUNDING_SCALE", "SOLVERS", "SemiNMF", "rounding_angles"),
         "tangentlens.metrics.subspace": (
             "DEFAULT_RANK_RTOL",
             "check_basis",

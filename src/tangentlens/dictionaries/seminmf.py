@@ -24,11 +24,24 @@ four- to fivefold by spinning threads when another program holds a core; the res
 depend on the thread count. On the CPU the loop runs in numpy, whose per-call cost is a third of
 torch's on these small products; on an accelerator in torch (the same code).
 
+On an accelerator the loop does not wait on the host per iteration: it reads its objectives
+(the stopping test, and ``on_iteration``) once per block of :data:`CHECK_EVERY` iterations, in
+one transfer, and ends on the iteration the test stops at (each iteration's state is kept
+within the block); the least-squares directions are solved by a Cholesky factorisation of
+``ZᵀZ`` (a dead code, an all-zero column, gets a unit pivot: its direction stays 0, as the
+pseudo-inverse gives) without the eigen-decomposition's host check, flagged when ``ZᵀZ`` is
+too ill-conditioned for the pseudo-inverse's cut to be moot (``‖L⁻¹‖²_F · tr(ZᵀZ) · k · eps ≥
+1``, which bounds the smallest eigenvalue from below); a block with a flagged iteration is run
+again from its start with the pseudo-inverse (waiting on the host once per iteration). A fit
+waits at most once per 10 iterations, plus its set-up (the norm, the first directions, the
+SVD bound and the final error).
+
 Where ``tol`` stops the fit depends on the last bits of the arithmetic: semi-NMF's objective is
 flat along some directions. On the quickstart's reservoirs (n = 4096, d = 128, k = 16), scaling
 the input by ``1 + 1e-7`` moved the fitted span by up to 3.8° at the largest principal angle
 (≤ 0.26° on average over the angles) and the relative error by ≤ 6e-5; angles between semi-NMF
-fits (``subspace_stability``) carry that floor.
+fits (``subspace_stability``) carry that floor, which :func:`rounding_angles` measures for a
+given fit (the same rows scaled by :data:`ROUNDING_SCALE`: one span in exact arithmetic).
 
 Initialisation (seeded, shared by both solvers): ``D₀`` = ``k`` distinct rows of ``H`` drawn with a
 local generator, ``Z₀ = max(0, A B⁺)``. The truncated SVD at the same rank bounds the error from
@@ -43,21 +56,24 @@ from typing import Any
 
 import numpy as np
 import torch
+from jaxtyping import Float
 
 from tangentlens.checks import check_choice, check_count, check_fraction, check_matrix
 from tangentlens.dictionaries.base import check_fitted, check_rank
-from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, span_basis
+from tangentlens.metrics.subspace import DEFAULT_RANK_RTOL, principal_angles, span_basis
 from tangentlens.runtime import single_thread
 from tangentlens.seeding import seeded_generator
 from tangentlens.typing import Activations, ArrayLike, Basis, Codes, Dictionary
 
-__all__ = ["SOLVERS", "SemiNMF"]
+__all__ = ["CHECK_EVERY", "ROUNDING_SCALE", "SOLVERS", "SemiNMF", "rounding_angles"]
 
 #: Semi-NMF solvers: ``hals`` (the default) or ``mu`` (the multiplicative reference).
 SOLVERS: tuple[str, ...] = ("hals", "mu")
 _EPS = 1e-12
 #: A relative objective ‖H − ZD‖²/‖H‖² below this is an exact factorisation: stop there.
 _OBJECTIVE_FLOOR = 1e-10
+#: The device loop reads its objectives (the stopping test) once per this many iterations.
+CHECK_EVERY = 10
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 # The loops hold the codes transposed, ``Zt = Zᵀ`` (k × n: each code a contiguous row) with
@@ -100,11 +116,35 @@ def _directions(xp: Namespace, gram: Any, Zt: Any, X: Any) -> Any:
     return xp.asarray((vectors * inverse) @ (vectors.T @ rhs), dtype=X.dtype)
 
 
-def _objective(xp: Namespace, Zt: Any, At: Any, B: Any, gram: Any, sq_norm: float) -> float:
+def _directions_solved(
+    gram: torch.Tensor, Zt: torch.Tensor, X: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``D = (ZᵀZ)⁻¹ Zᵀ H`` (k × d, in ``X``'s dtype) by a Cholesky factorisation of the float64
+    Gram, without a host read, and whether it equals the pseudo-inverse's solution (a 0-d bool
+    on the device): a dead code (a zero diagonal entry: its row and column are zero) gets the
+    largest pivot of the others, so its direction is 0; the rest must be factorised and
+    conditioned well enough that no eigenvalue falls under :func:`_directions`' cut
+    (``λ_min ≥ 1/‖L⁻¹‖²_F > k · eps · tr ≥ k · eps · λ_max``)."""
+    k = gram.shape[0]
+    diagonal = torch.diagonal(gram)
+    dead = diagonal == 0
+    scale = torch.where(diagonal.max() > 0, diagonal.max(), torch.ones_like(diagonal[0]))
+    padded = gram + torch.diag(dead.to(gram.dtype) * scale)
+    factor, info = torch.linalg.cholesky_ex(padded)
+    eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
+    inverse = torch.linalg.solve_triangular(factor, eye, upper=False)
+    bound = inverse.pow(2).sum() * torch.diagonal(padded).sum() * k * np.finfo(np.float64).eps
+    ok = (info == 0) & (bound < 1)
+    rhs = Zt.to(torch.float64) @ X.to(torch.float64)
+    return torch.cholesky_solve(rhs, factor).to(X.dtype), ok
+
+
+def _objective(xp: Namespace, Zt: Any, At: Any, B: Any, gram: Any, sq_norm: float) -> Any:
     """``‖H − Z D‖² / ‖H‖² = (‖H‖² − 2⟨Z, A⟩ + ⟨ZᵀZ, B⟩) / ‖H‖²`` from ``At = D Hᵀ``,
-    ``B = D Dᵀ`` and the float64 Gram of ``Z`` (float64 reductions)."""
-    cross = float((_float64(xp, Zt) * At).sum())
-    quad = float((gram * B).sum())
+    ``B = D Dᵀ`` and the float64 Gram of ``Z`` (float64 reductions): a float64 scalar of the
+    namespace (on the device for torch: read with the block's others)."""
+    cross = (_float64(xp, Zt) * At).sum()
+    quad = (gram * B).sum()
     return (sq_norm - 2 * cross + quad) / sq_norm
 
 
@@ -118,17 +158,68 @@ def _mu_sweep(xp: Namespace, Zt: Any, At: Any, B: Any) -> None:
 def _hals_sweep(xp: Namespace, Zt: Any, At: Any, B: Any) -> None:
     """One sweep of exact coordinate descent over the codes ``Zt`` (k × n), in place: code row
     ``j`` becomes ``max(0, (Aᵀ[j] − Σ_{r≠j} B[j, r] Zt[r]) / B[j, j])``, the HALS update with
-    the divisions done once per sweep; a zero direction (``B[j, j] = 0``) keeps its codes."""
+    the divisions done once per sweep; a zero direction (``B[j, j] = 0``) keeps its codes (in
+    numpy the live rows are listed; in torch every row is updated and a dead one put back, so
+    the device is not read)."""
     diagonal = xp.diagonal(B)
-    live = [j for j, b in enumerate(diagonal.tolist()) if b > 0]
     scale = xp.where(diagonal > 0, diagonal, 1)[:, None]
     A_scaled, B_scaled = At / scale, B / scale
     B_scaled = B_scaled - xp.diag(xp.diagonal(B_scaled))  # a zero diagonal, the rest as is
     row, zero = xp.empty_like(Zt[:1]), xp.zeros_like(Zt[0, 0])
-    for j in live:  # rows as 1 × n slices: both namespaces write a product into them in place
+    if xp is np:
+        for j in [j for j, b in enumerate(diagonal.tolist()) if b > 0]:
+            # rows as 1 × n slices: both namespaces write a product into them in place
+            xp.matmul(B_scaled[j : j + 1], Zt, out=row)
+            xp.subtract(A_scaled[j : j + 1], row, out=row)
+            xp.maximum(row, zero, out=Zt[j : j + 1])
+        return
+    live = diagonal > 0
+    for j in range(Zt.shape[0]):
         xp.matmul(B_scaled[j : j + 1], Zt, out=row)
         xp.subtract(A_scaled[j : j + 1], row, out=row)
-        xp.maximum(row, zero, out=Zt[j : j + 1])
+        xp.maximum(row, zero, out=row)
+        Zt[j : j + 1] = xp.where(live[j], row, Zt[j : j + 1])
+
+
+def _copy(xp: Namespace, a: Any) -> Any:
+    return a.copy() if xp is np else a.clone()
+
+
+def _block(
+    xp: Namespace,
+    sweep: Callable[[Namespace, Any, Any, Any], None],
+    Xa: Any,
+    Zt: Any,
+    D: Any,
+    sq_norm: float,
+    steps: int,
+    exact: bool,
+) -> tuple[list[tuple[Any, Any, Any]], list[float], list[float]]:
+    """``steps`` iterations from codes ``Zt`` (updated in place) and directions ``D``: each
+    iteration's state ``(Zt, D, ZᵀZ)`` (copies of ``Zt`` when there are several), objective and,
+    with the Cholesky directions (``exact`` False), whether they equal the pseudo-inverse's
+    (1.0) — read from the device in one transfer."""
+    states, objectives, solved = [], [], []
+    for _ in range(steps):
+        At, B = D @ Xa.T, D @ D.T
+        sweep(xp, Zt, At, B)
+        gram = _gram(xp, Zt)
+        objectives.append(_objective(xp, Zt, At, B, gram, sq_norm))
+        if exact:
+            D = _directions(xp, gram, Zt, Xa)
+        else:
+            D, ok = _directions_solved(gram, Zt, Xa)
+            solved.append(ok)
+        states.append((_copy(xp, Zt) if steps > 1 else Zt, D, gram))
+    read = _read(xp, objectives + solved)
+    return states, read[: len(objectives)], read[len(objectives) :]
+
+
+def _read(xp: Namespace, values: list[Any]) -> list[float]:
+    """Scalars of the namespace as floats: numpy's as they are, torch's in one transfer."""
+    if xp is np or not values:
+        return [float(v) for v in values]
+    return torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in values]).tolist()
 
 
 class SemiNMF:
@@ -199,20 +290,29 @@ class SemiNMF:
         D = _directions(xp, _gram(xp, Zt), Zt, Xa)
         sweep = _hals_sweep if self.solver == "hals" else _mu_sweep
         history: list[float] = []
-        converged = False
-        for _ in range(self.max_iter):
-            At, B = D @ Xa.T, D @ D.T
-            sweep(xp, Zt, At, B)
-            gram = _gram(xp, Zt)
-            history.append(_objective(xp, Zt, At, B, gram, sq_norm))
-            if on_iteration is not None:
-                on_iteration(len(history), history[-1])
-            D = _directions(xp, gram, Zt, Xa)
-            exact = history[-1] <= _OBJECTIVE_FLOOR
-            if exact or (len(history) > 1 and history[-2] - history[-1] <= self.tol * history[-2]):
-                converged = True
-                break
-        final = _objective(xp, Zt, D @ Xa.T, D @ D.T, gram, sq_norm)  # gram: of the last Zt
+        converged, gram = False, None
+        block = 1 if xp is np else CHECK_EVERY  # numpy reads its scalars for free
+        exact = xp is np  # the pseudo-inverse's directions (the device's fall back to them)
+        while not converged and len(history) < self.max_iter:
+            steps = min(block, self.max_iter - len(history))
+            start = (_copy(xp, Zt) if block > 1 else Zt, D)
+            states, values, fine = _block(xp, sweep, Xa, Zt, D, sq_norm, steps, exact)
+            if not all(fine):  # an ill-conditioned Gram: the block again, pseudo-inverses
+                Zt, D = start
+                exact = True
+                continue
+            exact = xp is np
+            taken = 0
+            for value in values:
+                taken += 1
+                history.append(value)
+                if on_iteration is not None:
+                    on_iteration(len(history), value)
+                if self._stops(history):
+                    converged = True
+                    break
+            Zt, D, gram = states[taken - 1]  # the state the last objective read describes
+        final = float(_objective(xp, Zt, D @ Xa.T, D @ D.T, gram, sq_norm))  # gram: the last Zt
         self.components_ = _tensor(D)
         self.n_iter_ = len(history)
         self.converged_ = converged
@@ -220,6 +320,14 @@ class SemiNMF:
         self.relative_error_ = math.sqrt(max(final, 0.0))
         self.svd_bound_ = self._svd_bound(X, sq_norm)
         return self
+
+    def _stops(self, history: list[float]) -> bool:
+        """Whether the fit ends after the last objective of ``history``: an exact factorisation,
+        or a relative decrease of at most ``tol``."""
+        last = history[-1]
+        if last <= _OBJECTIVE_FLOOR:
+            return True
+        return len(history) > 1 and history[-2] - last <= self.tol * history[-2]
 
     def _svd_bound(self, X: torch.Tensor, sq_norm: float) -> float:
         gram = X.T.to(torch.float64) @ X.to(torch.float64) if X.shape[0] >= X.shape[1] else None
@@ -254,10 +362,10 @@ class SemiNMF:
         Z = (A @ torch.linalg.pinv(B.to(torch.float64), hermitian=True).to(X.dtype)).clamp(min=0)
         xp = _namespace(X)
         Zt, At, B = (_arrays(xp, t) for t in (Z.T.contiguous(), A.T.contiguous(), B))
-        previous = _objective(xp, Zt, At, B, _gram(xp, Zt), sq_norm)
+        previous = float(_objective(xp, Zt, At, B, _gram(xp, Zt), sq_norm))
         for _ in range(check_count(sweeps, "sweeps", minimum=1)):
             _hals_sweep(xp, Zt, At, B)
-            current = _objective(xp, Zt, At, B, _gram(xp, Zt), sq_norm)
+            current = float(_objective(xp, Zt, At, B, _gram(xp, Zt), sq_norm))
             if previous - current <= self.tol * max(previous, _EPS):
                 break
             previous = current
@@ -288,3 +396,28 @@ class SemiNMF:
                 f"effective rank collapsed); fit a rank ≤ {Q.shape[1]} or another seed"
             )
         return Q
+
+
+#: The rescaling of :func:`rounding_angles`: 1 + 2⁻²⁰, eight float32 ulps at 1 — every input
+#: value moves by a few units in its last place, and nothing else changes.
+ROUNDING_SCALE = 1 + 2**-20
+
+
+def rounding_angles(
+    H: ArrayLike, rank: int, *, seed: int = 0, max_iter: int = 500, scale: float = ROUNDING_SCALE
+) -> Float[torch.Tensor, " rank"]:
+    """The rounding floor of a semi-NMF fit: the principal angles (degrees, ascending) between
+    the span fitted on ``H`` (n × d) and the span fitted on ``scale · H``.
+
+    Semi-NMF is scale-equivariant — the initial directions are rows of ``H``, the codes' updates
+    read ``A = H Dᵀ`` against ``B = D Dᵀ`` (the scale cancels), the objective and the stopping
+    test are relative — so in exact arithmetic both fits span one subspace (with ``scale`` a
+    power of two they are bit for bit the same, tested). With the default ``scale`` every value
+    moves by a few units in its last place: the angles are what rounding alone does to the fit
+    (another CPU's BLAS, numpy against torch), and an angle between two semi-NMF fits within the
+    sum of their floors is not a change of geometry."""
+    X = check_matrix(H, "H").to(torch.float64)
+    fits = [
+        SemiNMF(rank, seed=seed, max_iter=max_iter).fit(rows).basis() for rows in (X, X * scale)
+    ]
+    return principal_angles(*fits) * (180 / math.pi)

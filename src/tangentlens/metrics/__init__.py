@@ -33,6 +33,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "compare_energy",
             "delta_isoscore_star",
             "delta_isoscores_star",
+            "DriftRegression",
+            "drift_regression",
             "energy_fraction",
             "energy_fraction_from_moment",
             "energy_fractions_from_moment",

@@ -69,13 +69,21 @@ def attention_entropy_sums(
 
 
 def pattern_entropy_sums(
-    pattern: Pattern, query_mask: QueryMask | None = None
+    pattern: Pattern,
+    query_mask: QueryMask | None = None,
+    *,
+    count: int | None = None,
+    row_dtype: torch.dtype = torch.float64,
 ) -> tuple[PerHead, int]:
     """:func:`attention_entropy_sums` of a pattern known to be a softmax (a model's own, read by
-    the capture's hooks): not validated — the checks cost as much as the entropy."""
-    p = to_float64(pattern)
+    the capture's hooks): not validated — the checks cost as much as the entropy. ``count``:
+    the number of kept query rows when the caller knows it (the capture counts them on the
+    host: no read of the device's mask); ``row_dtype``: the precision of each row's
+    ``−Σⱼ a log a`` over its keys (float64, or float32 where float64 is slow; the rows' sums
+    are float64 either way)."""
+    p = to_float64(pattern) if row_dtype == torch.float64 else pattern.to(row_dtype)
     batch, _, n_query, _ = p.shape
-    row_entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # (batch, head, query)
+    row_entropy = -torch.special.xlogy(p, p).sum(dim=-1).to(torch.float64)  # (batch, head, query)
     if query_mask is None:
         return row_entropy.sum(dim=(0, 2)), batch * n_query
     if query_mask.shape != (batch, n_query) or query_mask.dtype != torch.bool:
@@ -84,7 +92,8 @@ def pattern_entropy_sums(
             f"{query_mask.dtype} {tuple(query_mask.shape)}"
         )
     keep = query_mask.to(p.device, torch.float64)[:, None, :]
-    return (row_entropy * keep).sum(dim=(0, 2)), int(query_mask.sum())
+    n = int(query_mask.sum()) if count is None else count
+    return (row_entropy * keep).sum(dim=(0, 2)), n
 
 
 def attention_entropy(pattern: ArrayLike, query_mask: QueryMask | None = None) -> PerHead:

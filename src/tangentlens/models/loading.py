@@ -57,7 +57,7 @@ from tangentlens.models.catalog import ENCODER_MODEL_TYPES, HEADLESS_ARCHITECTUR
 from tangentlens.models.hf_lens import HF_ENCODERS, HfLens
 from tangentlens.models.hub import hf_offline_mode, hub_cache_dir, offline_requested
 from tangentlens.models.lens import lens_model
-from tangentlens.models.weights import verify_weight_files
+from tangentlens.models.weights import check_finite_weights, verify_weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +336,7 @@ def load_hf_encoder(
             f"checkpoint {str(folder)!r} lacks weights {sorted(info['missing_keys'])}: "
             f"{parts.architecture} would draw them at random"
         )
+    check_finite_weights(model.named_parameters(), f"checkpoint {str(folder)!r}")
     lens = HfLens(model.to(device).eval(), tokenizer=tokenizer, model_name=folder.name)
     check_vocabulary(tokenizer, lens.d_vocab, repr(str(folder)))
     return lens
@@ -373,6 +374,9 @@ def load_local_checkpoint(
             tokenizer = _local_tokenizer(folder)
             bridge = boot_bridge(folder, device=device, dtype=dtype, tokenizer=tokenizer)
         check_vocabulary(tokenizer, lens_model(bridge).d_vocab, repr(str(folder)))
+        check_finite_weights(
+            bridge.original_model.named_parameters(), f"checkpoint {str(folder)!r}"
+        )
         bridge.cfg.model_name = folder.name
         if architecture in HEADLESS_ARCHITECTURES:
             with torch.no_grad():
@@ -382,6 +386,7 @@ def load_local_checkpoint(
     with hf_offline_mode(), _quiet(), torch.no_grad():
         tokenizer = _local_tokenizer(folder)
         hf_model = _load_hf_model(folder, architecture, dtype)
+        check_finite_weights(hf_model.named_parameters(), f"checkpoint {str(folder)!r}")
         cfg = _tl_config(folder, architecture, device, dtype)
         check_vocabulary(tokenizer, cfg.d_vocab, repr(str(folder)))
         if architecture in HEADLESS_ARCHITECTURES or architecture in ENCODER_ARCHITECTURES:
@@ -455,4 +460,5 @@ def load_pythia_checkpoint(
             model = _from_pretrained(model_name, step, device, dtype, loader)
     else:
         model = _from_pretrained(model_name, step, device, dtype, loader)
+    check_finite_weights(model.named_parameters(), f"{model_name} at step {step}")
     return model.eval()

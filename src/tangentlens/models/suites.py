@@ -18,11 +18,13 @@ checkpoint's folder; None or ``"auto"`` the family's default
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from tangentlens.data import Corpus, load_corpus
+from tangentlens.locking import release, try_lock
 from tangentlens.models.catalog import (
     check_pythia_model,
     checkpoint_family,
@@ -60,11 +63,12 @@ from tangentlens.models.schedule import (
 from tangentlens.models.shapes import pythia_config
 from tangentlens.models.training import (
     ProgressCallback,
+    TrainingEvent,
     corpus_fingerprint,
     heldout_corpus,
     train_mini_suite,
 )
-from tangentlens.models.weights import verify_weight_files, weights_hash
+from tangentlens.models.weights import check_finite_files, verify_weight_files, weights_hash
 from tangentlens.paths import cache_root
 
 if TYPE_CHECKING:  # loading (TransformerLens) is imported when a checkpoint is loaded
@@ -649,6 +653,7 @@ class LocalSuite(CheckpointSuite):
         if step not in self._hashes:
             folder = self.folder(step)
             verify_weight_files(folder)
+            check_finite_files(folder, f"weights in {folder}")  # the bytes are read here anyway
             self._hashes[step] = weights_hash(folder)
         return self._hashes[step]
 
@@ -712,7 +717,12 @@ def ensure_mini_suite(
     """The mini suite ``name`` (or a custom ``config``), trained on first use and cached.
 
     Training writes into a temporary folder that is renamed into place only when complete, so an
-    interrupted training leaves no half-written suite behind.
+    interrupted training leaves no half-written suite behind. It holds a lock
+    (``.<suite folder>.training`` beside it, :mod:`tangentlens.locking`): a second process that
+    needs the same suite meanwhile (two sweeps started together, a test run's workers) waits for
+    it instead of training it again; a lock on another host that has not moved for
+    :data:`TRAINING_STALE_S` seconds (its training touches it at every checkpoint) is an error
+    naming it.
     """
     if config is None:
         if name not in MINI_SUITE_CONFIGS:
@@ -726,18 +736,75 @@ def ensure_mini_suite(
                 f"`tangentlens train-suite {name}`"
             )
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-        try:
-            logger.info("training mini suite %s into %s", name, target)
-            train_mini_suite(config, staging, name, progress)
+        lock = target.parent / f".{target.name}.training"
+        if _wait_for_training(name, target, lock):
             try:
-                os.rename(staging, target)
-            except OSError:  # another process finished the same suite first
-                if not (target / "suite.json").exists():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+                if not (target / "suite.json").exists():  # (finished while the lock was taken)
+                    _train_into(name, config, target, _touching(lock, progress))
+            finally:
+                release(lock)
     return MiniSuite(target, name, config)
+
+
+#: A training lock on another host untouched for this long (seconds) is not waited for.
+TRAINING_STALE_S = 900.0
+
+
+def _wait_for_training(name: str, target: Path, lock: Path) -> bool:
+    """Take the training ``lock`` of ``target`` (True), or wait while another process trains it
+    until the suite is there (False)."""
+    waiting = False
+    while True:
+        holder, _ = try_lock(lock)
+        if holder is None:
+            return True
+        if (target / "suite.json").exists():
+            return False
+        if not waiting:
+            logger.warning(
+                "mini suite %s is being trained by pid %s on %s: waiting for it",
+                name, holder["pid"], holder["host"],
+            )  # fmt: skip
+            waiting = True
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - lock.stat().st_mtime > TRAINING_STALE_S:
+                raise ValueError(
+                    f"mini suite {name!r} has been training on host {holder['host']} (pid "
+                    f"{holder['pid']}) without a checkpoint for {TRAINING_STALE_S / 60:.0f} "
+                    f"min; delete {lock} if that training is dead"
+                )
+        time.sleep(1.0)
+
+
+def _touching(lock: Path, progress: ProgressCallback | None) -> ProgressCallback:
+    """``progress``, and the training ``lock``'s time set to now at every checkpoint (a waiting
+    process tells a live training from a dead one on another host by it)."""
+
+    def report(event: TrainingEvent) -> None:
+        if event.phase == "checkpoint":
+            with contextlib.suppress(OSError):
+                os.utime(lock)
+        if progress is not None:
+            progress(event)
+
+    return report
+
+
+def _train_into(
+    name: str, config: MiniSuiteConfig, target: Path, progress: ProgressCallback
+) -> None:
+    """Train the suite into a temporary folder beside ``target``, renamed into place whole."""
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        logger.info("training mini suite %s into %s", name, target)
+        train_mini_suite(config, staging, name, progress)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process finished the same suite first
+            if not (target / "suite.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def open_suite(spec: str, *, offline: bool | None = None, train: bool = True) -> CheckpointSuite:

@@ -1,8 +1,10 @@
 """Weight files of a Hugging Face checkpoint folder: find them, check them, hash them.
 
 A truncated or corrupted file is reported as a ``ValueError`` naming the file and what is wrong,
-before any model library tries to read it. The hash identifies identical checkpoints (a suite
-that saved the same weights at two steps).
+before any model library tries to read it; a weight holding NaN or inf is reported by its
+parameter's name (:func:`check_finite_weights`), where the files are read and where a
+checkpoint is loaded — not later, as non-finite activations at some site. The hash identifies
+identical checkpoints (a suite that saved the same weights at two steps).
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ import hashlib
 import json
 import struct
 import zipfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["WEIGHT_FILE_FORMS", "verify_weight_files", "weight_files", "weights_hash"]
+import torch
+
+__all__ = [
+    "WEIGHT_FILE_FORMS",
+    "check_finite_files",
+    "check_finite_weights",
+    "verify_weight_files",
+    "weight_files",
+    "weights_hash",
+]
 
 #: The weight files a checkpoint folder may hold (for error messages).
 WEIGHT_FILE_FORMS = (
@@ -140,3 +152,59 @@ def weights_hash(folder: Path) -> str:
             while chunk := handle.read(_HASH_CHUNK):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+#: Half-precision dtypes, whose narrow range makes an overflow the likely cause of an inf.
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def check_finite_weights(named: Iterable[tuple[str, torch.Tensor]], where: str) -> None:
+    """Refuse weights holding NaN or inf: a ``ValueError`` naming ``where`` (the checkpoint),
+    the first such parameter, how many of its values are non-finite and, in half precision,
+    the dtype as a likely cause. One host synchronisation for all parameters on a GPU."""
+    named = [(name, tensor) for name, tensor in named if tensor.is_floating_point()]
+    if not named:
+        return
+    with torch.no_grad():
+        flags = torch.stack([torch.isfinite(t).all() for _, t in named]).tolist()
+    bad = [(name, tensor) for (name, tensor), ok in zip(named, flags, strict=True) if not ok]
+    if bad:
+        raise _non_finite(where, *bad[0], more=len(bad) - 1)
+
+
+def _non_finite(where: str, name: str, tensor: torch.Tensor, more: int = 0) -> ValueError:
+    count = int((~torch.isfinite(tensor)).sum())
+    others = f" (and {more} more parameter(s))" if more else ""
+    half = (
+        f"; it is stored in {str(tensor.dtype).removeprefix('torch.')}, whose range an update "
+        "or a conversion may have overflowed"
+        if tensor.dtype in _HALF
+        else ""
+    )
+    return ValueError(
+        f"{where}: parameter {name} holds {count:,} non-finite value(s) (NaN or inf) of "
+        f"{tensor.numel():,}{others}: the checkpoint is broken{half}"
+    )
+
+
+def _file_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """The named tensors of one weight file, one at a time (safetensors, or a ``torch.save``
+    archive mapped from disk)."""
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not iterable)
+                yield key, handle.get_tensor(key)
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        yield from state.items()
+
+
+def check_finite_files(folder: Path, where: str) -> None:
+    """Refuse a weight file of ``folder`` holding NaN or inf, naming the parameter as the file
+    stores it (read one tensor at a time: memory of the largest tensor)."""
+    for path in weight_files(folder):
+        for name, tensor in _file_tensors(path):
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise _non_finite(f"{where} ({path.name})", name, tensor)

@@ -14,9 +14,13 @@ declare for ``compare``, one line (colour) per run; the built-in probes':
 * ``anisotropy_depth.png`` — centred and cosine anisotropy against relative depth at each run's
   compared step (solid), and at step 0 (dashed) where the run has it;
 * ``frequency_correlation.png`` — Pearson(log frequency, centroid spread) and the Spearman
-  excess over its shuffle null against relative depth, drawn the same way.
+  excess over its shuffle null against relative depth, drawn the same way;
+* a probe's figures over training (a user's probe's ``<probe>.png`` by default): a panel per
+  metric, a line per run (colour) and per (site kind, relative depth, method) every run has,
+  over tokens seen.
 
-Rows refused by a must-match setting are neither tabled nor drawn.
+A value whose row carries an interval is shown with it (``value [low, high]``, a band or error
+bars in the figures). Rows refused by a must-match setting are neither tabled nor drawn.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def _headline(comparison: Comparison, probe: str, declared: Table) -> RichTable 
     for r in rows:
         method = "-" if averaged else r["method"]
         cells[(method, r["site_kind"], r["relative_depth"])][r["run"]].append(r["value"])
-        if r["ci_low"] is not None and not averaged:
+        if r["ci_low"] is not None and r["ci_high"] is not None and not averaged:
             where = (method, r["site_kind"], r["relative_depth"], r["run"])
             intervals[where] = (r["ci_low"], r["ci_high"])
     labels = [run.label for run in comparison.runs]
@@ -109,7 +113,12 @@ def _headline(comparison: Comparison, probe: str, declared: Table) -> RichTable 
     order = sorted(cells, key=lambda k: (k[0], k[1] != "embed", k[1], k[2] or 0.0))
     for method, kind, depth in order:
         got = cells[(method, kind, depth)]
-        values = [fmt_value(statistics.fmean(got[c]) if got.get(c) else None) for c in labels]
+        values = []
+        for c in labels:
+            text = fmt_value(statistics.fmean(got[c]) if got.get(c) else None)
+            if (ci := intervals.get((method, kind, depth, c))) is not None:
+                text += f" [{fmt_value(ci[0])}, {fmt_value(ci[1])}]"
+            values.append(escape(text))
         for c in later:
             text = fmt_value(statistics.fmean(got[c]) if got.get(c) else None)
             if (ci := intervals.get((method, kind, depth, c))) is not None:
@@ -240,13 +249,12 @@ def energy_ratio_figure(comparison: Comparison, path: Path) -> bool:
     for ax, method in zip(axes[0], methods, strict=True):
         for i, (run, rows) in enumerate(zip(comparison.runs, drawn, strict=True)):
             points = sorted(
-                (x_of(r), r["value"])
+                (x_of(r), r["value"], r["ci_low"], r["ci_high"])
                 for r in rows
                 if r["method"] == method and row_place(r, run.n_layers) == (kind, depth)
             )
             if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, "o-", color=f"C{i}", label=run.label, markersize=4)
+                _with_band(ax, points, color=f"C{i}", label=run.label)
         ax.axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
         ax.set_yscale("log")
         _tokens_axis(ax, positive)
@@ -260,6 +268,86 @@ def energy_ratio_figure(comparison: Comparison, path: Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def _with_band(
+    ax: Axes, points: list[tuple[float, float, float | None, float | None]], **style: Any
+) -> None:
+    """A line through ``(x, value)`` with the interval ``[low, high]`` as a band where every
+    point carries one."""
+    xs = [p[0] for p in points]
+    ax.plot(xs, [p[1] for p in points], "o-", markersize=4, **style)
+    if all(p[2] is not None and p[3] is not None for p in points):
+        ax.fill_between(
+            xs, [p[2] for p in points], [p[3] for p in points], color=style.get("color"),
+            alpha=0.2, linewidth=0,
+        )  # fmt: skip
+
+
+def _over_training(
+    comparison: Comparison, path: Path, *, panels: list[tuple[str, Figure]], title: str
+) -> bool:
+    """A panel per (probe, figure) over training, as the run's report draws it: a line per run
+    (colour) and per (site kind, relative depth, method, rank) that every run has (the methods
+    averaged where the figure says so), over tokens seen when every row knows them, with the
+    rows' interval as a band."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    drew = False
+    for ax, (probe, figure) in zip(axes[0], panels, strict=True):
+        drawn = [_drawn(comparison, run, probe, figure.metric) for run in comparison.runs]
+
+        def key(r: Row, run: Run, per_method: bool = figure.per_method) -> tuple[Any, ...]:
+            proxy = (r["method"], r["rank"]) if per_method else (None, None)
+            return (*row_place(r, run.n_layers), *proxy)
+
+        shared = set.intersection(
+            *({key(r, run) for r in rows} for run, rows in zip(comparison.runs, drawn, strict=True))
+        )
+        tokens = all(r["tokens_seen"] is not None for rows in drawn for r in rows)
+        for i, (run, rows) in enumerate(zip(comparison.runs, drawn, strict=True)):
+            for j, where in enumerate(sorted(shared, key=str)):
+                by_x: dict[int, list[Row]] = defaultdict(list)
+                for r in rows:
+                    if key(r, run) == where:
+                        by_x[r["tokens_seen"] if tokens else r["step"]].append(r)
+                points = [
+                    (x, statistics.fmean(r["value"] for r in got), *_mean_interval(got))
+                    for x, got in sorted(by_x.items())
+                ]
+                if points:
+                    kind, depth, method, rank = where
+                    place = _place(kind, None if depth is None else float(depth))
+                    proxy = (
+                        ""
+                        if method is None
+                        else f" {method}" + ("" if rank is None else f" (rank {rank})")
+                    )
+                    style = {"color": f"C{i}", "alpha": 1.0 - 0.5 * j / max(len(shared), 1)}
+                    _with_band(ax, points, label=f"{run.label} {place}{proxy}", **style)
+                    drew = True
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
+        ax.set_ylabel(figure.label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    if not drew:
+        plt.close(fig)
+        return False
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _mean_interval(rows: list[Row]) -> tuple[float | None, float | None]:
+    """The means of the rows' interval ends, or ``(None, None)`` when a row carries none."""
+    if any(r["ci_low"] is None or r["ci_high"] is None for r in rows):
+        return None, None
+    return (
+        statistics.fmean(r["ci_low"] for r in rows),
+        statistics.fmean(r["ci_high"] for r in rows),
+    )
 
 
 def _depth_profile(ax: Axes, comparison: Comparison, probe: str, metric: str) -> bool:
@@ -330,10 +418,13 @@ def write_comparison(comparison: Comparison, out: str | Path) -> list[Path]:
         first = panels[0][1]
         if first.render is not None:
             jobs[name] = functools.partial(load_renderer(first.render), comparison)
-        else:
+        elif first.over == "depth":
             specs = [(probe, f.metric, f.label) for probe, f in panels]
             title = first.compare_title or first.title
             jobs[name] = functools.partial(_profiles, comparison, panels=specs, title=title)
+        else:
+            title = first.compare_title or first.title
+            jobs[name] = functools.partial(_over_training, comparison, panels=panels, title=title)
     for name, draw in jobs.items():
         path = folder / name
         if draw(path):

@@ -2,16 +2,21 @@
 (:mod:`tangentlens.reporting`; a probe that declares none gets ``<probe>.png``, a panel per
 metric over steps). The built-in probes':
 
-* ``tangent_energy.png`` — top row: energy fraction of each proxy against the controls' band
-  (min–max, and mean) over steps; bottom row: the energy ratio (proxy over its controls' exact mean)
-  against the null's 1, with a dotted line per proxy at its step-0 ratio (random weights already
-  read ≠ 1: the baseline training is read against); one column per frequency bin, at the deepest
-  captured layer;
+* ``tangent_energy.png`` — per site at the deepest captured layer, two rows: the energy
+  fraction of each proxy with its bootstrap interval (a band) against the controls' band
+  (min–max, and mean) over steps; the energy ratio (proxy over its controls' exact mean) with its
+  interval against the null's 1, with a dotted line per proxy at its step-0 ratio (random
+  weights already read ≠ 1: the baseline training is read against); one column per frequency
+  bin (bin 0 the rarest);
 * ``anisotropy_depth.png`` — centred and cosine anisotropy against depth, one line per step;
 * ``twonn.png`` — TwoNN intrinsic dimension over steps, one line per layer;
 * ``qk_drift.png`` — cos(m_Q, m_K) and attention entropy over steps (mean over heads).
 
-Steps are drawn on a symmetric-log axis (step 0 and Pythia's log-spaced early steps both show).
+A figure never averages rows that differ in a key that varies: a line (or a row of panels) per
+site kind, and per proxy method and rank unless the figure declares that it averages the
+methods (``Figure.per_method``, e.g. over attention heads, named in its label). Where the rows
+carry an interval it is drawn as a band. Steps are drawn on a symmetric-log axis (step 0 and
+Pythia's log-spaced early steps both show).
 :func:`energy_by_bin` draws the tangent energy of one step per frequency bin from result rows
 (e.g. a notebook's single-checkpoint table).
 """
@@ -23,6 +28,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from tangentlens import reporting
+from tangentlens.models.sites import site_kind
 from tangentlens.report.baseline import INIT_STEP, step_label
 from tangentlens.report.declared import reported_probes
 from tangentlens.sweep.store import read_results
@@ -46,18 +53,76 @@ _ENERGY_PROBE = "tangent_energy"
 _ENERGY_LABEL = "gradient energy fraction"
 
 
-def _series(
-    rows: list[Row], probe: str, metric: str, by: str
-) -> dict[Any, list[tuple[int, float]]]:
-    """``{by value: [(step, mean value over the other keys)]}``, steps ascending."""
-    grouped: dict[tuple[Any, int], list[float]] = defaultdict(list)
+#: A line's key: the row's site kind, block, proxy method and rank (method and rank None where
+#: a figure averages the methods).
+LineKey = tuple[str, Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One step of a line: the value and its interval (NaN where the rows carry none)."""
+
+    step: int
+    value: float
+    low: float
+    high: float
+
+
+def _kind(r: Row) -> str:
+    return site_kind(r["site"] or "-") or "-"
+
+
+def _lines(
+    rows: list[Row], probe: str, metric: str, per_method: bool = True
+) -> dict[LineKey, list[_Point]]:
+    """``{(site kind, layer, method, rank): points over steps}`` of the metric's rows, steps
+    ascending; with ``per_method=False`` the methods of one (site kind, layer) are averaged (the
+    interval: the means of their ends)."""
+    grouped: dict[tuple[LineKey, int], list[Row]] = defaultdict(list)
     for r in rows:
-        if r["probe"] == probe and r["metric"] == metric:
-            grouped[(r[by], r["step"])].append(r["value"])
-    out: dict[Any, list[tuple[int, float]]] = defaultdict(list)
-    for (key, step), values in sorted(grouped.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        out[key].append((step, statistics.fmean(values)))
-    return out
+        if r["probe"] == probe and r["metric"] == metric and r["value"] is not None:
+            proxy = (r["method"], r["rank"]) if per_method else (None, None)
+            grouped[((_kind(r), r["layer"], *proxy), r["step"])].append(r)
+    out: dict[LineKey, list[_Point]] = defaultdict(list)
+    for (key, step), found in sorted(grouped.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        out[key].append(_point(step, found))
+    return dict(out)
+
+
+def _point(step: int, rows: list[Row]) -> _Point:
+    value = statistics.fmean(r["value"] for r in rows)
+    if any(r.get("ci_low") is None or r.get("ci_high") is None for r in rows):
+        return _Point(step, value, math.nan, math.nan)
+    low = statistics.fmean(r["ci_low"] for r in rows)
+    return _Point(step, value, low, statistics.fmean(r["ci_high"] for r in rows))
+
+
+def _line_label(key: LineKey, keys: Iterable[LineKey]) -> str:
+    """A line's name from the keys that vary among ``keys``: its layer, then its site kind and
+    its method (rank) where several are drawn."""
+    kind, layer, method, rank = key
+    keys = list(keys)
+    parts = [_layer_name(layer) if kind in ("embed", "-") or layer is not None else kind]
+    if len({k[0] for k in keys if k[1] is not None}) > 1 and layer is not None:
+        parts.append(kind)
+    if len({k[2:] for k in keys}) > 1:
+        parts.append(str(method) if rank is None else f"{method} (rank {rank})")
+    return " ".join(parts)
+
+
+def _draw_line(ax: Axes, points: list[_Point], fmt: str = "o-", **style: Any) -> None:
+    """The points over steps, with their interval as a band where they carry one."""
+    steps = [p.step for p in points]
+    line = ax.plot(steps, [p.value for p in points], fmt, **style)[0]
+    if any(not math.isnan(p.low) for p in points):
+        ax.fill_between(
+            steps,
+            [p.low for p in points],
+            [p.high for p in points],
+            color=line.get_color(),
+            alpha=0.2,
+            linewidth=0,
+        )
 
 
 def _steps_axis(ax: Any) -> None:
@@ -94,44 +159,55 @@ def _method_colors(energy: list[Row]) -> dict[str, str]:
     return {method: f"C{i}" for i, method in enumerate(sorted({r["method"] for r in energy}))}
 
 
-def _by_step(rows: list[Row], method: str, metric: str) -> dict[int, float]:
-    """``{step: mean value}`` of the method's ``metric`` rows."""
-    return dict(_series(rows, _ENERGY_PROBE, metric, "method")[method])
+def _by_step(rows: list[Row], metric: str) -> dict[int, _Point]:
+    """``{step: point}`` of one site's and one method's ``metric`` rows."""
+    return {r["step"]: _point(r["step"], [r]) for r in rows if r["metric"] == metric}
 
 
 def _energy_over_steps(ax: Axes, rows: list[Row], method: str, color: str) -> None:
-    """One proxy method: its energy fraction over steps, its own controls' band and mean (ranks
-    differ: mean_direction is rank 1)."""
-    value = _by_step(rows, method, "energy_fraction")
-    low, mean, high = (
-        _by_step(rows, method, f"energy_control_{m}") for m in ("min", "mean", "max")
-    )
+    """One proxy method at one site: its energy fraction over steps with its bootstrap
+    interval (a band), its own controls' band (min–max) and mean (ranks differ:
+    mean_direction is rank 1)."""
+    value = _by_step(rows, "energy_fraction")
+    low, mean, high = (_by_step(rows, f"energy_control_{m}") for m in ("min", "mean", "max"))
     steps = sorted(value)
-    ax.plot(steps, [value[s] for s in steps], "o-", color=color, label=f"{method} proxy")
+    _draw_line(ax, [value[s] for s in steps], color=color, label=f"{method} proxy")
     ax.fill_between(
         steps,
-        [low[s] for s in steps],
-        [high[s] for s in steps],
+        [low[s].value for s in steps],
+        [high[s].value for s in steps],
         color=color,
-        alpha=0.15,
+        alpha=0.08,
+        hatch="//",
         label=f"{method} controls (min–max)",
     )
-    ax.plot(steps, [mean[s] for s in steps], "--", color=color, linewidth=0.8)
+    ax.plot(steps, [mean[s].value for s in steps], "--", color=color, linewidth=0.8)
 
 
 def _ratio_over_steps(ax: Axes, rows: list[Row], method: str, color: str) -> None:
-    """One proxy method: its energy ratio over steps and a dotted line at its step-0 ratio."""
-    ratio = _by_step(rows, method, "energy_ratio")
+    """One proxy method at one site: its energy ratio over steps with its interval, and a
+    dotted line at its step-0 ratio."""
+    ratio = _by_step(rows, "energy_ratio")
     steps = sorted(ratio)
-    ax.plot(steps, [ratio[s] for s in steps], "o-", color=color, label=f"{method} proxy")
+    _draw_line(ax, [ratio[s] for s in steps], color=color, label=f"{method} proxy")
     if INIT_STEP in ratio and len(steps) > 1:
         ax.axhline(
-            ratio[INIT_STEP],
+            ratio[INIT_STEP].value,
             color=color,
             linestyle=":",
             linewidth=1.2,
             label=f"{method} at step {step_label(INIT_STEP)}",
         )
+
+
+def _bin_title(freq_bin: str, bins: list[str]) -> str:
+    if freq_bin == "all":
+        return "all tokens"
+    numbered = [b for b in bins if b.isdigit()]
+    end = " (rarest)" if freq_bin == "0" else ""
+    if numbered and freq_bin == max(numbered, key=int) and freq_bin != "0":
+        end = " (most frequent)"
+    return f"frequency bin {freq_bin}{end}"
 
 
 def tangent_energy_figure(rows: list[Row], path: Path) -> bool:
@@ -141,25 +217,37 @@ def tangent_energy_figure(rows: list[Row], path: Path) -> bool:
         return False
     deepest = _deepest_layer(energy)
     energy = [r for r in energy if r["layer"] == deepest]
+    sites = sorted({r["site"] for r in energy})
     bins = sorted({r["freq_bin"] for r in energy}, key=_bin_order)
     colors = _method_colors(energy)
-    fig, (top, bottom) = plt.subplots(
-        2, len(bins), figsize=(3.2 * len(bins), 6.4), sharey="row", squeeze=False
+    fig, axes = plt.subplots(
+        2 * len(sites),
+        len(bins),
+        figsize=(3.2 * len(bins), 3.2 * 2 * len(sites)),
+        sharey="row",
+        squeeze=False,
     )
-    for j, b in enumerate(bins):
-        for method, color in colors.items():
-            picked = [r for r in energy if r["freq_bin"] == b and r["method"] == method]
-            _energy_over_steps(top[j], picked, method, color)
-            _ratio_over_steps(bottom[j], picked, method, color)
-        bottom[j].axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
-        top[j].set_title("all tokens" if b == "all" else f"frequency bin {b}")
-        for ax in (top[j], bottom[j]):
-            ax.set_yscale("log")
-            _steps_axis(ax)
-    top[0].set_ylabel(_ENERGY_LABEL)
-    bottom[0].set_ylabel("energy ratio (proxy / controls' exact mean)")
-    top[0].legend(fontsize=7)
-    bottom[0].legend(fontsize=7)
+    for i, site in enumerate(sites):
+        top, bottom = axes[2 * i], axes[2 * i + 1]
+        for j, b in enumerate(bins):
+            for method, color in colors.items():
+                picked = [
+                    r
+                    for r in energy
+                    if r["site"] == site and r["freq_bin"] == b and r["method"] == method
+                ]
+                if picked:
+                    _energy_over_steps(top[j], picked, method, color)
+                    _ratio_over_steps(bottom[j], picked, method, color)
+            bottom[j].axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
+            top[j].set_title(f"{_bin_title(b, bins)} — {site}", fontsize=8)
+            for ax in (top[j], bottom[j]):
+                ax.set_yscale("log")
+                _steps_axis(ax)
+        top[0].set_ylabel(_ENERGY_LABEL)
+        bottom[0].set_ylabel("energy ratio (proxy / controls' exact mean)")
+    axes[0][0].legend(fontsize=7)
+    axes[1][0].legend(fontsize=7)
     fig.suptitle(f"Tangent energy vs matched-rank controls ({_layer_name(deepest)})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -307,36 +395,69 @@ def energy_by_bin(
     return fig
 
 
+def _groups(rows: list[Row], panel: tuple[str, reporting.Figure]) -> list[tuple[str, Any, Any]]:
+    """The (block site kind, method, rank) groups of a panel's rows that a depth figure draws
+    apart (method and rank None when the figure averages the methods), sorted."""
+    probe, figure = panel
+    found = {
+        (_kind(r), *((r["method"], r["rank"]) if figure.per_method else (None, None)))
+        for r in rows
+        if r["probe"] == probe and r["metric"] == figure.metric and r["layer"] is not None
+    }
+    return sorted(found, key=str) or [("-", None, None)]
+
+
 def _over_depth(
-    rows: list[Row], path: Path, panels: list[tuple[str, str, str]], title: str
+    rows: list[Row], path: Path, panels: list[tuple[str, reporting.Figure]], title: str
 ) -> bool:
-    """A panel per (probe, metric, label): a line per step over depth."""
-    present = [p for p in panels if any(r["probe"] == p[0] and r["metric"] == p[1] for r in rows)]
+    """A column of panels per declared panel (probe, figure), a row per (block site kind,
+    method, rank) that varies: a line per step over depth (the embedding at the left)."""
+    present = [
+        p for p in panels if any(r["probe"] == p[0] and r["metric"] == p[1].metric for r in rows)
+    ]
     if not present:
         return False
-    fig, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 3.8))
-    axes = axes if len(present) > 1 else [axes]
+    grid = [_groups(rows, p) for p in present]
+    n_rows = max(len(g) for g in grid)
+    fig, axes = plt.subplots(
+        n_rows, len(present), figsize=(5.5 * len(present), 3.8 * n_rows), squeeze=False
+    )
     steps = sorted({r["step"] for r in rows})
     cmap = plt.get_cmap("viridis")
-    for ax, (probe, metric, label) in zip(axes, present, strict=True):
-        by_step = _series(rows, probe, metric, "step")
-        for i, step in enumerate(steps):
-            per_layer = {}
-            for r in rows:
-                if r["probe"] == probe and r["metric"] == metric and r["step"] == step:
-                    per_layer[-1 if r["layer"] is None else r["layer"]] = r["value"]
-            if step in by_step and per_layer:
-                layers = sorted(per_layer)
-                color = cmap(i / max(len(steps) - 1, 1))
-                ax.plot(layers, [per_layer[k] for k in layers], "o-", color=color, label=f"{step}")
-        ticks = sorted(
-            {-1 if r["layer"] is None else r["layer"] for r in rows if r["probe"] == probe}
-        )
-        ax.set_xticks(ticks, ["emb" if t == -1 else f"L{t}" for t in ticks])
-        ax.set_xlabel("depth")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[-1].legend(title="step", fontsize=7, ncol=2)
+    for col, ((probe, figure), groups) in enumerate(zip(present, grid, strict=True)):
+        for row_index, (kind, method, rank) in enumerate(groups):
+            ax = axes[row_index][col]
+            for i, step in enumerate(steps):
+                per_layer: dict[int, list[float]] = defaultdict(list)
+                for r in rows:
+                    if (
+                        r["probe"] == probe
+                        and r["metric"] == figure.metric
+                        and r["step"] == step
+                        and (r["layer"] is None or _kind(r) == kind)
+                        and (method is None or (r["method"], r["rank"]) == (method, rank))
+                    ):
+                        per_layer[-1 if r["layer"] is None else r["layer"]].append(r["value"])
+                if per_layer:
+                    layers = sorted(per_layer)
+                    values = [statistics.fmean(per_layer[k]) for k in layers]
+                    color = cmap(i / max(len(steps) - 1, 1))
+                    ax.plot(layers, values, "o-", color=color, label=f"{step}")
+            ticks = sorted(
+                {-1 if r["layer"] is None else r["layer"] for r in rows if r["probe"] == probe}
+            )
+            ax.set_xticks(ticks, ["emb" if t == -1 else f"L{t}" for t in ticks])
+            ax.set_xlabel("depth")
+            ax.set_ylabel(figure.label)
+            named = [kind if len({g[0] for g in groups}) > 1 else None]
+            if len({g[1:] for g in groups}) > 1:
+                named.append(str(method) if rank is None else f"{method} (rank {rank})")
+            if any(named):
+                ax.set_title(", ".join(n for n in named if n), fontsize=9)
+            ax.grid(alpha=0.3)
+        for ax in axes[len(groups) :, col]:
+            ax.set_visible(False)
+    axes[0][-1].legend(title="step", fontsize=7, ncol=2)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -345,20 +466,24 @@ def _over_depth(
 
 
 def _per_layer_over_steps(
-    rows: list[Row], path: Path, panels: list[tuple[str, str, str]], title: str
+    rows: list[Row], path: Path, panels: list[tuple[str, reporting.Figure]], title: str
 ) -> bool:
-    present = [p for p in panels if any(r["probe"] == p[0] and r["metric"] == p[1] for r in rows)]
+    """A panel per declared panel (probe, figure): a line per (site kind, layer, method, rank)
+    over steps (the methods averaged where the figure says so), with the rows' interval as a
+    band."""
+    present = [
+        p for p in panels if any(r["probe"] == p[0] and r["metric"] == p[1].metric for r in rows)
+    ]
     if not present:
         return False
     fig, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 3.8))
     axes = axes if len(present) > 1 else [axes]
-    for ax, (probe, metric, label) in zip(axes, present, strict=True):
-        for layer, points in sorted(
-            _series(rows, probe, metric, "layer").items(),
-            key=lambda kv: -1 if kv[0] is None else kv[0],
-        ):
-            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=_layer_name(layer))
-        ax.set_ylabel(label)
+    for ax, (probe, figure) in zip(axes, present, strict=True):
+        lines = _lines(rows, probe, figure.metric, figure.per_method)
+        order = sorted(lines, key=lambda k: (_depth(k[1]), k[0], str(k[2]), k[3] or 0))
+        for key in order:
+            _draw_line(ax, lines[key], label=_line_label(key, lines))
+        ax.set_ylabel(figure.label)
         _steps_axis(ax)
     axes[-1].legend(fontsize=7)
     fig.suptitle(title)
@@ -398,8 +523,7 @@ def write_figures(run_dir: str | Path) -> list[Path]:
             drew = reporting.load_renderer(first.render)(rows, path)
         else:
             draw = _over_depth if first.over == "depth" else _per_layer_over_steps
-            specs = [(probe, f.metric, f.label) for probe, f in panels]
-            drew = draw(pooled, path, specs, first.title)
+            drew = draw(pooled, path, panels, first.title)
         if drew:
             written.append(path)
     return written

@@ -1,6 +1,12 @@
 """Rich tables of a run's results: headline metrics over steps and layers (or frequency bins),
 compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-renders them.
 
+A table never averages rows that differ in a key that varies: one table per block site kind
+(``resid_post`` and ``mlp_out`` of one block are never one "L0" cell), per proxy method and
+rank where a probe's table is per method; a table that averages the methods (attention heads)
+says so in its title. Where the rows carry an interval the cell shows it: ``value [low,
+high]``. Frequency-bin columns name the rare end (bin 0, the rarest).
+
 Step 0 (random weights) is the first row of each table, labelled ``0 (init)``: the baseline the
 later steps are read against (:mod:`tangentlens.report.baseline`); a run without step 0 says so
 in one line above the tables."""
@@ -19,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tangentlens.models.sites import site_kind
 from tangentlens.report.baseline import baseline_notice, step_label
 from tangentlens.report.console import fmt_value
 from tangentlens.report.declared import reported_probes
@@ -27,7 +34,7 @@ from tangentlens.reporting import load_renderer
 from tangentlens.sweep.store import read_results
 from tangentlens.sweep.timing import time_line
 
-__all__ = ["energy_tables", "render_report", "untrained_block_table"]
+__all__ = ["bin_label", "energy_tables", "render_report", "untrained_block_table"]
 
 Row = dict[str, Any]
 
@@ -35,19 +42,22 @@ Row = dict[str, Any]
 def _pivot(
     rows: list[Row],
     title: str,
-    column: str,
+    column: Callable[[Row], Any],
     cell: Callable[[list[Row]], str],
     column_label: Callable[[Any], str] = str,
+    column_order: Callable[[Any], Any] | None = None,
 ) -> Table | None:
-    """Steps down, ``column`` values across; ``cell`` renders the rows of one (step, column)."""
+    """Steps down, the values of ``column(row)`` across; ``cell`` renders the rows of one
+    (step, column)."""
     if not rows:
         return None
     grid: dict[tuple[int, Any], list[Row]] = defaultdict(list)
     for r in rows:
-        grid[(r["step"], r[column])].append(r)
+        grid[(r["step"], column(r))].append(r)
     steps = sorted({r["step"] for r in rows})
-    columns = sorted({r[column] for r in rows}, key=lambda c: (c is not None, str(c).zfill(6)))
-    table = Table(title=f"[bold]{title}", title_justify="left", pad_edge=False, box=None)
+    order = column_order or (lambda c: (c is not None, str(c).zfill(6)))
+    columns = sorted({column(r) for r in rows}, key=order)
+    table = Table(title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None)
     table.min_width = min(100, len(title) + 2)
     table.add_column("step", justify="right", style="bold")
     for c in columns:
@@ -57,9 +67,36 @@ def _pivot(
     return table
 
 
+def _known(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r["value"] is not None and not math.isnan(r["value"])]
+
+
+def _interval(rows: list[Row]) -> tuple[float, float] | None:
+    """The rows' interval (the means of their ends for several rows), or None when a row
+    carries none."""
+    if not rows or any(r.get("ci_low") is None or r.get("ci_high") is None for r in rows):
+        return None
+    return (
+        statistics.fmean(r["ci_low"] for r in rows),
+        statistics.fmean(r["ci_high"] for r in rows),
+    )
+
+
+def _with_interval(value: str, interval: tuple[float, float] | None) -> str:
+    if interval is None:
+        return value
+    return f"{value} [{fmt_value(interval[0])}, {fmt_value(interval[1])}]"
+
+
 def _mean_cell(rows: list[Row]) -> str:
-    values = [r["value"] for r in rows if r["value"] is not None and not math.isnan(r["value"])]
-    return fmt_value(statistics.fmean(values)) if values else "–"
+    """The value (the mean of several rows' values), with its interval where the rows carry
+    one (the means of their ends)."""
+    known = _known(rows)
+    if not known:
+        return "–"
+    return escape(
+        _with_interval(fmt_value(statistics.fmean(r["value"] for r in known)), _interval(known))
+    )
 
 
 def _select(rows: list[Row], probe: str, metric: str, **where: Any) -> list[Row]:
@@ -72,8 +109,62 @@ def _select(rows: list[Row], probe: str, metric: str, **where: Any) -> list[Row]
     ]
 
 
-def _layer_label(layer: Any) -> str:
-    return "emb" if layer is None else f"L{layer}"
+def _kind(r: Row) -> str:
+    """A row's site kind (``"-"`` for a row about the whole model)."""
+    return site_kind(r["site"] or "-") or "-"
+
+
+def _place(r: Row) -> tuple[str, int | None]:
+    """A table column: the row's site kind and block."""
+    return (_kind(r), r["layer"])
+
+
+def _place_label(place: tuple[str, int | None]) -> str:
+    kind, layer = place
+    if layer is not None:
+        return f"L{layer}"
+    return "emb" if kind == "embed" else kind
+
+
+def _place_order(place: tuple[str, int | None]) -> tuple[int, int, str]:
+    kind, layer = place
+    return (-1 if kind == "embed" else 0, -1 if layer is None else layer, kind)
+
+
+def _proxy_label(method: Any, rank: Any) -> str:
+    return str(method) if rank is None else f"{method} (rank {rank})"
+
+
+def _declared_tables(rows: list[Row], declared: Any, probe: str) -> list[Table | None]:
+    """A declared table of ``probe``'s metric over every token (``freq_bin`` "all"): steps ×
+    blocks, one table per key that varies — per block site kind (the embedding and the
+    model's rows beside each) and, for a table per method (``per_method``), per (method,
+    rank) — each titled by what it holds; a table that averages the methods says so."""
+    selected = _select(rows, probe, declared.metric, freq_bin="all")
+    blocks = sorted({_kind(r) for r in selected if r["layer"] is not None})
+    kinds: list[str | None] = list(blocks) if len(blocks) > 1 else [None]
+    proxies = sorted(
+        {(r["method"], r["rank"]) for r in selected}, key=lambda p: (str(p[0]), p[1] or 0)
+    )
+    split = declared.per_method and len(proxies) > 1
+    tables: list[Table | None] = []
+    for kind in kinds:
+        for proxy in proxies if split else [None]:
+            picked = [
+                r
+                for r in selected
+                if (kind is None or r["layer"] is None or _kind(r) == kind)
+                and (proxy is None or (r["method"], r["rank"]) == proxy)
+            ]
+            parts = [kind] if kind is not None else []
+            if proxy is not None:
+                parts.append(_proxy_label(*proxy))
+            title = declared.title + (f" — {', '.join(parts)}" if parts else "")
+            averaged = {r["method"] for r in picked}
+            if not split and len(averaged) > 1 and "mean over" not in declared.title:
+                title += f" (mean over {len(averaged)} methods)"
+            tables.append(_pivot(picked, title, _place, _mean_cell, _place_label, _place_order))
+    return tables
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
@@ -120,32 +211,68 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     return lines
 
 
+#: The rarest bin (bins are equal-mass quantiles of log frequency, ascending).
+RAREST_BIN = "0"
+
+
+def bin_label(freq_bin: str, bins: list[str]) -> str:
+    """A frequency-bin column: which end is rare (``"0 (rarest)"``, the last bin ``"… (most
+    frequent)"``), ``"all"`` as it is."""
+    numbered = [b for b in bins if b.isdigit()]
+    if freq_bin == RAREST_BIN:
+        return f"{freq_bin} (rarest)"
+    if numbered and freq_bin == max(numbered, key=int):
+        return f"{freq_bin} (most frequent)"
+    return freq_bin
+
+
+def _bin_order(freq_bin: str) -> tuple[bool, int, str]:
+    return (freq_bin == "all", int(freq_bin) if freq_bin.isdigit() else -1, freq_bin)
+
+
 def _ratio_and_p(cell_rows: list[Row]) -> str:
-    """One cell of an energy table: ``energy_ratio`` and its p-value (one site, method, bin
-    and step)."""
-    by_metric = {r["metric"]: r["value"] for r in cell_rows}
+    """One cell of an energy table: ``energy_ratio``, its p-value and, below, the ratio's
+    bootstrap interval (one site, method, bin and step)."""
+    by_metric = {r["metric"]: r for r in cell_rows}
     if "energy_ratio" not in by_metric:
         return "–"
-    ratio, p = by_metric["energy_ratio"], by_metric.get("energy_p_value")
-    return f"{fmt_value(ratio)} p{fmt_value(p)}"
+    ratio = by_metric["energy_ratio"]
+    p = by_metric.get("energy_p_value")
+    text = f"{fmt_value(ratio['value'])} p{fmt_value(None if p is None else p['value'])}"
+    interval = _interval([ratio])
+    if interval is not None:
+        text += f"\n[{fmt_value(interval[0])}, {fmt_value(interval[1])}]"
+    return escape(text)
 
 
 def energy_tables(energy: list[Row]) -> list[Table | None]:
-    """Steps × frequency bins of ``energy_ratio`` and its p-value at the deepest layer, one
-    table per site there (``resid_post`` and ``mlp_out`` of one block are two tables, each
-    titled by its site) and per proxy method."""
+    """Steps × frequency bins (bin 0 the rarest) of ``energy_ratio`` with its p-value and its
+    bootstrap interval at the deepest layer, one table per site there (``resid_post`` and
+    ``mlp_out`` of one block are two tables, each titled by its site) and per proxy method."""
     deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
     picked = [
         r
         for r in energy
         if r["layer"] == deepest and r["metric"] in ("energy_ratio", "energy_p_value")
     ]
+    bins = sorted({r["freq_bin"] for r in picked}, key=_bin_order)
     tables: list[Table | None] = []
     for site in sorted({r["site"] for r in picked}):
         for method in sorted({r["method"] for r in picked if r["site"] == site}):
             cell = [r for r in picked if r["site"] == site and r["method"] == method]
-            title = f"energy ratio and p-value against the exchangeable controls — {method}, {site}"
-            tables.append(_pivot(cell, title, "freq_bin", _ratio_and_p))
+            title = (
+                f"energy ratio [95 % CI], p-value vs the exchangeable controls — {method}, {site}"
+            )
+            tables.append(
+                _pivot(
+                    cell,
+                    title,
+                    lambda r: r["freq_bin"],
+                    _ratio_and_p,
+                    lambda b: bin_label(b, bins),
+                    _bin_order,
+                )
+            )
     return tables
 
 
@@ -175,8 +302,8 @@ def untrained_block_table(rows: list[Row]) -> list[Table | None]:
 
 def _probe_tables(rows: list[Row], manifest: dict[str, Any]) -> list[Table | None]:
     """Each present probe's declared tables (:mod:`tangentlens.reporting`), in recipe order: a
-    step × layer table of its metric over every token (``freq_bin`` "all", the mean over
-    methods), or what its custom renderer draws from the probe's rows."""
+    step × block table of its metric over every token (``freq_bin`` "all") per key that varies
+    (:func:`_declared_tables`), or what its custom renderer draws from the probe's rows."""
     tables: list[Table | None] = []
     for probe in reported_probes(rows, [manifest]):
         own = [r for r in rows if r["probe"] == probe.name]
@@ -186,8 +313,7 @@ def _probe_tables(rows: list[Row], manifest: dict[str, Any]) -> list[Table | Non
             if declared.render is not None:
                 tables += load_renderer(declared.render)(own)
                 continue
-            selected = _select(own, probe.name, declared.metric, freq_bin="all")
-            tables.append(_pivot(selected, declared.title, "layer", _mean_cell, _layer_label))
+            tables += _declared_tables(own, declared, probe.name)
     return tables
 
 
@@ -203,7 +329,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         _pivot(
             _select(rows, "capture", "mean_loss"),
             "held-out loss",
-            "probe",
+            lambda r: r["probe"],
             _mean_cell,
             lambda _: "loss",
         ),

@@ -1,15 +1,19 @@
 """The run's manifest: the resolved recipe, the loader, the plan's steps and fit window, the
-estimators behind the metrics, versions, executor and thread count; completed with weights hashes
-and exclusion counts when every unit is done."""
+estimators behind the metrics, versions, executor and thread count, the statistics' precision
+(with its bound when float32) and whether the run is bit-reproducible on its device; completed
+with weights hashes and exclusion counts when every unit is done."""
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from tangentlens.capture.precision import relative_bound, resolve_precision
 from tangentlens.core.recipe import Recipe
 from tangentlens.data import ANALYSIS_EXCLUSION_REASONS
 from tangentlens.models.catalog import suite_loader
@@ -18,7 +22,14 @@ from tangentlens.registry import ENTRY_POINT_GROUP, builtin_probes
 from tangentlens.sweep.plan import Plan
 from tangentlens.sweep.store import RunStore, read_results
 
-__all__ = ["ESTIMATORS", "finished_manifest", "initial_manifest", "probe_estimators"]
+__all__ = [
+    "ESTIMATORS",
+    "finished_manifest",
+    "initial_manifest",
+    "probe_estimators",
+    "reproducibility",
+    "statistics_precision",
+]
 
 #: The core's estimator choices behind the metrics, recorded in every run's manifest beside
 #: each probe's own (:func:`probe_estimators`).
@@ -99,13 +110,21 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    """Top-level package → the installed distributions that ship it (one scan of every
+    distribution's file list: seconds with many packages installed, so done once)."""
+    return metadata.packages_distributions()
+
+
 def _distribution(module: str, key: str) -> tuple[str, str]:
     """(distribution, version) that ships ``module``: the one that registers the entry point
     ``key``, else the installed one owning the module's top-level package, else unknown."""
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=key):
         if entry.dist is not None:
             return entry.dist.name, entry.dist.version
-    names = metadata.packages_distributions().get(module.split(".")[0], [])
+    top = module.split(".")[0]
+    names = ["tangentlens"] if top == "tangentlens" else _owners().get(top, [])
     try:
         return (names[0], metadata.version(names[0])) if names else ("unknown", "unknown")
     except metadata.PackageNotFoundError:
@@ -128,6 +147,42 @@ def _probe_sources(recipe: Recipe) -> dict[str, dict[str, str]]:
     return out
 
 
+def statistics_precision(recipe: Recipe, device: str) -> dict[str, Any]:
+    """``statistics_dtype``: ``capture.precision`` resolved on ``device`` (the precision every
+    unit accumulates at); when float32, ``statistics_bound``: the bound on the second moments'
+    error per unit of ``Σ‖x − c‖²`` at the recipe's batch rows and how to read it
+    (:mod:`tangentlens.capture.precision`)."""
+    resolved = resolve_precision(recipe.capture.precision, device)
+    out: dict[str, Any] = {"statistics_dtype": resolved}
+    if resolved == "float32":
+        rows = recipe.data.batch_size * recipe.data.seq_len
+        out["statistics_bound"] = {
+            "relative": relative_bound(rows),
+            "batch_rows": rows,
+            "reads": "‖ΔM‖₂ ≤ relative · Σ‖x − c‖² (c: each accumulator's frozen shift); "
+            "eigenvalues move by at most that; an energy fraction of rank k by (k + 1)·ε/(tr M "
+            "− ε)",
+        }
+    return out
+
+
+def reproducibility(device: str) -> dict[str, Any]:
+    """Whether a run on ``device`` gives the same table bit for bit when run again there:
+    ``bit_reproducible`` and why (``reproducibility``)."""
+    if device.startswith("cuda"):
+        return {
+            "bit_reproducible": False,
+            "reproducibility": "not bit for bit on CUDA: float64 index_add_ (per-type and "
+            "per-sequence sums) and scatter reductions use atomics, so their last bits vary "
+            "from run to run; values agree within float64 rounding of the summation order",
+        }
+    return {
+        "bit_reproducible": True,
+        "reproducibility": "bit for bit on this device type: deterministic kernels, threads "
+        "pinned by capture.threads, seeded draws",
+    }
+
+
 def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
     """What is known before any unit runs (``recipe`` is the identity ``--resume`` checks);
     ``loader`` is the loader every unit loads checkpoints with (``suite.loader`` resolved for
@@ -148,7 +203,8 @@ def initial_manifest(recipe: Recipe, plan: Plan, device: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": device,
         "dtype": recipe.suite.dtype,
-        "statistics_dtype": "float64",
+        **statistics_precision(recipe, device),
+        **reproducibility(device),
         "threads": recipe.capture.threads,
         "loss_reduction": recipe.capture.reduction,
         "seeds": {"capture": recipe.capture.seed},

@@ -31,8 +31,8 @@ element at ``suite.dtype``):
   matrices of an eigen-decomposition), with the **control draws** the step's probes keep
   (tangent_energy's Gaussian draws and frames of both families, at most
   :data:`REUSED_DRAWS_BYTES`: ``tangentlens.metrics.reused_draws``), on top of the statistics
-  and the reservoir. Nothing is drawn before the capture: the per-sequence energy sums use the
-  controls' exact mean projectors;
+  and the reservoir. Nothing is drawn before the capture: the per-sequence energy sums give the
+  controls' exact means;
 * host, loading: **the Hugging Face model and its TransformerLens copy** (2 × weights at
   float32; below float32, TransformerLens' weight processing holds the state dict in float32
   and casts it back: weights + 4 bytes × parameters + the embedding).
@@ -44,6 +44,14 @@ and the probes run there. Peaks take the largest phase (loss; backward; accumula
 probes) on top of what lives throughout. Allocator slack and kernel workspaces are not
 modelled: the plan is checked against measured peaks (``tests/integration/test_memory_plan.py``).
 Multi-device placement is not planned.
+
+A GPU's budget is the memory free on it when a unit starts (``torch.cuda.mem_get_info``: the
+CUDA context, other processes and earlier allocations already deducted) less a stated
+**headroom** (:func:`headroom_bytes`: 1 GiB for kernel workspaces — cuBLAS, cuDNN — plus 5 % of
+the device's memory for the caching allocator's fragmentation). A unit that still runs out of
+memory fails in one line (:func:`out_of_memory_line`) naming the unit, the plan's peak, what the
+unit needed and the largest ``data.batch_size`` whose plan, scaled by what the unit needed
+beyond its plan, fits; it is not retried unchanged.
 """
 
 from __future__ import annotations
@@ -67,9 +75,12 @@ __all__ = [
     "PlanInputs",
     "check_fits",
     "control_draw_columns",
+    "fitting_batch",
+    "headroom_bytes",
     "held_draws_bytes",
     "host_budget",
     "memory_plan",
+    "out_of_memory_line",
     "plan_recipe",
     "probe_bytes",
     "recipe_inputs",
@@ -126,7 +137,9 @@ class PlanInputs:
     ``bin_moments``: per-bin d × d moments of G; ``n_types``: types with per-type sums (0 =
     none); ``reservoir``: rows sampled per site (0 = none); ``energy_methods``: proxies whose
     per-sequence energy sums the capture gathers, the mean direction included (0 = none;
-    frozen-early intervals); ``n_sequences``: analysed sequences; ``passes``: capture passes
+    frozen-early intervals); ``energy_drift``: those sums keep the drift sums ``Σ (m̂ᵀg) g``
+    (d per sequence and slot: the proxies avoid m̂); ``n_sequences``: analysed sequences;
+    ``passes``: capture passes
     over groups of the sites (0 = the fewest that fit, chosen by :func:`check_fits`);
     ``draws``: control draws per seed key the step's probes make and keep, 0 = none;
     ``draw_columns``: the columns kept per draw, site and frequency-bin slot (the ranks of the
@@ -149,6 +162,7 @@ class PlanInputs:
     passes: int = 1
     draws: int = 0
     draw_columns: int = 0
+    energy_drift: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,10 +279,59 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+#: The headroom a GPU's budget leaves: kernel workspaces (cuBLAS, cuDNN) ...
+HEADROOM_FIXED = GIB
+#: ... and the caching allocator's fragmentation, as a share of the device's memory.
+HEADROOM_SHARE = 0.05
+
+
+def headroom_bytes(total: int) -> int:
+    """What a GPU's budget keeps free of a device with ``total`` bytes:
+    :data:`HEADROOM_FIXED` plus :data:`HEADROOM_SHARE` of ``total``."""
+    return HEADROOM_FIXED + int(HEADROOM_SHARE * total)
+
+
+def _peak(plan: MemoryPlan) -> int:
+    """The peak on the model's device (the host's on the CPU)."""
+    return plan.host_peak if plan.device == "cpu" else plan.accelerator_peak
+
+
+def fitting_batch(inputs: PlanInputs, budget: int, scale: float = 1.0) -> int | None:
+    """The largest ``data.batch_size`` below ``inputs.batch`` whose planned peak on the
+    model's device, times ``scale`` (what a unit needed over its plan), is within ``budget``;
+    None when none is."""
+    for batch in range(inputs.batch - 1, 0, -1):
+        if _peak(memory_plan(dataclasses.replace(inputs, batch=batch))) * scale <= budget:
+            return batch
+    return None
+
+
+def out_of_memory_line(unit: str, inputs: PlanInputs, needed: int, budget: int | None) -> str:
+    """One line for a unit that ran out of memory: the unit, what it ``needed`` at least (bytes
+    held and asked for), the plan's peak at the recipe's batch and the ``budget`` it was checked
+    against (None: the plan's peak stands for it), and the largest ``data.batch_size`` that fits
+    once the plan is scaled by ``needed`` over its peak (:func:`fitting_batch`)."""
+    planned = _peak(memory_plan(inputs))
+    where = "host" if inputs.device == "cpu" else "GPU"
+    scale = max(needed / planned, 1.0) if planned else 1.0
+    limit = planned if budget is None else budget
+    batch = fitting_batch(inputs, limit, scale)
+    against = "" if budget is None else f", {_gib(budget)} available"
+    remedy = (
+        f"set data.batch_size = {batch} (fits once the plan is scaled by {scale:.2f})"
+        if batch
+        else "no data.batch_size fits: more capture.passes, fewer sites or a smaller model"
+    )
+    return (
+        f"unit {unit} ran out of {where} memory: it needed ≥ {_gib(needed)}, the plan's peak at "
+        f"data.batch_size = {inputs.batch} is {_gib(planned)}{against}; {remedy}"
+    )
+
+
 def _statistics_bytes(inputs: PlanInputs) -> int:
     """One site's float64 statistics: moments, type sums and, with per-sequence energy sums,
-    their projectors (``3M`` d × d matrices: ``P_Q`` and both control families' exact mean
-    projectors) and sums (``S × slots × (1 + 3M)``)."""
+    their projectors (``M`` d × d matrices ``P_Q``) and sums (``S × slots × (1 + M)``, and the
+    drift sums ``S × slots × d`` where the proxies avoid m̂)."""
     d, methods, slots = inputs.shape.d_model, inputs.energy_methods, inputs.bins + 1
     moments = statistics_bytes(
         d,
@@ -278,8 +341,9 @@ def _statistics_bytes(inputs: PlanInputs) -> int:
         n_types=inputs.n_types,
         vocab_size=inputs.shape.d_vocab if inputs.n_types else 0,
     )
-    projectors = methods * 3 * d * d * 8
-    sums = inputs.n_sequences * slots * (1 + 3 * methods) * 8 if methods else 0
+    projectors = methods * d * d * 8
+    width = 1 + methods + (d if inputs.energy_drift else 0)
+    sums = inputs.n_sequences * slots * width * 8 if methods else 0
     return moments + projectors + sums
 
 
@@ -432,13 +496,14 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
                 n_types += entry.probe.max_tracked_types(entry.config, recipe.data.max_tokens)
         n_types = min(shape.d_vocab, n_types)
     stage = recipe.proxies
-    draws, draw_columns, energy_methods = 0, 0, 0
+    draws, draw_columns, energy_methods, energy_drift = 0, 0, 0, False
     if stage is not None:
         methods = len(stage.methods) + (stage.pretrained_sae is not None)
         draws = stage.draws
         draw_columns = control_draw_columns(stage.rank, stage.mean_direction, methods)
         if gathers_sequence_sums(recipe):
             energy_methods = methods + stage.mean_direction
+            energy_drift = stage.mean_direction
     return PlanInputs(
         shape=shape,
         dtype=recipe.suite.dtype,
@@ -456,6 +521,7 @@ def recipe_inputs(recipe: Recipe, shape: ModelShape) -> PlanInputs:
         passes=recipe.capture.passes,
         draws=draws,
         draw_columns=draw_columns,
+        energy_drift=energy_drift,
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tangentlens.core.bounds import check_width
 from tangentlens.core.recipe import Recipe, select_layers
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models.catalog import (
@@ -36,6 +37,7 @@ from tangentlens.registry import builtin_probes
 from tangentlens.runtime import half_precision_slowdown
 from tangentlens.sweep.executors.base import UnitEvent, UnitFailure
 from tangentlens.sweep.plan import Plan, make_plan
+from tangentlens.sweep.stops import stop_signals
 
 __all__ = [
     "PLANNED_LOADER",
@@ -214,30 +216,17 @@ def check_pretrained_sae(recipe: Recipe) -> None:
 
 def check_model_shape(recipe: Recipe) -> None:
     """Refuse, before anything runs, the settings that only the suite's model shape rules out:
-    blocks ``capture.layers`` names that the model lacks, a proxy ``rank`` not below the width
-    ``d_model``, a ``data_matched_m`` not between the rank and the width. A suite whose shape
-    is not known offline is checked when its units run."""
+    blocks ``capture.layers`` names that the model lacks, and every bound the model's width
+    ``d_model`` sets on the proxies stage and the probes (``proxies.rank`` within the room of
+    the control frames, ``data_matched_m``, …: :func:`~tangentlens.core.bounds.check_width`).
+    A suite whose shape is not known offline is checked when its step units start."""
     try:
         shape = suite_shape(recipe.suite.name)
     except ValueError:  # an architecture without a memory plan: refused by the plan itself
         return
     select_layers(recipe.capture.layers, shape.n_layers)
-    stage = recipe.proxies
-    if stage is None:
-        return
-    where, d = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})", shape.d_model
-    if not stage.rank < d:
-        raise ValueError(
-            f"proxies.rank = {stage.rank} must be below the model's width: {where} allows "
-            f"1 … {d - 1}"
-        )
-    energy = recipe.config("tangent_energy")
-    m = None if energy is None else energy.data_matched_m
-    if m is not None and not stage.rank < m <= d:
-        raise ValueError(
-            f"probes.tangent_energy.data_matched_m = {m} must be above the rank "
-            f"(proxies.rank = {stage.rank}) and at most the model's width: {where}"
-        )
+    where = f"suite {recipe.suite.name!r} (d_model = {shape.d_model})"
+    check_width(recipe, shape.d_model, where)
 
 
 def plan_sweep(recipe: Recipe) -> Plan:
@@ -315,17 +304,33 @@ def run_sweep(
     """Run ``recipe`` into the run directory ``out`` on ``recipe.executor``; returns ``out``.
 
     ``detach`` (Slurm only): submit the missing units as dependent jobs and return at once; a
-    later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed.
+    later ``resume`` collects them. Raises :class:`SweepFailedError` when units failed. A stop
+    signal (``SIGTERM``, ``SIGHUP``, ``SIGUSR1``: :mod:`tangentlens.sweep.stops`) or Ctrl-C
+    raises :class:`~tangentlens.sweep.stops.Stopped` / ``KeyboardInterrupt`` with the lock
+    released and the finished units kept for ``resume``.
     """
+    with stop_signals():
+        return _run_sweep(recipe, out, resume=resume, detach=detach, on_event=on_event)
+
+
+def _run_sweep(
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    resume: bool,
+    detach: bool,
+    on_event: Callable[[UnitEvent], None] | None,
+) -> Path:
     from tangentlens.core.data import DATA_FILE, data_sha256
     from tangentlens.models import open_suite
     from tangentlens.sweep.downloads import check_downloads, sweep_downloads
     from tangentlens.sweep.executors import check_executor, execute
     from tangentlens.sweep.manifest import finished_manifest, initial_manifest
-    from tangentlens.sweep.store import RunStore
+    from tangentlens.sweep.store import RunStore, check_run_dir
     from tangentlens.sweep.timing import time_summary
 
     started = time.perf_counter()
+    check_run_dir(out)  # a file, or a folder that cannot be written: before anything is made
     emit = on_event or (lambda event: None)
     check_executor(recipe, detach=detach)  # before a suite is trained or the run directory made
     plan = plan_sweep(recipe)

@@ -20,6 +20,7 @@ and recomputes the rest, which gives exactly the table of an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -33,9 +34,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tangentlens.locking import release, try_lock
 from tangentlens.results import REPLICATE_SCHEMA, SCHEMA
 
-__all__ = ["REPLICATES", "RunStore", "read_parts", "read_replicates", "read_results"]
+__all__ = [
+    "REPLICATES",
+    "DiskFullError",
+    "RunStore",
+    "check_run_dir",
+    "disk_full",
+    "read_parts",
+    "read_replicates",
+    "read_results",
+    "take_lock",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +55,39 @@ logger = logging.getLogger(__name__)
 REPLICATES = "replicates"
 #: Temporary files a coordinator writes before its manifest exists (its lock, its manifest).
 _SCRATCH = (".lock.", ".manifest.json.")
+
+
+#: ``errno`` values of a full disk (no space left, the user's quota spent).
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+#: How those errors read when a library re-raised them without an ``errno`` (pyarrow).
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
+
+
+def disk_full(error: BaseException | str) -> bool:
+    """Whether ``error`` (or an error's text) says that the disk is full (``ENOSPC``,
+    ``EDQUOT``): running the same unit again cannot help."""
+    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+        return True
+    return any(text in str(error) for text in _DISK_FULL_TEXT)
+
+
+class DiskFullError(OSError):
+    """The disk holding a run directory is full: says so, where, and how much is free."""
+
+    def __init__(self, root: Path, cause: BaseException) -> None:
+        try:
+            free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        where = getattr(cause, "filename", None) or root
+        super().__init__(
+            errno.ENOSPC,
+            f"the disk is full: no space left writing {where} ({free} on the filesystem of "
+            f"{root}); free some space there (or choose another --out) and --resume",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def _atomic_write_bytes(path: Path, write: Any) -> None:
@@ -58,38 +103,43 @@ def _atomic_write_bytes(path: Path, write: Any) -> None:
         raise
 
 
-def _lock_holder(lock: Path) -> dict[str, Any] | None:
-    """``{"host", "pid"}`` from a lock file, or None when it is unreadable (half-written)."""
-    try:
-        holder = json.loads(lock.read_text())
-        return {"host": str(holder["host"]), "pid": int(holder["pid"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _refuse_holder(root: Path, lock: Path, holder: dict[str, Any]) -> None:
-    """Raise when the lock's ``holder`` may still be running: on another host, or a live
-    process (not this one) on this host; return when it is a dead process of this host."""
+def take_lock(root: Path) -> tuple[Path, bool]:
+    """Take the coordinator's lock ``root/.lock`` (:func:`tangentlens.locking.try_lock`: one
+    atomic step, a dead coordinator's lock taken over); returns its path and whether a dead
+    coordinator's lock was taken over. A lock a live coordinator holds, or one on another host
+    (whose liveness cannot be checked from here), is refused naming its holder."""
+    lock = root / ".lock"
+    holder, took_over = try_lock(lock)
+    if holder is None:
+        return lock, took_over
     if holder["host"] != socket.gethostname():
         raise ValueError(
             f"{root} is locked by a sweep on host {holder['host']} (pid {holder['pid']}); wait "
             f"for it, or delete {lock} if that sweep is dead"
         )
-    if holder["pid"] != os.getpid() and _pid_alive(holder["pid"]):
-        raise ValueError(
-            f"{root} is locked by a running sweep (pid {holder['pid']}); wait for it or choose "
-            "another --out"
-        )
+    raise ValueError(
+        f"{root} is locked by a running sweep (pid {holder['pid']}); wait for it or choose "
+        "another --out"
+    )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def check_run_dir(root: str | Path) -> None:
+    """Refuse, before anything is planned or made, a run directory that cannot be one: a path
+    naming an existing file or passing through one, or below a folder that cannot be written
+    (read-only)."""
+    root = Path(root)
+    for path in (root, *root.absolute().parents):
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            what = "is a file" if path == root else f"passes through the file {path}"
+            raise ValueError(f"--out {root} {what}, not a folder: choose another --out")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"--out {root}: {path} cannot be written (read-only or not yours): choose "
+                "another --out"
+            )
+        return
 
 
 class RunStore:
@@ -113,98 +163,86 @@ class RunStore:
     ) -> Iterator[RunStore]:
         """Create ``root`` (it must not hold a run unless ``resume``) and hold its lock.
 
-        A directory a coordinator left before it wrote the manifest (killed in its first
-        seconds: nothing but its lock, the process dead, on this host) holds no run: it is
-        started afresh, with or without ``resume``. If the body fails before the run has
-        ``started`` (default: before any result part exists) in a run this call did not resume,
-        the run directory is removed again (emptied when it existed before): a failed start
-        leaves nothing half-written.
+        The lock is taken first (:func:`take_lock`), and what the directory holds is judged
+        while it is held. A directory a coordinator left before it wrote the manifest (killed
+        in its first seconds: nothing but its lock and temporary files, its process dead, on
+        this host) holds no run: it is started afresh, with or without ``resume``. If the body
+        fails before the run has ``started`` (default: before any result part exists) in a run
+        this call did not resume, the run directory is removed again (emptied when it existed
+        before): a failed start leaves nothing half-written. An interrupt (Ctrl-C, or a stop
+        signal: :mod:`tangentlens.sweep.stops`) keeps a run that holds its manifest, for
+        ``--resume`` from any host.
         """
         store = cls(Path(root))
-        store._check_lock()
-        unstarted = store._unstarted()
-        if unstarted:
-            logger.info("%s holds no run (its sweep stopped before it began): starting it", root)
-            store._clear()
-        created = not store.root.exists()
-        manifest = store.root / "manifest.json"
-        if store.root.exists() and any(store.root.iterdir()) and not resume:
-            raise ValueError(
-                f"{store.root} already holds a run; pass --resume to continue it or choose "
-                "another --out"
-            )
-        if resume and not unstarted and not manifest.exists():
-            raise ValueError(f"--resume: {store.root} holds no run (no manifest.json)")
-        store.resuming = resume and manifest.exists()
-        store.root.mkdir(parents=True, exist_ok=True)
-        lock = store.root / ".lock"
-        store._acquire(lock)
+        check_run_dir(store.root)
+        store.root.parent.mkdir(parents=True, exist_ok=True)
+        try:  # whether this call made the directory: decided atomically by mkdir
+            store.root.mkdir()
+            created = True
+        except FileExistsError:
+            created = False
+        lock, took_over = take_lock(store.root)
+        try:
+            store._judge(resume, created, took_over)
+        except BaseException:
+            release(lock)
+            if created:
+                shutil.rmtree(store.root, ignore_errors=True)
+            raise
         try:
             yield store
+        except KeyboardInterrupt:
+            if not store.resuming and not (store.root / "manifest.json").exists():
+                store._remove(created)
+            raise
         except BaseException:
             begun = started or (lambda root: any((root / "results").glob("*.parquet")))
             if not store.resuming and not begun(store.root):
-                if created:
-                    shutil.rmtree(store.root)
-                else:
-                    store._clear()
+                store._remove(created)
             raise
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()
+            release(lock)
 
-    def _unstarted(self) -> bool:
-        """Whether the directory holds no run: no manifest, nothing but the lock a coordinator
-        takes first (and its temporary files), the lock's holder dead (checked before: a live
-        holder is refused). Without a lock it is not taken for one: temporary files alone may
-        be a live coordinator's, about to take it."""
-        if not self.root.is_dir() or (self.root / "manifest.json").exists():
-            return False
-        names = [child.name for child in self.root.iterdir()]
-        return ".lock" in names and all(
-            name == ".lock" or name.startswith(_SCRATCH) for name in names
+    def _judge(self, resume: bool, created: bool, took_over: bool) -> None:
+        """With the lock held: clear a run a dead coordinator left unstarted (``took_over``
+        its lock, or its temporary files are all there is), refuse a run without ``resume``
+        and ``resume`` without a run; sets :attr:`resuming`."""
+        manifest = self.root / "manifest.json"
+        names = [child.name for child in self.root.iterdir() if child.name != ".lock"]
+        unstarted = (
+            not manifest.exists()
+            and (took_over or bool(names))
+            and all(name.startswith(_SCRATCH) for name in names)
         )
+        if unstarted:
+            logger.info("%s holds no run (its sweep stopped before it began): starting", self.root)
+            self._clear()
+        elif names and not resume:
+            raise ValueError(
+                f"{self.root} already holds a run; pass --resume to continue it or choose "
+                "another --out"
+            )
+        if resume and not manifest.exists() and not unstarted:
+            raise ValueError(f"--resume: {self.root} holds no run (no manifest.json)")
+        self.resuming = resume and manifest.exists()
+
+    def _remove(self, created: bool) -> None:
+        """Remove the run directory (empty it when it existed before this run)."""
+        if created:
+            shutil.rmtree(self.root)
+        else:
+            self._clear()
 
     def _clear(self) -> None:
-        """Empty a run directory that existed before this run started."""
+        """Empty the run directory but for the lock this coordinator holds."""
         for child in self.root.iterdir():
-            if child.is_dir():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-
-    def _check_lock(self) -> None:
-        """Refuse a run directory whose lock a live coordinator holds, or one on another host
-        (whose liveness cannot be checked from here)."""
-        lock = self.root / ".lock"
-        holder = _lock_holder(lock) if lock.exists() else None
-        if holder is not None:
-            _refuse_holder(self.root, lock, holder)
-
-    def _acquire(self, lock: Path) -> None:
-        """Take the coordinator's lock: ``{"host", "pid"}``. A lock left by a dead process on
-        this host is taken over; one held by a live process, or by any process on another host
-        (whose liveness cannot be checked from here), is an error naming it."""
-        here = socket.gethostname()
-        # written whole under a temporary name, then linked into place: link fails when the
-        # lock exists, so nobody ever reads a half-written lock
-        fd, tmp = tempfile.mkstemp(prefix=".lock.", dir=self.root)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"host": here, "pid": os.getpid()}, handle)
-        try:
-            for _ in range(2):
-                try:
-                    os.link(tmp, lock)
-                    return
-                except FileExistsError:
-                    pass
-                holder = _lock_holder(lock)
-                if holder is not None:
-                    _refuse_holder(self.root, lock, holder)
-                lock.unlink(missing_ok=True)  # left by a killed sweep on this host
-        finally:
-            os.unlink(tmp)
-        raise ValueError(f"could not take the lock {lock}")
+            if child.name == ".lock":
+                continue
+            with contextlib.suppress(FileNotFoundError):  # (another's temporary file, gone)
+                if child.is_dir():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
 
     # ------------------------------------------------------------------ manifest
 

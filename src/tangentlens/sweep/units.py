@@ -6,7 +6,11 @@ the recipe while it runs (so reductions happen in the same order wherever it run
 count is restored after), and writes its output
 atomically. While it runs, ``units/<unit>.json`` names its host, pid (and Slurm job); a
 failure leaves the traceback in ``logs/<unit>.log``, a success its time in
-``timings/<unit>.json`` (:mod:`tangentlens.sweep.timing`).
+``timings/<unit>.json`` (:mod:`tangentlens.sweep.timing`). A unit runs with full float32 (no
+TF32: :func:`~tangentlens.runtime.exact_float32`, the caller's settings restored after) and its
+statistics at the precision the manifest records (``statistics_dtype``); one that runs out of
+GPU memory fails in one line (:class:`UnitOutOfMemoryError`: the plan's peak and a
+``data.batch_size`` that fits) and is not retried unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import socket
 import time
 import traceback
@@ -30,6 +35,8 @@ from tangentlens.capture import (
 )
 from tangentlens.capture.captured import Capture
 from tangentlens.capture.needs import Needs
+from tangentlens.capture.precision import resolve_precision
+from tangentlens.core.bounds import check_width
 from tangentlens.core.data import (
     DATA_FILE,
     AnalysisData,
@@ -51,6 +58,7 @@ from tangentlens.dictionaries import SAE, in_window
 from tangentlens.dictionaries.proxy_config import PRETRAINED_SAE
 from tangentlens.models import lens_model, open_suite
 from tangentlens.models.hub import hf_offline_mode, offline_requested
+from tangentlens.models.shapes import suite_shape
 from tangentlens.models.suites import CheckpointSuite
 from tangentlens.probes import tangent_energy
 from tangentlens.proxies import ActivationPool, FixedProxy
@@ -62,17 +70,25 @@ from tangentlens.registry import (
     Transition,
 )
 from tangentlens.results import StepLabel, make_row, row
-from tangentlens.runtime import Phases, threads
-from tangentlens.sweep.memory import host_budget, plan_recipe
+from tangentlens.runtime import Phases, exact_float32, threads
+from tangentlens.sweep.memory import (
+    headroom_bytes,
+    host_budget,
+    out_of_memory_line,
+    plan_recipe,
+    recipe_inputs,
+)
 from tangentlens.sweep.plan import PRETRAINED_UNIT, Unit, gathers_sequence_sums
 from tangentlens.sweep.states import own_view
-from tangentlens.sweep.store import RunStore, read_parts
+from tangentlens.sweep.store import DiskFullError, RunStore, disk_full, read_parts
 from tangentlens.sweep.timing import TIMINGS_DIR, timing_record
 
 __all__ = [
     "NOT_RETRIED",
+    "UnitOutOfMemoryError",
     "UnitReport",
     "accelerator_budget",
+    "failure_log",
     "read_failure",
     "retryable",
     "run_unit",
@@ -95,6 +111,12 @@ def unit_log(root: str | Path, unit: str) -> Path:
     return Path(root) / "logs" / f"{unit}.log"
 
 
+def failure_log(root: str | Path, unit: str) -> str:
+    """The failed unit's log when it was written ("" when it could not be: a full disk)."""
+    log = unit_log(root, unit)
+    return str(log) if log.exists() else ""
+
+
 #: Errors a retry cannot change: the same recipe, inputs and files give the same error (a
 #: configuration error, a missing file or module, a type or key the code does not know).
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -113,11 +135,46 @@ PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
 NOT_RETRIED = "# not retried: a retry cannot change this error (same recipe, same inputs)"
 
 
+class UnitOutOfMemoryError(ValueError):
+    """A unit ran out of memory: one line naming it, what it needed, the plan's peak and a
+    ``data.batch_size`` that fits (:func:`~tangentlens.sweep.memory.out_of_memory_line`). A
+    configuration error (not retried: the same batch runs out again)."""
+
+
+_ALLOCATION = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
+_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _requested(message: str) -> int:
+    """Bytes the failed allocation asked for, read from CUDA's message (0 when not said)."""
+    found = _ALLOCATION.search(message)
+    if found is None:
+        return 0
+    return int(float(found.group(1)) * _UNITS.get(found.group(2), 1))
+
+
+def _out_of_memory(
+    recipe: Recipe, unit: Unit, error: BaseException, budget: int | None
+) -> UnitOutOfMemoryError:
+    """The one-line error of ``unit`` out of memory: it needed at least what it held at its
+    peak (the GPU's peak allocation; the plan's on the host) plus what it asked for."""
+    inputs = recipe_inputs(recipe, suite_shape(recipe.suite.name))
+    device = recipe.suite.resolved_device()
+    held = torch.cuda.max_memory_allocated(device) if device.startswith("cuda") else 0
+    if not held:
+        plan = plan_recipe(recipe)
+        held = plan.host_peak if device == "cpu" else plan.accelerator_peak
+    if budget is None and device == "cpu":
+        budget = host_budget(recipe)
+    line = out_of_memory_line(unit.name, inputs, held + _requested(str(error)), budget)
+    return UnitOutOfMemoryError(line)
+
+
 def retryable(error: BaseException) -> bool:
     """Whether running the unit again could end otherwise: not for :data:`PERMANENT_ERRORS`
-    (configuration errors, missing files); yes for the rest (a lost worker, memory, I/O, the
-    network)."""
-    return not isinstance(error, PERMANENT_ERRORS)
+    (configuration errors, missing files) nor a full disk; yes for the rest (a lost worker,
+    memory, I/O, the network)."""
+    return not (isinstance(error, PERMANENT_ERRORS) or disk_full(error))
 
 
 def read_failure(log: str | Path) -> tuple[str, bool] | None:
@@ -144,11 +201,22 @@ def run_unit(
     if "SLURM_JOB_ID" in os.environ:  # the Slurm job (array task) running the unit
         marker_text["job"] = os.environ["SLURM_JOB_ID"]
     store.write_file(f"units/{unit.name}.json", json.dumps(marker_text))
+    device = recipe.suite.resolved_device()
+    budget = accelerator_budget(device) if unit.kind in _ON_MODEL_DEVICE else None
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
     try:
-        # the caller's thread count is restored after (in-process executors)
-        with threads(recipe.capture.threads):
-            parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+        # the caller's thread count and float32 settings are restored after
+        with threads(recipe.capture.threads), exact_float32():
+            try:
+                parts = _RUNNERS[unit.kind](recipe, store, unit, status or (lambda text: None))
+            except torch.OutOfMemoryError as error:
+                raise _out_of_memory(recipe, unit, error, budget) from error
+    except KeyboardInterrupt:  # Ctrl-C or a stop signal: abandoned, not failed
+        raise
     except BaseException as error:
+        if disk_full(error):
+            raise DiskFullError(store.root, error) from error
         header = "" if retryable(error) else f"{NOT_RETRIED}\n"
         store.write_file(f"logs/{unit.name}.log", header + traceback.format_exc())
         raise
@@ -204,6 +272,18 @@ def _on_host(tensors: Any) -> Any:
     return tensors
 
 
+def _precision(recipe: Recipe, store: RunStore) -> str:
+    """The statistics' precision: the manifest's (``capture.precision`` resolved once, by the
+    coordinator, for every unit), else resolved on this unit's device."""
+    try:
+        recorded = store.read_manifest().get("statistics_dtype")
+    except OSError:  # a unit run outside a sweep's directory
+        recorded = None
+    if recorded in ("float64", "float32"):
+        return recorded
+    return resolve_precision(recipe.capture.precision, _device(recipe))
+
+
 def _load_frozen(store: RunStore, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The frozen-early fit: ``{"bases", "diagnostics", "layers"}``, the bases on ``device``."""
     path = store.state / "proxies.pt"
@@ -227,11 +307,22 @@ def _load_model(recipe: Recipe, suite: CheckpointSuite, step: int) -> Any:
     )
 
 
+def _check_width(recipe: Recipe, model: Any, step: int) -> None:
+    """Refuse, before the capture, what the loaded model's width rules out (the planning check,
+    for a suite whose shape was not known offline)."""
+    d = lens_model(model).d_model
+    check_width(recipe, d, f"the checkpoint at step {step} (d_model = {d})")
+
+
 def accelerator_budget(device: str) -> int | None:
-    """Memory of the GPU ``device`` names (None on the CPU)."""
+    """Memory a unit may use on the GPU ``device`` names: what is free on it now
+    (``torch.cuda.mem_get_info``: the CUDA context, other processes and what is allocated
+    already deducted) less the headroom for kernel workspaces and the allocator's
+    fragmentation (:func:`~tangentlens.sweep.memory.headroom_bytes`); None on the CPU."""
     if not device.startswith("cuda"):
         return None
-    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return max(free - headroom_bytes(total), 0)
 
 
 def _capture_passes(recipe: Recipe) -> int:
@@ -264,9 +355,18 @@ def _window_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) ->
     step, data = _step(unit), _data(recipe, store)
     status(f"window step {step}: capture (activations)")
     model = _load_model(recipe, _suite(recipe), step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     stats = capture_step(
-        model, sites, data, recipe, Needs(reservoir=True), step, gradients=False, score_loss=False
+        model,
+        sites,
+        data,
+        recipe,
+        Needs(reservoir=True),
+        step,
+        gradients=False,
+        score_loss=False,
+        precision=_precision(recipe, store),
     )
     saved = {
         "layers": sites,
@@ -378,6 +478,7 @@ def _pretrained_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         gradients=False,
         score_loss=False,
         part=part,
+        precision=_precision(recipe, store),
     )
     saved: dict[str, Any] = {"step": step, "release": chosen.release, "ids": by_site}
     for key in ("bases", "latents", "frequency", "diagnostics"):
@@ -428,6 +529,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
     status("loading")
     with phases.phase("load"):
         model = _load_model(recipe, suite, step)
+    _check_width(recipe, model, step)
     sites = capture_sites(model, recipe)
     gradients = needs.gradients
     status(f"capture ({'activations and gradients' if gradients else 'activations'})")
@@ -456,6 +558,7 @@ def _step_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status) -> d
             sequence_energy=energy_sums,
             fixed=pretrained,
             status=status,
+            precision=_precision(recipe, store),
         )
     capture = Capture(
         suite=recipe.suite.name,
@@ -537,6 +640,9 @@ def _model_free_unit(recipe: Recipe, store: RunStore, unit: Unit, status: Status
         rows += found
     store.write_part(unit.name, rows)
 
+
+#: The kinds of unit that compute on the recipe's device (the GPU's budget concerns them).
+_ON_MODEL_DEVICE = frozenset({"pretrained", "window", "fit", "step"})
 
 #: Each kind's runner; a step's returns where its time went (phase → seconds).
 _RUNNERS: dict[str, Callable[[Recipe, RunStore, Unit, Status], dict[str, float] | None]] = {

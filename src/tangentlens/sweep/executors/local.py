@@ -12,7 +12,7 @@ from pathlib import Path
 from tangentlens.core.recipe import Recipe
 from tangentlens.sweep.executors.base import Emit, Finished, UnitEvent, error_line
 from tangentlens.sweep.plan import Unit
-from tangentlens.sweep.units import retryable, run_unit, unit_log
+from tangentlens.sweep.units import failure_log, retryable, run_unit
 
 __all__ = ["LocalBackend"]
 
@@ -42,7 +42,7 @@ class LocalBackend:
         try:
             report = run_unit(self.recipe, self.root, unit, status)
         except Exception as error:  # reported (and retried) by the scheduler
-            log = str(unit_log(self.root, unit.name))
+            log = failure_log(self.root, unit.name)
             seconds = time.perf_counter() - started
             return [Finished(unit, error_line(error), log, seconds, retry=retryable(error))]
         return [Finished(unit, seconds=time.perf_counter() - started, work=report.seconds)]

@@ -34,7 +34,7 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
-from tangentlens.sweep.units import UnitReport, retryable, run_unit, unit_log
+from tangentlens.sweep.units import UnitReport, failure_log, retryable, run_unit
 
 __all__ = ["RayBackend", "run_on_ray"]
 
@@ -86,7 +86,7 @@ class RayBackend:
                 report = ray.get(ref)
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if error.cause is not None else error
-                log = str(unit_log(self.root, unit.name))
+                log = failure_log(self.root, unit.name)
                 retry = retryable(cause)
                 out.append(Finished(unit, error_line(cause), log, seconds, retry=retry))
             except ray.exceptions.RayError as error:  # the worker died, Ray's retries spent

@@ -20,13 +20,16 @@ as the machine's cores hold at ``capture.threads`` each) are submitted at a time
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ from tangentlens.sweep.executors.base import (
     worker_env,
 )
 from tangentlens.sweep.plan import Plan, Unit
+from tangentlens.sweep.store import disk_full
 from tangentlens.sweep.units import UnitReport, read_failure, run_unit, unit_log
 
 __all__ = ["JOBS_FILE", "UnitJob", "run_on_submitit"]
@@ -76,14 +80,14 @@ def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
     spec = recipe.executor
     cluster = "slurm" if spec.kind == "slurm" else "local"
     executor = submitit.AutoExecutor(folder=_job_folder(recipe, root), cluster=cluster)
-    setup = [f"export {k}={shlex.quote(v)}" for k, v in worker_env(recipe.capture.threads).items()]
     params: dict[str, Any] = {
         "name": f"tangentlens-{recipe.name}",
         "timeout_min": spec.time_min,
         "cpus_per_task": unit_cpus(recipe),
-        f"{cluster}_setup": setup,
     }
     if cluster == "slurm":
+        env = worker_env(recipe.capture.threads)
+        params["slurm_setup"] = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         params["slurm_array_parallelism"] = spec.array_parallelism or 256
         if spec.partition:
             params["slurm_partition"] = spec.partition
@@ -91,6 +95,28 @@ def _executor(recipe: Recipe, root: Path) -> submitit.AutoExecutor:
             params["mem_gb"] = spec.memory_gb
     executor.update_parameters(**params)
     return executor
+
+
+@contextlib.contextmanager
+def _local_env(executor: submitit.AutoExecutor, recipe: Recipe) -> Iterator[None]:
+    """For ``submitit-local``: the units' environment (:func:`worker_env`) set in this process
+    while its jobs start (a local job copies it). Not through submitit's ``local_setup``: that
+    starts each job under ``sh -c``, and cancelling a job then signals the shell, not the job
+    — a stopped sweep would leave its units running."""
+    if executor.cluster == "slurm":
+        yield
+        return
+    env = worker_env(recipe.capture.threads)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _additional(recipe: Recipe, dependency: Sequence[str] = ()) -> dict[str, Any]:
@@ -122,7 +148,7 @@ def _submit(
             )
         else:
             executor.update_parameters(gpus_per_node=gpus)
-        with executor.batch():
+        with _local_env(executor, recipe), executor.batch():  # jobs start as the batch ends
             submitted = [executor.submit(UnitJob(), recipe, str(root), u) for u in group]
         jobs.update({u.name: job for u, job in zip(group, submitted, strict=True)})
     return [jobs[u.name] for u in units]
@@ -176,6 +202,27 @@ class SubmititBackend:
         for unit, job in zip(units, jobs, strict=True):
             self.adopt(unit, job)
 
+    def cancel_local(self, grace: float = 10.0) -> None:
+        """Cancel the local jobs in flight (``submitit-local``: processes of this machine that
+        would outlive a stopped coordinator) and wait up to ``grace`` seconds for them to end.
+        Slurm's jobs run on: ``jobs.json`` names them and a resumed coordinator waits for
+        them instead of submitting them again."""
+        if self.slurm:
+            return
+        jobs = [job for _, job, _ in self.jobs.values()]
+        for unit, job, _ in self.jobs.values():
+            # the unit's own process (its marker names it) is interrupted: its job then ends
+            # cleanly; a job whose unit has not started yet is cancelled through submitit
+            pid = _running_pid(self.root, unit.name)
+            if pid is None:
+                job.cancel(check=False)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + grace
+        while any(not job.done() for job in jobs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def wait(self, timeout: float) -> list[Finished]:
         deadline = time.monotonic() + timeout
         while True:
@@ -209,11 +256,23 @@ class SubmititBackend:
             # the unit wrote its traceback (last line: the error) before the job failed
             log = unit_log(self.root, unit.name)
             failure = read_failure(log)
+            if failure is None and disk_full(error):  # no room for the unit's own log
+                line = f"the disk is full (no space left on the filesystem of {self.root})"
+                return Finished(unit, line, "", seconds, retry=False)
             if failure is None:
                 return Finished(unit, error_line(error), str(job.paths.stderr), seconds)
             line, retry = failure
             return Finished(unit, error_line(line), str(log), seconds, retry=retry)
         return Finished(unit, seconds=seconds, work=report.seconds)
+
+
+def _running_pid(root: Path, unit: str) -> int | None:
+    """The pid of the process of this host running ``unit`` (from its marker), or None."""
+    try:
+        marker = json.loads((root / "units" / f"{unit}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(marker["pid"]) if marker.get("host") == socket.gethostname() else None
 
 
 def _live_jobs(
@@ -267,6 +326,10 @@ def run_on_submitit(
     for name, job in live.items():
         backend.adopt(plan[name], job)
     running = [plan[name] for name in live]
-    return schedule(
-        plan, root, backend, retries=recipe.executor.retries, emit=emit, running=running
-    )
+    try:
+        return schedule(
+            plan, root, backend, retries=recipe.executor.retries, emit=emit, running=running
+        )
+    except KeyboardInterrupt:  # Ctrl-C or a stop signal: no local job outlives the sweep
+        backend.cancel_local()
+        raise

@@ -1,0 +1,42 @@
+"""Stop signals take Ctrl-C's path: inside :func:`stop_signals` SIGTERM, SIGHUP and SIGUSR1
+raise :class:`Stopped` (a KeyboardInterrupt), once; a program's own handler stands; the
+previous handlers come back after."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tangentlens.sweep.stops import STOP_SIGNALS, Stopped, stop_signals
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: s.name)
+def test_a_stop_signal_raises_stopped_and_the_handlers_come_back(signum):
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    with pytest.raises(Stopped) as stopped, stop_signals():
+        os.kill(os.getpid(), signum)  # the handler runs at the next bytecode
+    assert isinstance(stopped.value, KeyboardInterrupt)
+    assert stopped.value.signal == signum and stopped.value.exit_code == 128 + signum
+    assert str(stopped.value) == f"stopped by {signum.name}"
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+def test_a_second_signal_while_the_first_unwinds_is_ignored():
+    with pytest.raises(Stopped), stop_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:  # cleanup running when the next one arrives
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_programs_own_handler_stands():
+    seen = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        with stop_signals():
+            os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
