@@ -49,6 +49,10 @@ CORE_METRICS: dict[str, dict[str, str]] = {
             "the truncated-SVD error at the same rank (a floor semi-NMF cannot beat)"
         ),
         "seminmf_converged": "1 if semi-NMF met its tolerance, else 0",
+        "seminmf_restarts": (
+            "how many times a fit whose directions collapsed (codes died: fewer than `rank` "
+            "dimensions) was fitted again from the next seed (only such a fit has the row)"
+        ),
         "sae_explained_variance": "SAE reconstruction: 1 − ‖H − Ĥ‖² / ‖H − mean‖²",
         "sae_l0": "mean number of active SAE latents per row",
         "mean_direction_overlap": (

@@ -195,7 +195,8 @@ def test_two_processes_needing_one_suite_train_it_once(tmp_path, micro_config):
     """A training holds a lock beside the suite: a second process that needs the same suite
     meanwhile (two sweeps started together, the test run's workers) waits and reads it."""
     config = micro_config("pythia", total_steps=20, checkpoint_every=10)
-    context = multiprocessing.get_context("fork")
+    # spawned, not forked: a child forked after torch's thread pool started can hang in it
+    context = multiprocessing.get_context("spawn")
     log = tmp_path / "trained-by"
     processes = [
         context.Process(target=_train_and_count, args=(config, tmp_path / "cache", log))
