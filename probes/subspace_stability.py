@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from tangentlens.typing import Basis
 
 fitting = LazyModule("tangentlens.proxies")
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "NAME",
@@ -63,12 +65,26 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SubspaceStabilityConfig:
-    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none)."""
+    """``seeds``: how many seeds the seeded dictionaries are compared across (1 = none);
+    ``rounding_floor``: measure each step's semi-NMF rounding floor (two more semi-NMF fits per
+    site and step, about as long as the step's own refit twice over; ``false`` leaves the floor
+    rows out)."""
 
     seeds: int = 1
+    rounding_floor: bool = True
 
     def __post_init__(self) -> None:
         check_count(self.seeds, "seeds", minimum=1)
+        if not isinstance(self.rounding_floor, bool):
+            raise ValueError(f"rounding_floor must be true or false, got {self.rounding_floor!r}")
+
+    def to_table(self) -> dict[str, Any]:
+        """The recipe table: ``rounding_floor`` only when false (a run from before that key,
+        without floor rows, resumes; its new steps add them)."""
+        table = dataclasses.asdict(self)
+        if self.rounding_floor:
+            del table["rounding_floor"]
+        return table
 
 
 #: The probe's name: its recipe table ``[probes.subspace_stability]`` and its rows' ``probe``.
@@ -127,9 +143,13 @@ def rounding_floors(stats: Any, stage: Any) -> dict[str, dict[str, torch.Tensor]
         rows = site_stats.reservoir.columns()["H"].double()
         if stage.centre:
             rows = rows - (site_stats.h.sum / site_stats.h.count).to(rows.device)
-        angles = dictionaries.rounding_angles(
-            rows, stage.rank, seed=stage.seed, max_iter=stage.seminmf_max_iter
-        )
+        try:
+            angles = dictionaries.rounding_angles(
+                rows, stage.rank, seed=stage.seed, max_iter=stage.seminmf_max_iter
+            )
+        except ValueError as error:  # a fit collapsed: no floor for it
+            logger.warning("%s: no semi-NMF rounding floor: %s", site, error)
+            continue
         out[site] = {"seminmf": angles}
     return out
 
@@ -232,7 +252,8 @@ def reseeded_proxies(stats: Any, stage: Any, seeds: int) -> dict[str, dict[str, 
     :class:`~tangentlens.core.proxy_stage.ProxiesSpec`) refitted on a step's statistics
     ``stats`` with seeds ``seed, seed + 1, …`` (the recipe's seed included, so seeds are
     compared on the same data): ``{site: {method: {seed: basis}}}``, empty when ``seeds``
-    is 1 or no method is seeded."""
+    is 1 or no method is seeded. A seed whose fit collapsed (fewer than ``rank`` dimensions:
+    refitted from another seed, or refused) is left out: its angle would not be that seed's."""
     seeded = tuple(m for m in stage.methods if m != "pca")
     if seeds < 2 or not seeded:
         return {}
@@ -242,15 +263,25 @@ def reseeded_proxies(stats: Any, stage: Any, seeds: int) -> dict[str, dict[str, 
         seed = stage.seed + offset
         config = dataclasses.replace(fitted, methods=seeded, seed=seed, mean_direction=False)
         for site, site_stats in stats.sites.items():
-            for method, basis in fitting.fit_proxies(site_stats, config).bases.items():
-                out.setdefault(site, {}).setdefault(method, {})[seed] = basis
-    return out
+            try:
+                fit = fitting.fit_proxies(site_stats, config)
+            except ValueError as error:  # collapsed from every seed it tried
+                logger.warning("%s: the seed-%d refit is left out: %s", site, seed, error)
+                continue
+            for method, basis in fit.bases.items():
+                if not fit.diagnostics.get(method, {}).get("seminmf_restarts"):
+                    out.setdefault(site, {}).setdefault(method, {})[seed] = basis
+    # the other seeds are compared with the recipe's: without it, nothing to compare
+    return {
+        site: {m: by for m, by in methods.items() if stage.seed in by}
+        for site, methods in out.items()
+    }
 
 
 def _step_rows(inputs: StepInputs, config: SubspaceStabilityConfig) -> list[dict[str, Any]]:
     stats = inputs.capture.statistics
     reseeded = reseeded_proxies(stats, inputs.tangent, config.seeds)
-    floors = rounding_floors(stats, inputs.tangent)
+    floors = rounding_floors(stats, inputs.tangent) if config.rounding_floor else {}
     maxima = {s: {m: float(a.max()) for m, a in by.items()} for s, by in floors.items()}
     own = inputs.own or {}
     return floor_rows(inputs.capture, floors) + rows(

@@ -805,7 +805,7 @@ PROBE = Probe(
                 "energy_ratio",
                 "energy ratio [95 % CI], p-value vs the exchangeable controls",
                 in_compare=False,
-                render="tangentlens.report.sweep_report:energy_tables",
+                render="tangentlens.probes.render.tangent_energy:energy_tables",
             ),
             Table("energy_ratio", "tangent/control energy ratio", in_report=False),
             Table("energy_p_value", "tangent energy p-value", in_report=False),
@@ -816,7 +816,7 @@ PROBE = Probe(
                 "energy_fraction",
                 "gradient energy fraction",
                 "Tangent energy vs matched-rank controls",
-                render="tangentlens.report.figures:tangent_energy_figure",
+                render="tangentlens.probes.render.tangent_energy:tangent_energy_figure",
             ),
             Figure(
                 "energy_ratio.png",
@@ -825,7 +825,7 @@ PROBE = Probe(
                 "Tangent energy ratio over training",
                 in_report=False,
                 in_compare=True,
-                render="tangentlens.report.compare_report:energy_ratio_figure",
+                render="tangentlens.probes.render.tangent_energy:energy_ratio_figure",
             ),
         ),
         must_match=(

@@ -73,7 +73,7 @@ PROBE = Probe(
                 "input_cosine_anisotropy",
                 "untrained block with a common bias of norm N",
                 in_compare=False,
-                render="tangentlens.report.sweep_report:untrained_block_table",
+                render="tangentlens.probes.render.untrained_block:untrained_block_table",
             ),
         ),
         figures=(),

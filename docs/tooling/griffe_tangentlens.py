@@ -82,7 +82,8 @@ class TangentlensExtension(griffe.Extension):
 
 
 def _graft(pkg: griffe.Module, parts: list[str], folder: Path, loader: griffe.GriffeLoader):
-    """Load ``folder`` (a flat package) as the member ``parts`` of ``pkg``."""
+    """Load ``folder`` (a package: its modules and its subpackages' folders) as the member
+    ``parts`` of ``pkg``."""
     parent = pkg
     for part in parts[:-1]:
         parent = parent.members[part]
@@ -97,12 +98,21 @@ def _graft(pkg: griffe.Module, parts: list[str], folder: Path, loader: griffe.Gr
         loader.lines_collection[path] = code.splitlines()
         return griffe.visit(name, filepath=path, code=code, parent=parent, **kwargs)
 
-    package = visit(parts[-1], folder / "__init__.py", parent)
-    parent.set_member(parts[-1], package)
-    for path in sorted(folder.glob("*.py")):
-        if path.stem != "__init__":
-            package.set_member(path.stem, visit(path.stem, path, package))
-    for module in [package, *package.modules.values()]:
+    def load(name: str, folder: Path, parent: griffe.Module) -> griffe.Module:
+        package = visit(name, folder / "__init__.py", parent)
+        parent.set_member(name, package)
+        for path in sorted(folder.glob("*.py")):
+            if path.stem != "__init__":
+                package.set_member(path.stem, visit(path.stem, path, package))
+        for sub in sorted(folder.glob("*/__init__.py")):
+            load(sub.parent.name, sub.parent, package)
+        return package
+
+    def modules(module: griffe.Module) -> list[griffe.Module]:
+        subs = [sub for sub in module.modules.values() if not sub.is_alias]
+        return [module, *(m for sub in subs for m in modules(sub))]
+
+    for module in modules(load(parts[-1], folder, parent)):
         loader.expand_exports(module)
 
 

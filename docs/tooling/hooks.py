@@ -1,7 +1,7 @@
 """MkDocs hooks for the reference site: nothing in it is written twice.
 
-* the README is the home page (``<!-- readme -->``, less its metric glossary) and the glossary
-  page (``<!-- readme: Metric glossary -->``), read at build time;
+* the README is the home page (``<!-- readme -->``), read at build time, its links to the
+  pages (``docs/<page>.md``) made relative to the site;
 * ``<!-- recipe-keys -->`` becomes one table per recipe section, built from the dataclasses the
   recipe is validated against (:mod:`tangentlens.core.recipe`): each key, its type, its
   default and the part of the section's docstring that names it;
@@ -29,7 +29,6 @@ from mkdocs.structure.files import File, Files
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-GLOSSARY = "Metric glossary"
 
 log = logging.getLogger("mkdocs.plugins.tangentlens")
 
@@ -145,29 +144,10 @@ def on_files(files: Files, config: Any) -> Files:
 # ---- the README --------------------------------------------------------------------------
 
 
-def readme_sections(text: str) -> list[tuple[str, str]]:
-    """``(heading, text)`` of the README's level-2 sections (``""`` for the part before the
-    first), code fences respected."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    fenced = False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        if not fenced and line.startswith("## "):
-            sections.append((line[3:].strip(), []))
-        sections[-1][1].append(line)
-    return [(heading, "\n".join(lines) + "\n") for heading, lines in sections]
-
-
-def _readme(section: str | None) -> str:
-    sections = readme_sections((ROOT / "README.md").read_text(encoding="utf-8"))
-    if section is not None:
-        found = [body for heading, body in sections if heading == section]
-        if not found:
-            log.warning("the README has no section %r", section)
-        return "".join(found).replace(f"## {section}", f"# {section}", 1)
-    link = f"## {GLOSSARY}\n\nThe definitions of every metric: [{GLOSSARY}](glossary.md).\n\n"
-    return "".join(link if heading == GLOSSARY else body for heading, body in sections)
+def readme() -> str:
+    """The README as the home page: its links into ``docs/`` point at the site's pages."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.sub(r"\]\(docs/", "](", text)
 
 
 # ---- recipe keys ---------------------------------------------------------------------------
@@ -313,8 +293,7 @@ def recipe_keys() -> str:
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    markdown = markdown.replace("<!-- readme -->", _readme(None))
-    markdown = re.sub(r"<!-- readme: (.+?) -->", lambda m: _readme(m[1]), markdown)
+    markdown = markdown.replace("<!-- readme -->", readme())
     if "<!-- recipe-keys -->" in markdown:
         markdown = markdown.replace("<!-- recipe-keys -->", recipe_keys())
     return markdown

@@ -1,9 +1,9 @@
-"""The README's metric glossary table, generated: the core's rows (:data:`CORE_METRICS`, the
-capture's and the proxy fit's) and every built-in probe's declared metrics with their
-definitions (``Probe.metrics``), built-in probes by scope and name. A probe's definition is
-written once, on the probe; ``python -m tangentlens.glossary README.md`` rewrites the table
-between the README's glossary markers, and a test fails while the README's table differs from
-the generated one.
+"""The metric glossary table of the reference site (``docs/glossary.md``), generated: the core's
+rows (:data:`CORE_METRICS`, the capture's and the proxy fit's) and every built-in probe's
+declared metrics with their definitions (``Probe.metrics``), built-in probes by scope and name.
+A probe's definition is written once, on the probe; ``python -m tangentlens.glossary`` (from the
+repository's root; or ``python -m tangentlens.glossary PAGE``) rewrites the table between the
+page's glossary markers, and a test fails while the page's table differs from the generated one.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from pathlib import Path
 
 from tangentlens.registry import SCOPES, builtin_probes
 
-__all__ = ["BEGIN", "CORE_METRICS", "END", "glossary_table", "write_glossary"]
+__all__ = ["BEGIN", "CORE_METRICS", "END", "PAGE", "glossary_table", "write_glossary"]
 
-#: The marker before the generated table in the README.
-BEGIN = (
-    "<!-- glossary: generated from each probe's metrics by "
-    "`python -m tangentlens.glossary README.md` -->"
-)
+#: The page the glossary table is written to by default (from the repository's root).
+PAGE = "docs/glossary.md"
+#: The marker before the generated table in the page.
+BEGIN = "<!-- glossary: generated from each probe's metrics by `python -m tangentlens.glossary` -->"
 #: The marker after it.
 END = "<!-- glossary: end -->"
 
@@ -50,6 +49,10 @@ CORE_METRICS: dict[str, dict[str, str]] = {
             "the truncated-SVD error at the same rank (a floor semi-NMF cannot beat)"
         ),
         "seminmf_converged": "1 if semi-NMF met its tolerance, else 0",
+        "seminmf_restarts": (
+            "how many times a fit whose directions collapsed (codes died: fewer than `rank` "
+            "dimensions) was fitted again from the next seed (only such a fit has the row)"
+        ),
         "sae_explained_variance": "SAE reconstruction: 1 − ‖H − Ĥ‖² / ‖H − mean‖²",
         "sae_l0": "mean number of active SAE latents per row",
         "mean_direction_overlap": (
@@ -94,4 +97,4 @@ def write_glossary(path: str | Path) -> bool:
 
 
 if __name__ == "__main__":
-    write_glossary(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    write_glossary(sys.argv[1] if len(sys.argv) > 1 else PAGE)

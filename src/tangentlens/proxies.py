@@ -120,14 +120,15 @@ class ActivationPool:
                     "pca_explained_variance": float(pca.explained_variance_ratio_.sum())
                 }
             elif method == "seminmf":
-                nmf = SemiNMF(config.rank, seed=config.seed, max_iter=config.seminmf_max_iter)
-                nmf.fit(sample)
+                nmf, restarts = _seminmf(sample, config)  # type: ignore[arg-type]
                 out.bases[method] = nmf.basis()
                 out.diagnostics[method] = {
                     "seminmf_relative_error": nmf.relative_error_,
                     "seminmf_svd_bound": nmf.svd_bound_,
                     "seminmf_converged": float(nmf.converged_),
                 }
+                if restarts:
+                    out.diagnostics[method]["seminmf_restarts"] = float(restarts)
             else:
                 sae = SAE(
                     config.rank,
@@ -152,6 +153,24 @@ class ActivationPool:
                 out.diagnostics[method]["mean_direction_overlap"] = overlap
             out.bases[MEAN_DIRECTION] = m[:, None]
         return out
+
+
+#: How many times a semi-NMF fit whose directions collapsed is fitted again from the next seed.
+SEMINMF_RESTARTS = 2
+
+
+def _seminmf(sample: torch.Tensor, config: ProxyConfig) -> tuple[SemiNMF, int]:
+    """The semi-NMF fit of ``sample`` at the config's seed, and how many restarts it took: a
+    fit whose directions span fewer than ``rank`` dimensions (codes died: rare, on small or
+    degenerate samples, and where it happens depends on the last bits of the arithmetic) is
+    fitted again from the next seed, up to :data:`SEMINMF_RESTARTS` times, rather than ending
+    the sweep; the diagnostics say so (``seminmf_restarts``). After that its own error stands."""
+    for restart in range(SEMINMF_RESTARTS + 1):
+        seed = config.seed + restart
+        nmf = SemiNMF(config.rank, seed=seed, max_iter=config.seminmf_max_iter).fit(sample)
+        if nmf.effective_rank_ >= config.rank:
+            return nmf, restart
+    return nmf, SEMINMF_RESTARTS
 
 
 def _without_mean(basis: Basis, m: Float[torch.Tensor, " d"]) -> tuple[Basis, float]:
@@ -205,7 +224,8 @@ def fit_rows(
     * the fit's own diagnostics where this step's activations were fitted (``diagnostics[site]
       [method][metric]``): ``pca_explained_variance``, ``seminmf_relative_error`` and
       ``seminmf_svd_bound`` (the truncated-SVD error at the same rank, a floor),
-      ``seminmf_converged`` (1/0), ``sae_explained_variance``, ``sae_l0``, and
+      ``seminmf_converged`` (1/0), ``seminmf_restarts`` (only for a fit that collapsed and was
+      fitted again from the next seeds), ``sae_explained_variance``, ``sae_l0``, and
       ``mean_direction_overlap`` ``‖Qᵀm̂‖²`` (before m̂ was projected out of the proxy);
     * where the proxies hold m̂, ``mean_direction_rho`` ``ρ = ‖μ‖ / √tr Σ_H`` of this step's
       activations (method ``mean_direction``): the mean's size against the spread — m̂ errs by

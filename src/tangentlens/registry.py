@@ -6,7 +6,7 @@ A probe module declares one :class:`~tangentlens.contract.Probe` value, conventi
 name (the ``probe`` column of its rows and its ``[probes.<name>]`` recipe table), its config
 class (the recipe table *is* that frozen dataclass), what it needs from a capture
 (:class:`Needs`), its scope (:data:`SCOPES`), its rows function, its metrics with their
-definitions (the README's metric glossary is generated from them, :mod:`tangentlens.glossary`)
+definitions (the docs' metric glossary is generated from them, :mod:`tangentlens.glossary`)
 and what it reports (:mod:`tangentlens.reporting`). Recipe parsing, the plan, the units, the
 memory plan, ``measure``, the report, its figures, ``compare`` and the manifest ask this
 registry.

@@ -13,7 +13,9 @@ per layer). A custom renderer is named by import path (``"package.module:functio
 probe declares it without importing the report: a table's renders a probe's rows to rich
 tables (``function(rows) -> list[rich.table.Table]``); a figure's draws the run's rows, or a
 comparison in ``compare``, to a path (``function(rows_or_comparison, path) -> bool``: whether
-it drew).
+it drew; what it may read of a comparison: :class:`tangentlens.drawing.compared.Compared`). The
+built-in probes' renderers live beside them (``tangentlens.probes.render``) and draw with
+:mod:`tangentlens.drawing`, as a researcher's may.
 
 This module imports neither torch nor a plotting library.
 """

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tangentlens.cli import main
-from tangentlens.report.console import fmt_value
+from tangentlens.drawing.tables import fmt_value
 from tangentlens.sweep.store import read_results
 
 BASE = """

@@ -1,5 +1,6 @@
-"""The README's Python examples run as written: those that take a suite, on a mini suite and on
-a hub suite (a fake Hugging Face cache, offline).
+"""The README's and the reference pages' Python examples run as written: the README's are
+copies of the pages' (checked here), run where they live; those that take a suite, on a mini
+suite and on a hub suite (a fake Hugging Face cache, offline).
 
 Both suites are ``readme-pythia``: mini-pythia's shape where the examples read it (4 blocks,
 rows of 128 tokens, 9 checkpoints on the log-spaced schedule) at half its width, with a
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.pages import DOCS, README, blocks, page
+
 #: mini-pythia's shape where the examples read it (4 blocks, rows of 128 tokens; 64 wide, so
 #: the default rank-16 proxy has complement controls), trained in seconds on 60 documents (a
 #: held-out split of ~24k tokens: the 64 rows of 128 the capture example packs, and more).
@@ -30,19 +33,38 @@ HUB_ID = "tangentlens-tests/readme-pythia"
 HUB = "readme-hub"
 
 
-def _python_blocks(section: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", body, flags=re.S)
+#: The README's front door: at most this many lines, the rest in the pages.
+FRONT_DOOR_LINES = 250
 
 
 def _run(block: str, suite: str, namespace: dict | None = None) -> dict:
-    """Execute a README block with its suite swapped for ``suite``."""
+    """Execute a page's block with its suite swapped for ``suite``."""
     namespace = {} if namespace is None else namespace
     source = block.replace('"mini-pythia"', repr(suite))
     source = source.replace('["suite.steps=', f'["suite.name={suite!r}", "suite.steps=')
-    exec(compile(source, "README.md", "exec"), namespace)
+    exec(compile(source, "<docs example>", "exec"), namespace)
     return namespace
+
+
+def test_the_readme_is_a_front_door_whose_examples_are_the_pages():
+    """Every code block of the README but its set-up commands is a block of a page (run there:
+    the tests below, the probe example in tests/unit/test_registry.py), and every page it links
+    to exists."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= FRONT_DOOR_LINES
+    setup, *examples = blocks(text, "bash")
+    assert [line.split()[:2] for line in setup.splitlines()] == [["make", "run"], ["make", "test"]]
+    pages = {p.stem: p.read_text(encoding="utf-8") for p in DOCS.glob("*.md")}
+    for language, found in (
+        ("python", blocks(text)),
+        ("bash", examples),
+        ("toml", blocks(text, "toml")),
+    ):
+        shown = {b for body in pages.values() for b in blocks(body, language)}
+        assert set(found) <= shown, language
+    assert len(blocks(text)) == 3  # measure, the probe, compare
+    linked = set(re.findall(r"\]\(docs/([\w-]+)\.md\)", text))
+    assert linked <= set(pages) and {"gpu", "clusters", "glossary"} <= linked
 
 
 @pytest.fixture(scope="session")
@@ -92,14 +114,14 @@ def suite_name(request, readme_suite, monkeypatch):
 
 
 def test_metrics_example_runs(capsys):
-    block = _python_blocks("Metrics on your own tensors")[0]
-    exec(compile(block, "README.md", "exec"), {})
+    block = blocks(page("tensors"))[0]
+    exec(compile(block, "docs/tensors.md", "exec"), {})
     printed = capsys.readouterr().out.split("\n")
     assert 0 < float(printed[0]) < 1  # a drifted cloud is anisotropic
 
 
 def test_suite_example_runs(suite_name, capsys):
-    namespace = _run(_python_blocks("Checkpoint suites")[0], suite_name)
+    namespace = _run(blocks(page("suites"))[0], suite_name)
     suite, steps = namespace["suite"], namespace["steps"]
     assert len(steps) == 8 and steps[0] == 0
     assert int(capsys.readouterr().out.strip()) == suite.tokens_seen(steps[-1])
@@ -107,17 +129,25 @@ def test_suite_example_runs(suite_name, capsys):
 
 
 def test_capture_example_runs(suite_name, capsys):
-    namespace = _run(_python_blocks("Metrics on your own tensors")[1], suite_name)
+    namespace = _run(blocks(page("tensors"))[1], suite_name)
     stats = namespace["stats"]
     assert stats.n_sequences == 64 and 0.95 * 64 * 126 < stats.n_tokens <= 64 * 126
     assert namespace["site"].g.count == stats.n_tokens
 
 
-def test_sweep_example_runs(suite_name, capsys, tmp_path, monkeypatch):
+def test_sweep_and_compare_examples_run(suite_name, capsys, tmp_path, monkeypatch):
+    """The sweep from Python; then the comparison from Python, of two copies of that run under
+    the example's names."""
     monkeypatch.chdir(tmp_path)  # the example writes runs/readme-example here
-    _run(_python_blocks("Sweeps: recipes over checkpoints")[0], suite_name)
+    _run(blocks(page("sweeps"))[0], suite_name)
     n_rows, step, ratio = capsys.readouterr().out.split()
     assert int(n_rows) > 100 and int(step) == 0 and float(ratio) > 0
+    for name in ("quickstart", "mini_bert"):
+        shutil.copytree(tmp_path / "runs" / "readme-example", tmp_path / "runs" / name)
+    namespace = _run(blocks(page("compare"))[0], suite_name)
+    printed = capsys.readouterr().out
+    assert "mini_bert − quickstart" in set(namespace["df"]["run"])
+    assert printed.endswith("[] ()\n")  # nothing refused, nothing flagged
 
 
 def _same(a, b) -> bool:
@@ -134,7 +164,7 @@ def test_notebook_examples_run_and_equal_the_sweep(suite_name, tmp_path, monkeyp
     import tangentlens as tl
 
     monkeypatch.chdir(tmp_path)  # the examples write their files here
-    first, second = _python_blocks("In a notebook")
+    first, second = blocks(page("notebook"))
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as a sweep's unit pins capture.threads (default 2)
     try:

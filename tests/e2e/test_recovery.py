@@ -152,6 +152,7 @@ def test_a_full_disk_is_not_retried_and_says_where(units_env, tmp_path, capsys, 
     error = capsys.readouterr().err
     assert calls == ["step-00000000", "step-00000040"]  # not retried
     assert "step-00000040: DiskFullError: the disk is full: no space left writing " in error
+    assert "writing results/.step-00000040.parquet.x1 (" in error  # named from the run directory
     assert f"on the filesystem of {out}); free some space there" in error
     assert "(log:" not in error and not (out / "logs" / "step-00000040.log").exists()
     monkeypatch.setitem(units._RUNNERS, "step", original)

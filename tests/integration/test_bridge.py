@@ -1,7 +1,12 @@
 """TransformerLens' ``TransformerBridge`` as tangentlens' second loader: the same sites, tensors
 and table as the hooked path (``HookedTransformer`` / ``HookedEncoder``) on the micro suites and
 every local architecture, within the tolerances of :mod:`tests.integration.bridge_parity`; raw
-weights, offline; what a bridge does not expose is refused in one line before any capture."""
+weights, offline; what a bridge does not expose is refused in one line before any capture.
+
+The two loaders are compared in float64 (both sides): in float32 they differ by float32
+rounding in another operation order, which no tolerance bounds on every CPU
+(:mod:`tests.numerics`). Where the bridge runs exactly Hugging Face's modules, it is compared
+with them bit for bit (the same arithmetic)."""
 
 from __future__ import annotations
 
@@ -35,11 +40,22 @@ from tangentlens.models.suites import LocalSuite, PythiaSuite
 from tangentlens.probes.qk_drift import QKDriftConfig
 from tangentlens.registry import builtin_probes
 from tangentlens.sweep.runner import plan_sweep
-from tests.integration.bridge_parity import TOLERANCES, keyed, mismatches, tolerance_class
+from tests.integration.bridge_parity import (
+    TOLERANCES,
+    SampleRecorder,
+    keyed,
+    mismatches,
+    tolerance_class,
+)
 from tests.integration.conftest import SMALL, decoder_tokenizer, encoder_tokenizer
+from tests.numerics import (
+    FLOAT64_PARITY,
+    assert_float64_parity,
+    hugging_face_in_float64,
+    share_rotary_tables,
+)
 
-#: Activations and gradients: float32 rounding in another op order (see bridge_parity).
-TENSOR_TOL = {"atol": 1e-5, "rtol": 1e-4}
+F64 = torch.float64
 DRAWS = 40
 PER_STEP_PROBES = [name for name, probe in builtin_probes().items() if probe.per_step]
 PROBES = {name: {} for name in PER_STEP_PROBES}
@@ -55,11 +71,26 @@ def _refuse(*args, **kwargs):
 
 
 def _models(source, loader_source, step=None):
-    """``{loader: model}`` of a micro suite (its step) or a checkpoint folder."""
+    """``{loader: model}`` of a micro suite (its step) or a checkpoint folder, in float64."""
     if isinstance(loader_source, LocalSuite):
         step = loader_source.steps[-1] if step is None else step
-        return {x: loader_source.load(step, loader=x) for x in ("hooked", "bridge")}
-    return {x: load_local_checkpoint(loader_source, loader=x) for x in ("hooked", "bridge")}
+        return {x: loader_source.load(step, loader=x, dtype=F64) for x in ("hooked", "bridge")}
+    return {
+        x: load_local_checkpoint(loader_source, loader=x, dtype=F64) for x in ("hooked", "bridge")
+    }
+
+
+def _in_float64(hooked, *bridges):
+    """The context in which a float64 hooked model and float64 bridges compute in float64
+    throughout: Hugging Face's float32 parts (eager softmax, Llama-like RMSNorms) in float64,
+    and the hooked model given the bridge's rotary tables (Hugging Face computes them in
+    float32) once its own are checked against them (:mod:`tests.numerics`)."""
+    originals = [bridge.original_model for bridge in bridges]
+    rotary = getattr(originals[0].base_model, "rotary_emb", None) if originals else None
+    if rotary is not None and hooked is not None:
+        with torch.no_grad():
+            share_rotary_tables(hooked, rotary, hooked.cfg.n_ctx)
+    return hugging_face_in_float64(*originals)
 
 
 @pytest.fixture(params=["micro-pythia", "micro-bert", "gpt_neox", "llama", "mistral", "qwen2",
@@ -84,7 +115,8 @@ def _tokens(tokenizer, special, shape=(3, 24), seed=0):
 
 def test_loaders_give_the_same_tensors_at_every_site(both) -> None:
     """Same site kinds; at every kind and block the same activations and gradients of the
-    model's own loss, the same loss, the same per-head query, key and entropy sums."""
+    model's own loss, the same loss, the same per-head query, key and entropy sums (float64,
+    within float64 rounding)."""
     models, tokenizer = both
     hooked, bridge = lens_model(models["hooked"]), lens_model(models["bridge"])
     assert isinstance(bridge.module, TransformerBridge) and bridge.family == hooked.family
@@ -94,29 +126,30 @@ def test_loaders_give_the_same_tensors_at_every_site(both) -> None:
     loss = "next_token" if hooked.family == "decoder" else "mlm"
     layers = tuple(range(hooked.n_layers))
     out = {}
-    for lens in (hooked, bridge):
-        sites = tuple(
-            lens.hook_name(kind, layer)
-            for kind in lens.site_kinds
-            if kind in ROW_KINDS
-            for layer in ([None] if kind == "embed" else layers)
-        )
-        config = CaptureConfig(sites=sites, loss=loss, attention_layers=layers)
-        out[lens.loader] = sites, capture_batch(lens, tokens, config, special)
+    with _in_float64(models["hooked"], models["bridge"]):
+        for lens in (hooked, bridge):
+            sites = tuple(
+                lens.hook_name(kind, layer)
+                for kind in lens.site_kinds
+                if kind in ROW_KINDS
+                for layer in ([None] if kind == "embed" else layers)
+            )
+            config = CaptureConfig(sites=sites, loss=loss, attention_layers=layers)
+            out[lens.loader] = sites, capture_batch(lens, tokens, config, special)
     (sites_h, a), (sites_b, b) = out["hooked"], out["bridge"]
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.keep, b.keep)
     assert a.n_scored == b.n_scored > 0
-    assert b.loss == pytest.approx(a.loss, rel=1e-6)
+    assert b.loss == pytest.approx(a.loss, rel=FLOAT64_PARITY)
     for site_h, site_b in zip(sites_h, sites_b, strict=True):
         assert hooked.parse_site(site_h) == bridge.parse_site(site_b)
-        torch.testing.assert_close(b.activations[site_b], a.activations[site_h], **TENSOR_TOL)
-        torch.testing.assert_close(b.gradients[site_b], a.gradients[site_h], **TENSOR_TOL)
+        assert_float64_parity(b.activations[site_b], a.activations[site_h], site_h)
+        assert_float64_parity(b.gradients[site_b], a.gradients[site_h], site_h)
         assert a.gradients[site_h].abs().max() > 1e-4  # a real gradient, not two zeros
     for layer in layers:
         x, y = a.attention[layer], b.attention[layer]
         assert x.count == y.count > 0
         for field in ("sum_q", "sum_k", "entropy_sum"):
-            torch.testing.assert_close(getattr(y, field), getattr(x, field), **TENSOR_TOL)
+            assert_float64_parity(getattr(y, field), getattr(x, field), f"{layer} {field}")
 
 
 @pytest.mark.parametrize("name", ["micro_pythia", "micro_bert"])
@@ -124,20 +157,23 @@ def test_bridge_gradients_are_autograd_of_the_models_own_loss(request, name) -> 
     """The bridge's captured ``G`` at every block output is ``torch.autograd.grad`` of the
     Hugging Face model's own summed loss (next-token, or MLM at the capture's corrupted inputs)
     with respect to that block's output hidden state — the plain Hugging Face model, loaded
-    apart from the bridge (whose wrappers also record hidden states), with eager attention."""
+    apart from the bridge (whose wrappers also record hidden states), with eager attention; both
+    in float64, within float64 rounding."""
     suite = request.getfixturevalue(name)
     step = suite.steps[-1]
-    bridge = lens_model(suite.load(step, loader="bridge"))
+    model = suite.load(step, loader="bridge", dtype=F64)
+    bridge = lens_model(model)
     special = special_tokens_of(suite.tokenizer(), bridge.family)
     tokens = _tokens(suite.tokenizer(), special, shape=(2, 20))
     loss = "next_token" if bridge.family == "decoder" else "mlm"
     sites = tuple(bridge.residual_sites())
-    batch = capture_batch(bridge, tokens, CaptureConfig(sites=sites, loss=loss), special)
     auto = AutoModelForCausalLM if bridge.family == "decoder" else AutoModelForMaskedLM
-    hf = auto.from_pretrained(suite.folder(step), attn_implementation="eager").eval()
-    out = hf(batch.inputs, output_hidden_states=True)
+    hf = auto.from_pretrained(suite.folder(step), attn_implementation="eager", dtype=F64).eval()
+    with hugging_face_in_float64(model.original_model, hf):
+        batch = capture_batch(bridge, tokens, CaptureConfig(sites=sites, loss=loss), special)
+        out = hf(batch.inputs, output_hidden_states=True)
     assert len(out.hidden_states) == bridge.n_layers + 1
-    logits = out.logits.float()
+    logits = out.logits
     if loss == "next_token":
         logits, targets = logits[:, :-1], batch.tokens[:, 1:]
         scored = batch.scored[:, :-1]
@@ -146,35 +182,45 @@ def test_bridge_gradients_are_autograd_of_the_models_own_loss(request, name) -> 
     reference_loss = torch.nn.functional.cross_entropy(
         logits[scored], targets[scored], reduction="sum"
     )
-    assert batch.loss == pytest.approx(reference_loss.item(), rel=1e-6)
+    assert batch.loss == pytest.approx(reference_loss.item(), rel=FLOAT64_PARITY)
     # decoders: HF's last hidden state is after the final norm; encoders: the last block's output
     last = bridge.n_layers if bridge.family == "encoder" else bridge.n_layers - 1
     states = [out.hidden_states[layer + 1] for layer in range(last)]
-    grads = torch.autograd.grad(reference_loss, states)
+    with hugging_face_in_float64(hf):
+        grads = torch.autograd.grad(reference_loss, states)
     for layer, grad in enumerate(grads):
-        torch.testing.assert_close(batch.gradients[sites[layer]], grad, atol=1e-6, rtol=1e-4)
+        assert_float64_parity(batch.gradients[sites[layer]], grad, sites[layer])
 
 
 @pytest.mark.parametrize("name", ["micro_pythia", "micro_bert"])
-def test_measure_gives_the_hooked_table_through_the_bridge(request, name) -> None:
-    """Every per-step probe: identical row sets (sites matched by kind and block), equal labels
-    and token counts, every value and interval within its tolerance class; the tolerances tell
-    two checkpoints apart (a neighbouring step fails most rows)."""
+def test_measure_gives_the_hooked_table_through_the_bridge(request, name, monkeypatch) -> None:
+    """Every per-step probe, both loaders in float64: identical row sets (sites matched by kind
+    and block), equal labels and token counts, every value and interval within its tolerance
+    class (the rows read from the float32 row sample and semi-NMF whenever the two samples are
+    bit for bit equal: :mod:`tests.integration.bridge_parity`); the tolerances tell two
+    checkpoints apart (a neighbouring step fails most rows)."""
     suite = request.getfixturevalue(name)
     texts = suite.analysis_corpus().texts()
     step, earlier = suite.steps[-1], suite.steps[-2]
+    models = {
+        "hooked": suite.load(step, loader="hooked", dtype=F64),
+        "bridge": suite.load(step, loader="bridge", dtype=F64),
+        "other": suite.load(earlier, loader="bridge", dtype=F64),
+    }
+    recorder = SampleRecorder(monkeypatch)
     tables = {}
-    for loader, at in (("hooked", step), ("bridge", step), ("other", earlier)):
-        model = suite.load(at, loader="bridge" if loader == "other" else loader)
-        lens = lens_model(model)
-        table = tl.measure(model, texts, probes=PROBES, fit=FIT, step=step, **SETTINGS)
-        tables[loader] = keyed(table.to_pylist(), lambda site, lens=lens: _site_key(lens, site))
+    with _in_float64(models["hooked"], models["bridge"], models["other"]):
+        for loader, model in models.items():
+            lens = lens_model(model)
+            with recorder.run(loader):
+                table = tl.measure(model, texts, probes=PROBES, fit=FIT, step=step, **SETTINGS)
+            tables[loader] = keyed(table.to_pylist(), lambda site, lens=lens: _site_key(lens, site))
     hooked, bridge = tables["hooked"], tables["bridge"]
     assert len(hooked) > 500
     assert {k[1] for k in hooked} >= {*PER_STEP_PROBES, "capture", "proxy_fit"}
     classes = {tolerance_class(row) for row in hooked.values()}
     assert classes == set(TOLERANCES)
-    assert mismatches(hooked, bridge) == []
+    assert mismatches(hooked, bridge, sampled=recorder.same("hooked", "bridge")) == []
     if name == "micro_bert":  # the encoder's sites are named as the bridge names them
         assert any(k[0] == ("resid_post", 1) for k in bridge)
         assert all(r["site"] != "blocks.1.hook_normalized_resid_post" for r in bridge.values())
@@ -213,7 +259,7 @@ def test_suites_load_through_either_loader_raw_and_offline(micro_pythia, monkeyp
     assert bridge.original_model.config._attn_implementation == "eager"
     hf = AutoModelForCausalLM.from_pretrained(
         micro_pythia.folder(step), attn_implementation="eager"
-    ).eval()
+    ).eval()  # the modules the bridge runs: the same arithmetic, so equal bit for bit
     weight, bias = lens.unembedding()  # not centred; the bridge's zero bias for embed_out
     assert torch.equal(weight, hf.get_output_embeddings().weight.T) and not bias.any()
     assert torch.equal(bridge.W_E, hf.get_input_embeddings().weight)
@@ -222,15 +268,15 @@ def test_suites_load_through_either_loader_raw_and_offline(micro_pythia, monkeyp
     with torch.no_grad():
         reference = hf(tokens, output_hidden_states=True)
         logits, cache = bridge.run_with_cache(tokens, names_filter=sites)
-    torch.testing.assert_close(logits, reference.logits, atol=1e-6, rtol=1e-5)
+    assert torch.equal(logits, reference.logits)
     for layer, site in enumerate(sites):  # LayerNorms not folded into the blocks
-        torch.testing.assert_close(cache[site], reference.hidden_states[layer + 1])
+        assert torch.equal(cache[site], reference.hidden_states[layer + 1])
 
 
 def test_headless_checkpoint_through_the_bridge(tmp_path) -> None:
     """A plain ``BertModel`` boots into ``BertForMaskedLM`` with a head the checkpoint does not
-    hold: it is NaN and the model headless; its activations equal the hooked path's, and
-    gradient probes are refused in one line."""
+    hold: it is NaN and the model headless; its activations equal the hooked path's (float64,
+    within float64 rounding), and gradient probes are refused in one line."""
     folder = tmp_path / "bert-model"
     torch.manual_seed(0)
     BertModel(BertConfig(**SMALL, vocab_size=320), add_pooling_layer=False).save_pretrained(folder)
@@ -245,11 +291,12 @@ def test_headless_checkpoint_through_the_bridge(tmp_path) -> None:
     special = special_tokens_of(bridge.tokenizer, "encoder")
     tokens = _tokens(bridge.tokenizer, special)
     captured = []
-    for lens in (hooked, bridge):
-        sites = (lens.hook_name("resid_post", 1),)
-        config = CaptureConfig(sites=sites, loss="none", gradients=False)
-        captured.append(capture_batch(lens, tokens, config, special).activations[sites[0]])
-    torch.testing.assert_close(captured[1], captured[0], **TENSOR_TOL)
+    with _in_float64(models["hooked"], models["bridge"]):
+        for lens in (hooked, bridge):
+            sites = (lens.hook_name("resid_post", 1),)
+            config = CaptureConfig(sites=sites, loss="none", gradients=False)
+            captured.append(capture_batch(lens, tokens, config, special).activations[sites[0]])
+    assert_float64_parity(captured[1], captured[0], "resid_post 1")
     with pytest.raises(ValueError, match="no language-modelling head") as error:
         tl.measure(models["bridge"], tokens, probes=["tangent_energy"])
     assert "\n" not in str(error.value)
@@ -311,15 +358,16 @@ def test_grouped_query_attention_refuses_qk_drift_on_both_loaders_and_at_plannin
 
 
 def test_pythia_revisions_boot_through_the_bridge_offline(fake_hf_cache) -> None:
-    """A Pythia revision from the local hub cache: the same logits as the hooked path, its
-    step recorded; a missing revision is the hooked path's one-line error."""
+    """A Pythia revision from the local hub cache: the same logits as the hooked path (float64,
+    within float64 rounding), its step recorded; a missing revision is the hooked path's
+    one-line error."""
     suite = PythiaSuite("EleutherAI/pythia-14m", offline=True)
-    bridge = suite.load(1000, loader="bridge")
-    hooked = suite.load(1000, loader="hooked")
+    bridge = suite.load(1000, loader="bridge", dtype=F64)
+    hooked = suite.load(1000, loader="hooked", dtype=F64)
     assert isinstance(bridge, TransformerBridge) and lens_model(bridge).checkpoint == 1000
     tokens = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(bridge(tokens), hooked(tokens), atol=1e-4, rtol=1e-4)
+    with torch.no_grad(), _in_float64(hooked, bridge):
+        assert_float64_parity(bridge(tokens), hooked(tokens), "logits")
     with pytest.raises(ValueError, match=r"pythia-14m at step 2000 .*hf download"):
         suite.load(2000, loader="bridge")
 

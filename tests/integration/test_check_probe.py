@@ -7,9 +7,7 @@ a probe is what a sweep hands it."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +17,7 @@ from tangentlens.contract import MODEL_FREE_STEP, STATE_KEYS
 from tangentlens.models.configs import UntrainedBlockConfig
 from tangentlens.registry import Probe, builtin_probes, resolve
 from tangentlens.results import make_row
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.pages import blocks, page
 
 #: Configs smaller than the defaults, where the defaults take long (a model-free probe runs).
 SMALL = {
@@ -50,7 +47,7 @@ def test_each_builtin_probe_passes_check_probe_with_nothing_given(name):
 
 
 def test_the_fixture_package_probes_pass_check_probe():
-    """The README's example and the fixture package's probe of each other scope: their rows
+    """The documented example and the fixture package's probe of each other scope: their rows
     from the inputs check_probe built (the HAAR probe writes step 0: its row is at the
     model-free step)."""
     (grad_norm,) = {r["metric"] for r in check_probe(resolve("grad_norm"))}
@@ -142,10 +139,9 @@ def test_the_small_inputs_are_those_of_a_sweep_of_two_steps():
     assert {r["probe"] for r in built.step_rows[0]} == {"capture", "cosine_drift"}
 
 
-def test_the_readme_reporting_example_passes_check_probe():
-    text = README.read_text(encoding="utf-8")
-    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
+def test_the_reporting_example_passes_check_probe():
+    """The reporting example of docs/your-probe.md."""
     namespace: dict = {}
-    exec(re.findall(r"```python\n(.*?)```", body, flags=re.S)[1], namespace)
+    exec(blocks(page("your-probe"))[1], namespace)
     rows = check_probe(namespace["REPORTED"])
     assert rows and {r["metric"] for r in rows} == {"gradient_rms"}

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from transformer_lens.loading_from_pretrained import convert_hf_model_config
 
 from tangentlens.core.memory import DTYPE_BYTES, saved_per_block
 from tangentlens.models.shapes import PYTHIA_CONFIGS, ModelShape
+from tests.pages import page
 
 BERT = {
     "architectures": ["BertForMaskedLM"],
@@ -172,8 +172,8 @@ def test_large_recipes_state_their_memory_plan(name) -> None:
 
 
 def _fit_cell(size: str, dtype: str) -> str:
-    """The README's cell: planned peak GiB and passes on one 80 GB GPU at pythia_1b's
-    settings with automatic passes, or what would make it fit."""
+    """The memory page's cell (docs/memory.md): planned peak GiB and passes on one 80 GB GPU
+    at pythia_1b's settings with automatic passes, or what would make it fit."""
     from tangentlens.core.memory import GIB
     from tangentlens.core.recipe import load_recipe
     from tangentlens.core.resolve import resolve
@@ -193,9 +193,8 @@ def _fit_cell(size: str, dtype: str) -> str:
     return f"{plan.accelerator_peak / GIB:.1f} ({passes})"
 
 
-def test_readme_table_of_pythia_sizes_is_the_plan() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    rows = re.findall(r"^\| pythia-([\d.]+[mb]) \| (.*?) \| (.*?) \|$", readme, flags=re.M)
+def test_the_memory_page_table_of_pythia_sizes_is_the_plan() -> None:
+    rows = re.findall(r"^\| pythia-([\d.]+[mb]) \| (.*?) \| (.*?) \|$", page("memory"), flags=re.M)
     assert len(rows) == 6
     for size, float32, bfloat16 in rows:
         assert (float32, bfloat16) == (_fit_cell(size, "float32"), _fit_cell(size, "bfloat16"))

@@ -31,6 +31,7 @@ from tangentlens.proxies import (
     fit_proxies,
     sequence_energy_config,
 )
+from tests.integration.bridge_parity import within
 
 N_BINS, SEQ_LEN, BATCH = 3, 32, 10
 #: The control frames per measurement and their seed (the proxies stage's draws and seed).
@@ -200,7 +201,16 @@ def test_the_refit_beside_the_probes_gives_the_rows_of_a_refit_in_line(setup, mo
         before, own_before = step_module.step_rows(resolve(recipe), data, frozen=proxies)
     assert fitted_on == [False, True]  # a second thread, then the main one
     assert {r["probe"] for r in beside} >= {"subspace_stability", "tangent_energy"}
-    assert repr(beside) == repr(before)  # every value, NaN included, in the same order
+    # the same rows in the same order; the values within float64 reordering: beside the fit the
+    # probes run on one thread less (runtime.alongside), and the BLAS may split a product
+    # otherwise on one thread than on two (seen: 12 of 662 rows a float64 ulp apart under MKL's
+    # AVX2 kernels) — tests.integration.bridge_parity's classes: counts equal, float64 closed
+    # forms within 1e-12 + 1e-9·|a|, the own fit (a single-threaded loop) equal below
+    values = ("value", "ci_low", "ci_high")
+    labels = [{k: v for k, v in r.items() if k not in values} for r in beside]
+    assert labels == [{k: v for k, v in r.items() if k not in values} for r in before]
+    for a, b in zip(beside, before, strict=True):
+        assert all(within(a[f], b[f], b) for f in values), (a, b)
     assert own_beside.keys() == own_before.keys() == proxies.keys()
     for site, methods in own_before.items():
         for method, basis in methods.items():

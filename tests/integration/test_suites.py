@@ -14,35 +14,41 @@ from transformers import BertForMaskedLM, GPTNeoXForCausalLM
 from tangentlens.models.catalog import suite_steps
 from tangentlens.models.schedule import PYTHIA_STEPS
 from tangentlens.models.suites import LocalSuite, PythiaSuite, ensure_mini_suite, open_suite
+from tests.numerics import assert_float64_parity, hugging_face_in_float64, share_rotary_tables
 
 
 def test_mini_decoder_suite_loads_with_hf_parity(micro_pythia):
+    """Logits of the hooked model and Hugging Face's, both in float64, within float64
+    rounding (in float32 they differ by float32 rounding in another order: no CPU-independent
+    tolerance; :mod:`tests.numerics`)."""
     step = micro_pythia.steps[-1]
-    model = micro_pythia.load(step)
+    model = micro_pythia.load(step, dtype=torch.float64)
     assert isinstance(model, HookedTransformer)
     assert model.tokenizer is not None
-    hf = GPTNeoXForCausalLM.from_pretrained(micro_pythia.folder(step)).eval()
+    hf = GPTNeoXForCausalLM.from_pretrained(micro_pythia.folder(step), dtype=torch.float64).eval()
     tokens = torch.randint(
         0, hf.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0)
     )
-    with torch.no_grad():
+    with torch.no_grad(), hugging_face_in_float64(hf):
+        share_rotary_tables(model, hf.base_model.rotary_emb, tokens.shape[1])
         ours = model(tokens)
         reference = hf(tokens).logits
-    assert (ours - reference).abs().max().item() <= 1e-4
+    assert_float64_parity(ours, reference, "logits")
 
 
 def test_mini_encoder_suite_loads_as_hooked_encoder(micro_bert):
+    """As the decoder: float64 on both sides, within float64 rounding."""
     step = micro_bert.steps[-1]
-    model = micro_bert.load(step)
+    model = micro_bert.load(step, dtype=torch.float64)
     assert isinstance(model, HookedEncoder)
-    hf = BertForMaskedLM.from_pretrained(micro_bert.folder(step)).eval()
+    hf = BertForMaskedLM.from_pretrained(micro_bert.folder(step), dtype=torch.float64).eval()
     tokens = torch.randint(
         5, hf.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0)
     )
-    with torch.no_grad():
+    with torch.no_grad(), hugging_face_in_float64(hf):
         ours = model(tokens)
         reference = hf(tokens).logits
-    assert (ours - reference).abs().max().item() <= 1e-4
+    assert_float64_parity(ours, reference, "logits")
 
 
 def test_mini_suite_analysis_corpus_is_the_heldout_split(micro_pythia):

@@ -269,10 +269,10 @@ def test_cli_writes_the_table_and_figures(two_runs, tmp_path, capsys, monkeypatc
 
 
 def test_docstring_examples():
+    from tangentlens.drawing import tables
     from tangentlens.models import sites
-    from tangentlens.report import console
 
-    for module in (comparison_runs, sites, console):
+    for module in (comparison_runs, sites, tables):
         failed, tried = doctest.testmod(module)
         assert tried and not failed, module.__name__
 

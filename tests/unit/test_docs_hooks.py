@@ -1,5 +1,5 @@
 """The reference site's generated parts (docs/tooling/hooks.py): recipe-key tables from the
-recipe's dataclasses, the README split into its sections."""
+recipe's dataclasses, the README as the home page."""
 
 from __future__ import annotations
 
@@ -64,9 +64,7 @@ def test_every_recipe_key_is_named_by_its_section(hooks, caplog):
     assert "| `early_fraction` | `float` | `0.3` | ``early_fraction`` and" in page
 
 
-def test_readme_sections_ignore_headings_inside_code(hooks):
-    text = "# T\nintro\n## One\n```\n## not a heading\n```\n## Two\nend\n"
-    sections = hooks.readme_sections(text)
-    assert [h for h, _ in sections] == ["", "One", "Two"]
-    assert "## not a heading" in sections[1][1]
-    assert "".join(body for _, body in sections) == text
+def test_the_readme_links_to_the_pages_of_the_site(hooks):
+    home = hooks.readme()
+    assert "](docs/" not in home
+    assert "[On a GPU](gpu.md)" in home and "[metric glossary](glossary.md)" in home

@@ -1,5 +1,7 @@
-"""``energy_by_bin``: the tangent energy of one step per frequency bin, read back from the
-figure's artists (bar heights, error-bar segments, control markers, ticks, legend)."""
+"""The tangent_energy probe's figures (``tangentlens.probes.render.tangent_energy``):
+``energy_by_bin``, the tangent energy of one step per frequency bin, and the run's figure, read
+back from the figure's artists (bar heights, error-bar segments, control markers, ticks,
+legend)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from tangentlens.report import figures
-from tangentlens.report.figures import energy_by_bin
+from tangentlens.probes.render import tangent_energy as render
+from tangentlens.probes.render.tangent_energy import energy_by_bin
 from tangentlens.results import SCHEMA, row
 
 BINS = [str(i) for i in range(12)] + ["all"]  # 12 bins: string order would put "10" after "1"
@@ -264,9 +266,9 @@ def test_a_pyarrow_table_or_to_arrow_object_gives_the_same_figure():
 
 def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
     closed = []
-    monkeypatch.setattr(figures.plt, "close", closed.append)
+    monkeypatch.setattr(render.plt, "close", closed.append)
     rows = _rows(step=0) + _rows(step=40) + _rows("hook_embed", None)
-    assert figures.tangent_energy_figure(rows, tmp_path / "te.png")
+    assert render.tangent_energy_figure(rows, tmp_path / "te.png")
     (fig,) = closed
     titles = [ax.get_title() for ax in fig.axes]  # fractions above, ratios below
     site = " — blocks.2.hook_resid_post"  # the deepest layer's one site
@@ -275,7 +277,7 @@ def test_the_run_figure_orders_bin_panels_numerically(tmp_path, monkeypatch):
     named[-2] += " (most frequent)"
     assert titles == [t + site for t in named] + [""] * len(BINS)
     assert "layer 2" in fig.get_suptitle()  # the deepest layer, not the embedding
-    assert not figures.tangent_energy_figure(rows[:0], tmp_path / "none.png")
+    assert not render.tangent_energy_figure(rows[:0], tmp_path / "none.png")
     # a method has the same colour in both energy figures
     lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
     for method, bars in _bars(energy_by_bin(rows, step=40).axes[0]).items():
@@ -288,9 +290,9 @@ FEW_BINS = ["0", "all"]  # two panels: a 13-panel figure takes seconds to lay ou
 def _run_figure(rows: list[dict[str, Any]], tmp_path, monkeypatch) -> Any:
     """The run figure ``_tangent_energy`` draws from the ``FEW_BINS`` rows (kept open)."""
     closed = []
-    monkeypatch.setattr(figures.plt, "close", closed.append)
+    monkeypatch.setattr(render.plt, "close", closed.append)
     rows = [r for r in rows if r["freq_bin"] in FEW_BINS]
-    assert figures.tangent_energy_figure(rows, tmp_path / "te.png")
+    assert render.tangent_energy_figure(rows, tmp_path / "te.png")
     (fig,) = closed
     return fig
 

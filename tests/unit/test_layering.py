@@ -1,16 +1,20 @@
 """The package layering is one-way: the import graph of tangentlens has no cycle, between its
 packages or between its modules, the measurement core and the notebook API do not reach into the
-sweep machinery, and the probes reach neither.
+sweep machinery, and the probes reach neither, nor the report.
 
 Every import counts, wherever it is written: at module level, inside a function, under
-``if TYPE_CHECKING:``, and a ``LazyModule("tangentlens.…")``; ``from package import name``
-counts as an import of the module the package lazily re-exports ``name`` from."""
+``if TYPE_CHECKING:``, a ``LazyModule("tangentlens.…")`` and a renderer a reporting declaration
+names by import path (``Table(…, render="module:function")``, :mod:`tangentlens.reporting`:
+the report loads it when it draws, so the declaring module depends on it); ``from package import
+name`` counts as an import of the module the package lazily re-exports ``name`` from."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
 from pathlib import Path
+
+from tests.pages import page
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "src" / "tangentlens"
@@ -22,7 +26,7 @@ Graph = Mapping[str, set[str]]
 
 def _module(path: Path) -> str:
     """The dotted name of a source file (``probes/`` is installed as ``tangentlens.probes``)."""
-    if path.parent == ROOT / "probes":
+    if path.is_relative_to(ROOT / "probes"):
         parts = ("probes", *path.relative_to(ROOT / "probes").with_suffix("").parts)
     else:
         parts = path.relative_to(SOURCE).with_suffix("").parts
@@ -30,7 +34,7 @@ def _module(path: Path) -> str:
 
 
 def _sources() -> dict[str, tuple[str, bool]]:
-    files = [*SOURCE.rglob("*.py"), *(ROOT / "probes").glob("*.py")]
+    files = [*SOURCE.rglob("*.py"), *(ROOT / "probes").rglob("*.py")]
     return {_module(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py") for p in files}
 
 
@@ -70,9 +74,9 @@ def _imports(
     tree: ast.Module, module: str, is_package: bool, lazy: Mapping[str, Mapping[str, str]]
 ) -> list[str]:
     """Every module ``module`` imports, wherever the import is written (module level, function
-    bodies, ``if TYPE_CHECKING:``, ``LazyModule("…")``); ``from package import name`` names the
-    submodule ``name``, else the module ``package`` lazily exports ``name`` from, else
-    ``package``."""
+    bodies, ``if TYPE_CHECKING:``, ``LazyModule("…")``, a ``render="module:function"``
+    keyword); ``from package import name`` names the submodule ``name``, else the module
+    ``package`` lazily exports ``name`` from, else ``package``."""
     out: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -88,6 +92,10 @@ def _imports(
             and isinstance(node.args[0], ast.Constant)
         ):
             out.append(node.args[0].value)
+        elif isinstance(node, ast.keyword) and node.arg == "render":
+            value = getattr(node.value, "value", None)
+            if isinstance(value, str) and ":" in value:
+                out.append(value.split(":", 1)[0])
     return out
 
 
@@ -156,8 +164,8 @@ def test_the_module_graph_has_no_cycle():
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
 
 
-#: The layers of the README's "How the code is laid out": a package imports only from its own
-#: layer and those before it.
+#: The layers of "How the code is laid out" (docs/development.md): a package imports only from
+#: its own layer and those before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "__init__",
@@ -175,7 +183,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dictionaries",),
     ("data", "models"),
     ("capture",),
-    ("contract", "reporting", "findings"),
+    ("contract", "reporting", "findings", "drawing"),
     ("proxies", "user_proxies"),
     ("probes",),
     ("registry", "glossary"),
@@ -194,12 +202,32 @@ def test_each_package_imports_only_from_its_layer_and_those_before():
     assert not upward, upward
 
 
-def test_the_readme_lists_the_layers():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("How the code is laid out", 1)[1].split("```text\n", 1)[1].split("```")[0]
+def test_the_development_page_lists_the_layers():
+    text = page("development").split("How the code is laid out", 1)[1]
+    block = text.split("```text\n", 1)[1].split("```")[0]
     listed = [line.split("   ")[0].replace("/", "").split(", ") for line in block.splitlines()]
     public = [[n for n in names if n not in ("__init__", "_lazy", "paths")] for names in LAYERS]
     assert listed == public
+
+
+def test_a_renderer_named_by_import_path_is_an_import():
+    """A probe that names a report function as its renderer depends on the report: the layering
+    refuses it, as it would the import."""
+    graph = _synthetic(
+        {
+            "probes": "",
+            "probes.mine": 'T = Table("m", "t", render="tangentlens.report.figures:draw")\n',
+            "probes.render": "",
+            "probes.render.mine": "def draw(rows): ...\n",
+            "probes.theirs": 'F = Figure("f.png", render="tangentlens.probes.render.mine:draw")\n',
+            "report": "",
+            "report.figures": "def draw(rows): ...\n",
+        },
+        packages=("probes", "probes.render", "report"),
+    )
+    assert graph["tangentlens.probes.mine"] == {"tangentlens.report.figures"}
+    assert graph["tangentlens.probes.theirs"] == {"tangentlens.probes.render.mine"}
+    assert _package_graph(graph) == {"probes": {"report"}}
 
 
 def test_the_core_and_the_notebook_do_not_import_the_sweep():

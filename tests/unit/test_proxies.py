@@ -140,3 +140,55 @@ def test_mean_direction_is_projected_out_of_every_proxy():
     fitted = pool.fit(ProxyConfig(methods=("pca",), rank=K))
     assert fitted.diagnostics["pca"]["mean_direction_overlap"] < 1e-3
     assert float(principal_angles(fitted.bases["pca"], span).max()) < 0.05
+
+
+def _collapsing_at(seeds: set[int]):
+    """A semi-NMF whose fits at ``seeds`` span one dimension less than their rank (its codes
+    died), as a collapse reads to the pool."""
+    from tangentlens.dictionaries import SemiNMF
+
+    class Collapsing(SemiNMF):
+        @property
+        def effective_rank_(self) -> int:
+            return self.rank - 1 if self.seed in seeds else super().effective_rank_
+
+        def basis(self):
+            if self.seed in seeds:
+                raise ValueError(f"the semi-NMF directions span only {self.rank - 1} dimensions")
+            return super().basis()
+
+    return Collapsing
+
+
+@pytest.mark.parametrize(("dead", "restarts"), [(set(), None), ({0}, 1.0), ({0, 1}, 2.0)])
+def test_a_collapsed_semi_nmf_is_fitted_again_from_the_next_seed(monkeypatch, dead, restarts):
+    """A fit whose codes died is fitted again from the next seed, at most twice, and says so
+    (``seminmf_restarts``); a fit that did not collapse has no such row; the basis is the
+    restarted fit's."""
+    import tangentlens.proxies as proxies
+
+    gen = torch.Generator().manual_seed(4)
+    _, parts = _window(gen)
+    acc, x = parts[0]
+    config = ProxyConfig(methods=("seminmf",), rank=K, mean_direction=False)
+    monkeypatch.setattr(proxies, "SemiNMF", _collapsing_at(dead))
+    pool = ActivationPool()
+    pool.add(acc, x)
+    fitted = pool.fit(config)
+    assert fitted.diagnostics["seminmf"].get("seminmf_restarts") == restarts
+    seed = max(dead, default=-1) + 1
+    direct = proxies.SemiNMF(K, seed=seed).fit(x - x.mean(0)).basis()
+    assert torch.equal(fitted.bases["seminmf"], direct)
+
+
+def test_a_fit_collapsed_from_every_seed_says_so(monkeypatch):
+    import tangentlens.proxies as proxies
+
+    gen = torch.Generator().manual_seed(4)
+    _, parts = _window(gen)
+    acc, x = parts[0]
+    monkeypatch.setattr(proxies, "SemiNMF", _collapsing_at({0, 1, 2}))
+    pool = ActivationPool()
+    pool.add(acc, x)
+    with pytest.raises(ValueError, match="span only 2 dimensions"):
+        pool.fit(ProxyConfig(methods=("seminmf",), rank=K, mean_direction=False))

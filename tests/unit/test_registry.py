@@ -1,6 +1,6 @@
-"""The probe registry: every built-in probe declared once (its metrics are the README
-glossary's), declarations and rows checked, probes resolved by name, entry point or import path
-with one-line refusals."""
+"""The probe registry: every built-in probe declared once (its metrics are the metric
+glossary's, docs/glossary.md), declarations and rows checked, probes resolved by name, entry
+point or import path with one-line refusals."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from tangentlens.registry import (
     resolve,
 )
 from tangentlens.results import make_row
+from tests.pages import blocks, page
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,7 @@ def _probe(**changes) -> Probe:
 
 
 def _glossary() -> dict[str, dict[str, str]]:
-    text = README.read_text(encoding="utf-8")
-    body = text.split("## Metric glossary\n", 1)[1].split("\n## ", 1)[0]
+    body = page("glossary").split(BEGIN, 1)[1]
     found: dict[str, dict[str, str]] = {}
     for probe, metric, definition in re.findall(
         r"^\| `([a-z_]+)` \| `([a-z0-9_<>]+)` \| (.*) \|$", body, flags=re.M
@@ -75,10 +74,10 @@ def test_the_builtin_catalogue_is_every_probe_module():
         assert getattr(tangentlens.probes, name).PROBE is probe
 
 
-def test_the_readme_glossary_is_the_generated_one():
-    """Regenerate (``python -m tangentlens.glossary README.md``) after changing a probe's
-    metrics; the table holds each probe's definitions word for word."""
-    text = README.read_text(encoding="utf-8")
+def test_the_glossary_page_is_the_generated_one():
+    """Regenerate (``python -m tangentlens.glossary``, into docs/glossary.md) after changing a
+    probe's metrics; the table holds each probe's definitions word for word."""
+    text = page("glossary")
     assert text.split(BEGIN + "\n", 1)[1].split(END, 1)[0] == glossary_table()
     glossary = _glossary()
     for name, probe in builtin_probes().items():
@@ -277,10 +276,8 @@ def test_an_installed_probe_may_not_shadow_a_built_in_one(tmp_path, monkeypatch)
     assert list(installed(elsewhere=f"{module}:OTHER")) == ["elsewhere"]
 
 
-def test_the_readme_example_is_the_fixture_package_word_for_word():
-    text = README.read_text(encoding="utf-8")
-    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
-    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+def test_the_probe_example_is_the_fixture_package_word_for_word():
+    block = blocks(page("your-probe"))[0]  # the README's is the same (tests/e2e/test_readme.py)
     module = ROOT / "tests" / "fixtures" / "gradnorm_probe" / "tangentlens_gradnorm.py"
     assert block == module.read_text(encoding="utf-8")
 
@@ -351,11 +348,9 @@ def test_the_rank_bound_follows_what_the_probes_draw():
         plan_sweep(load_recipe("quickstart", ["proxies.mean_direction=false", "proxies.rank=65"]))
 
 
-def test_the_readme_reporting_example_declares_what_the_report_draws():
-    text = README.read_text(encoding="utf-8")
-    body = text.split("## Write your own probe\n", 1)[1].split("\n## ", 1)[0]
+def test_the_reporting_example_declares_what_the_report_draws():
     namespace: dict = {}
-    exec(re.findall(r"```python\n(.*?)```", body, flags=re.S)[1], namespace)
+    exec(blocks(page("your-probe"))[1], namespace)
     probe = namespace["REPORTED"]
     assert [(t.metric, t.title) for t in probe.tables] == [("gradient_rms", "gradient RMS ‖g‖")]
     assert [f.file for f in probe.figures] == ["grad_norm.png"]

@@ -16,6 +16,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 from rich.console import Console
 
+from tangentlens.probes.render.tangent_energy import tangent_energy_figure
 from tangentlens.report import figures
 from tangentlens.report.sweep_report import render_report
 from tangentlens.results import SCHEMA, row
@@ -142,7 +143,7 @@ def test_the_energy_figure_draws_the_proxys_interval_per_site(tmp_path, monkeypa
     run = _run(tmp_path, rows)
     closed = []
     monkeypatch.setattr(figures.plt, "close", closed.append)
-    assert figures.tangent_energy_figure(rows, run / "te.png")
+    assert tangent_energy_figure(rows, run / "te.png")
     (fig,) = closed
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == [

@@ -205,3 +205,21 @@ def test_a_full_disk_is_told_apart_and_says_where():
         "the disk is full: no space left writing /runs/x/results/.step.parquet.1 ("
     )
     assert "MiB free on the filesystem of /tmp); free some space there" in str(error)
+    inside = DiskFullError(Path("/runs/x"), full)  # a file in the run directory: named from it
+    assert "no space left writing results/.step.parquet.1 (" in str(inside)
+
+
+def test_a_long_error_line_keeps_its_advice():
+    """An error's one line is cut only past ERROR_LINE_CHARS, and then in the middle: what to do
+    (at its end) stays, as a deep run directory's full-disk message needs."""
+    import errno
+
+    from tangentlens.sweep.executors.base import ERROR_LINE_CHARS, error_line
+    from tangentlens.sweep.store import DiskFullError
+
+    deep = Path("/scratch") / ("deep/" * 80) / "run"
+    line = error_line(DiskFullError(deep, OSError(errno.ENOSPC, "No space left", str(deep))))
+    assert line.startswith("DiskFullError: the disk is full") and " … " in line
+    assert line.endswith("free some space there (or choose another --out) and --resume")
+    assert len(line) <= ERROR_LINE_CHARS + 3
+    assert error_line(ValueError("short\nsecond line")) == "ValueError: short"

@@ -4,19 +4,28 @@ previous handlers come back after."""
 
 from __future__ import annotations
 
-import os
 import signal
+import threading
+import time
 
 import pytest
 
 from tangentlens.sweep.stops import STOP_SIGNALS, Stopped, stop_signals
 
 
+def _signal_main_thread(signum: int) -> None:
+    """Send ``signum`` to this process's main thread and give its handler the next bytecode:
+    ``os.kill`` may pick any thread of the process, and Python then runs the handler only
+    when the main thread next looks (a sleep it is in is cut short)."""
+    signal.pthread_kill(threading.main_thread().ident, signum)
+    time.sleep(5)
+
+
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: s.name)
 def test_a_stop_signal_raises_stopped_and_the_handlers_come_back(signum):
     before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     with pytest.raises(Stopped) as stopped, stop_signals():
-        os.kill(os.getpid(), signum)  # the handler runs at the next bytecode
+        _signal_main_thread(signum)
     assert isinstance(stopped.value, KeyboardInterrupt)
     assert stopped.value.signal == signum and stopped.value.exit_code == 128 + signum
     assert str(stopped.value) == f"stopped by {signum.name}"
@@ -26,9 +35,10 @@ def test_a_stop_signal_raises_stopped_and_the_handlers_come_back(signum):
 def test_a_second_signal_while_the_first_unwinds_is_ignored():
     with pytest.raises(Stopped), stop_signals():
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
+            _signal_main_thread(signal.SIGTERM)
         finally:  # cleanup running when the next one arrives
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+            time.sleep(0.05)
 
 
 def test_a_programs_own_handler_stands():
@@ -36,7 +46,8 @@ def test_a_programs_own_handler_stands():
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
     try:
         with stop_signals():
-            os.kill(os.getpid(), signal.SIGUSR1)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            time.sleep(0.05)
         assert seen == [signal.SIGUSR1]
     finally:
         signal.signal(signal.SIGUSR1, previous)

@@ -192,3 +192,70 @@ class _Reservoir:
 
     def __len__(self) -> int:
         return len(self.H)
+
+
+def test_the_rounding_floor_can_be_left_out_and_is_a_flag():
+    assert subspace_stability.SubspaceStabilityConfig().rounding_floor is True
+    with pytest.raises(ValueError, match="rounding_floor must be true or false"):
+        subspace_stability.SubspaceStabilityConfig(rounding_floor=1)
+
+
+def test_a_run_from_before_the_rounding_floor_keeps_its_recipe_table():
+    """The floor's key is in the recipe table only when false: a run recorded before it (whose
+    table has no such key) resumes; the table reads back to the same config."""
+    from tangentlens.checks import build_section
+
+    config = subspace_stability.SubspaceStabilityConfig
+    assert config(seeds=2).to_table() == {"seeds": 2}
+    off = config(rounding_floor=False)
+    assert off.to_table() == {"seeds": 1, "rounding_floor": False}
+    for value in (config(seeds=2), off):
+        assert build_section(config, value.to_table(), "probes.subspace_stability") == value
+
+
+def test_a_seed_whose_fit_collapsed_is_left_out_of_the_seed_comparisons(monkeypatch):
+    """A refit that collapsed and was fitted again from another seed is not that seed's (left
+    out); one that collapsed from every seed is left out too; without the recipe's own seed
+    there is nothing to compare."""
+    from types import SimpleNamespace
+
+    import tangentlens.proxies as proxies
+    from tangentlens.proxies import FittedProxies
+
+    def fit(site_stats, config):
+        if config.seed == site_stats.refused:
+            raise ValueError("the semi-NMF directions span only 3 of 4 dimensions")
+        restarted = {"seminmf_restarts": 1.0} if config.seed == site_stats.restarted else {}
+        return FittedProxies({"seminmf": _rotated(config.seed / 10)}, {"seminmf": restarted})
+
+    monkeypatch.setattr(proxies, "fit_proxies", fit)
+    stage = SimpleNamespace(
+        methods=("pca", "seminmf"), seed=3, proxy_config=lambda: proxies.ProxyConfig()
+    )
+    sites = {
+        "a": SimpleNamespace(refused=None, restarted=4),
+        "b": SimpleNamespace(refused=5, restarted=None),
+        "c": SimpleNamespace(refused=3, restarted=None),
+    }
+    got = subspace_stability.reseeded_proxies(SimpleNamespace(sites=sites), stage, 3)
+    assert {s: {m: sorted(by) for m, by in ms.items()} for s, ms in got.items()} == {
+        "a": {"seminmf": [3, 5]},
+        "b": {"seminmf": [3, 4]},
+        "c": {},
+    }
+
+
+def test_a_collapsed_fit_has_no_rounding_floor(monkeypatch):
+    from types import SimpleNamespace
+
+    from tangentlens import dictionaries
+
+    def collapsed(*args, **kwargs):
+        raise ValueError("the semi-NMF directions span only 2 of 3 dimensions")
+
+    monkeypatch.setattr(dictionaries, "rounding_angles", collapsed)
+    H = _nonnegative_mixture()
+    moments = SimpleNamespace(sum=H.sum(0), count=len(H))
+    site = SimpleNamespace(h=moments, reservoir=_Reservoir(H))
+    stage = SimpleNamespace(methods=("seminmf",), rank=3, seed=0, seminmf_max_iter=50, centre=True)
+    assert subspace_stability.rounding_floors(SimpleNamespace(sites={"b.0": site}), stage) == {}

@@ -122,3 +122,22 @@ def test_an_overflow_in_half_precision_names_the_dtype(dtype):
     weights = {"w": torch.tensor([1.0, math.inf, -math.inf]).to(dtype)}
     with pytest.raises(ValueError, match=f"2 non-finite .* stored in {str(dtype)[6:]}, whose"):
         check_finite_weights(weights.items(), "step 1")
+
+
+@pytest.mark.parametrize("where", [0, 4, 9, 16])
+def test_the_check_reads_every_chunk_of_a_parameter(where, monkeypatch):
+    """The check goes through a parameter in chunks (its memory is a chunk's, not the largest
+    parameter's): a NaN in any chunk, the last short one included, is found; an empty or
+    non-contiguous tensor is checked too."""
+    from tangentlens.models import weights
+
+    monkeypatch.setattr(weights, "_FINITE_CHUNK", 4)
+    w = torch.ones(17)
+    w[where] = math.nan
+    with pytest.raises(ValueError, match="parameter w holds 1 non-finite"):
+        check_finite_weights({"w": w}.items(), "step 1")
+    strided = torch.ones(5, 6)
+    strided[2, 4] = math.inf
+    with pytest.raises(ValueError, match="parameter s holds 1 non-finite"):
+        check_finite_weights({"s": strided[:, ::2], "e": torch.empty(0)}.items(), "step 1")
+    check_finite_weights({"s": strided[:, ::2][:, :2], "e": torch.empty(0)}.items(), "step 1")

@@ -6,9 +6,10 @@
   mean** (the mean of the first rows an accumulator sees), added into float64 with the shift's
   exact float64 terms, ``Σ x xᵀ = Σ y yᵀ + c Σyᵀ + Σy cᵀ + n c cᵀ`` (``y = x − c``); the
   attention entropy's ``−Σⱼ a log a`` runs over each pattern row in float32, the rows' sums in
-  float64. First moments, norms, per-type sums, the per-sequence energy sums (smaller: a Gram per
-  sequence and bin) and every eigen-decomposition stay float64. Plain float32 sums of rows with a
-  large mean lose the lower spectrum (METHODS.md §1.3); shifted Grams keep it;
+  float64. First moments, norms, per-type sums, the per-sequence energy sums (smaller: each
+  row's coordinates in the proxies) and every eigen-decomposition stay float64. Plain float32
+  sums of rows with a large mean lose the lower spectrum (METHODS.md §1.3); shifted Grams keep
+  it;
 * ``"auto"``: float64 on the CPU and on GPUs with full-rate float64 (compute capability in
   :data:`FULL_RATE_FLOAT64`: P100, V100, A100, H100/H200, B100/B200), float32 elsewhere
   (consumer and workstation GPUs run float64 at 1/32–1/64 of float32).

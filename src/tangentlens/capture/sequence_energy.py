@@ -21,10 +21,10 @@ regressed gradients — ``Σ‖Qᵀr‖²``, ``k/(d − 1) · Σ‖r‖²`` (exc
 ``k/(d − 1 − k) · Σ(‖r‖² − ‖Qᵀr‖²)`` (complement, outside the proxy and m̂); for one whose
 controls fill ℝ^d (m̂ itself, or no m̂), of the gradients — ``Σ‖Qᵀg‖²``, ``k/d · Σ‖g‖²`` and
 ``k/(d − k) · Σ(‖g‖² − ‖Qᵀg‖²)``. Summed over sequences these equal the energies computed from
-the pooled second moments (up to float64 summation order). Cost: one d × d Gram matrix per
-(sequence, bin) group of a batch — about one extra ``Gᵀ G`` per batch, in a few batched
-products (:func:`group_grams`) — then ``(groups, d²) @ (d², M)`` and one ``(groups, d, d) @
-(d,)``, whatever the number of tokens.
+the pooled second moments (up to float64 summation order). Cost per batch of n kept rows: the
+rows' coordinates in every proxy (``n × d`` by ``d × ΣK``), their squared norms, and ``n × d``
+for the drift — each row's sums added into its (sequence, slot) row — so time and memory grow
+with ``n · d``, never with ``d²`` per sequence.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ __all__ = [
     "EnergySums",
     "SequenceEnergy",
     "SequenceEnergyConfig",
-    "group_grams",
 ]
 
 
@@ -119,74 +118,16 @@ class EnergySums(NamedTuple):
 
 
 @dataclass(eq=False)
-class _GramPlan:
-    """How :func:`group_grams` gathers the groups of consecutive rows (``sizes`` (groups,),
-    ``n`` rows) by size class: per class the rows of its groups (padded with the index ``n``,
-    a zero row) and where their Gram matrices go, on the host — or on a device, once
-    :meth:`with_indices` has the copies (sent in one transfer)."""
-
-    n: int
-    n_groups: int
-    classes: list[tuple[torch.Tensor, torch.Tensor]]
-
-    @classmethod
-    def of(cls, sizes: Int[torch.Tensor, " groups"], n: int) -> _GramPlan:
-        sizes = sizes.cpu()  # the grouping is bookkeeping: done on the host
-        ends = torch.cumsum(sizes, 0)
-        starts = ends - sizes
-        size_class = torch.ceil(torch.log2(sizes.double())).long()
-        classes = []
-        for c in torch.unique(size_class).tolist():
-            at = torch.nonzero(size_class == c).squeeze(1)
-            offsets = torch.arange(2**c)
-            rows = starts[at, None] + offsets
-            classes.append((torch.where(offsets < sizes[at, None], rows, n), at))
-        return cls(n, len(sizes), classes)
-
-    def indices(self) -> list[torch.Tensor]:
-        """Every index of the plan, class by class (rows, then where they go)."""
-        return [t for pair in self.classes for t in pair]
-
-    def with_indices(self, sent: list[torch.Tensor]) -> _GramPlan:
-        """The plan with its indices replaced by ``sent`` (in :meth:`indices`' order)."""
-        pairs = [(sent[2 * i], sent[2 * i + 1]) for i in range(len(self.classes))]
-        return _GramPlan(self.n, self.n_groups, pairs)
-
-    def grams(self, x: Float[torch.Tensor, "n d"]) -> Float[torch.Tensor, "groups d d"]:
-        """The groups' Gram matrices of ``x`` (indices on ``x``'s device)."""
-        d = x.shape[1]
-        padded = torch.cat([x, x.new_zeros(1, d)])  # row n: the zero row padding points at
-        out = x.new_empty(self.n_groups, d, d)
-        for rows, at in self.classes:
-            block = padded[rows]  # (groups of the class, 2^c, d)
-            out[at] = block.transpose(1, 2) @ block
-        return out
-
-
-def group_grams(
-    x: Float[torch.Tensor, "n d"], sizes: Int[torch.Tensor, " groups"]
-) -> Float[torch.Tensor, "groups d d"]:
-    """The Gram matrix ``XᵢᵀXᵢ`` of each group of consecutive rows of ``x`` (group ``i`` has
-    ``sizes[i]`` rows). Groups are batched by size class (padded with zero rows to the next power
-    of two, at most twice the work), so a batch costs a handful of batched products, not one
-    small product per group."""
-    plan = _GramPlan.of(sizes, x.shape[0])
-    return plan.with_indices(upload_many(plan.indices(), x.device)).grams(x)
-
-
-@dataclass(eq=False)
-class _Groups:
-    """One batch's (sequence, slot) groups for :meth:`SequenceEnergy.update`, the same for
-    every site: the sequences (``ids``, host), the rows' order, where each group's sums go
-    (slot 0 and, for binned groups, their bin's slot) and the Gram plan; indices on the
-    device, sent in one copy."""
+class _Slots:
+    """Where one batch's rows add into the per-(sequence, slot) sums, the same for every site:
+    the sequences (``ids`` (S,), on the host, ascending), each row's slot-0 row ``to_all`` (n,)
+    and, for the rows of a frequency bin (``binned``), their bin's row ``to_bin``; indices on
+    the device, sent in one copy."""
 
     ids: torch.Tensor
-    order: torch.Tensor
     to_all: torch.Tensor
     binned: torch.Tensor | None
     to_bin: torch.Tensor | None
-    plan: _GramPlan
 
     @classmethod
     def of(
@@ -196,32 +137,22 @@ class _Groups:
         seq_len: int,
         n_slots: int,
         device: torch.device,
-    ) -> _Groups:
+    ) -> _Slots:
         s = n_slots
         sequences = row_ids.cpu().long() // seq_len  # ids and bins: host bookkeeping
         slot = torch.zeros_like(sequences)
         if bins is not None and s > 1:
             b = bins.cpu().long()
             slot = torch.where((b >= 0) & (b < s - 1), b + 1, 0)
-        key, order = torch.sort(sequences * s + slot, stable=True)
-        groups, sizes = torch.unique_consecutive(key, return_counts=True)
-        group_seq, group_slot = groups // s, groups % s  # on the host, as the ids
-        ids, where = torch.unique(group_seq, return_inverse=True)
-        binned = torch.nonzero(group_slot > 0).squeeze(1)
-        plan = _GramPlan.of(sizes, len(order))
-        host = [order, where * s]
+        ids, where = torch.unique(sequences, return_inverse=True)
+        binned = torch.nonzero(slot > 0).squeeze(1)
+        host = [where * s]
         if len(binned):
-            host += [binned, where[binned] * s + group_slot[binned]]
-        sent = upload_many(host + plan.indices(), device)
-        extra = 4 if len(binned) else 2
-        return cls(
-            ids,
-            sent[0],
-            sent[1],
-            sent[2] if len(binned) else None,
-            sent[3] if len(binned) else None,
-            plan.with_indices(sent[extra:]),
-        )
+            host += [binned, where[binned] * s + slot[binned]]
+        sent = upload_many(host, device)
+        if not len(binned):
+            return cls(ids, sent[0], None, None)
+        return cls(ids, sent[0], sent[1], sent[2])
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,9 +188,13 @@ class SequenceEnergy:
         self.projectors = projectors
         self.seq_len = check_count(seq_len, "seq_len", minimum=1)
         self.n_slots = check_count(n_slots, "n_slots", minimum=1)
-        m, d = len(projectors.methods), projectors.d
-        self._flat = upload(projectors.stacked.reshape(m, d * d).to(torch.float64), device)
+        # every method's basis side by side (d × ΣK), and which method each column is (ΣK × M):
+        # a row's ‖Qᵀg‖² per method is (g B)² summed over its method's columns
+        bases = torch.cat([q.to(torch.float64) for q in projectors.bases], dim=1)
+        widths = torch.tensor([q.shape[1] for q in projectors.bases])
+        membership = torch.repeat_interleave(torch.eye(len(widths), dtype=torch.float64), widths, 0)
         drift = projectors.drift  # pinned uploads: no wait
+        self._bases, self._membership = upload(bases, device), upload(membership, device)
         self._drift = None if drift is None else upload(drift.to(torch.float64), device)
         self._chunks: list[tuple[torch.Tensor, ...]] = []
 
@@ -293,31 +228,28 @@ class SequenceEnergy:
         if not g.shape[0]:
             return
         s = self.n_slots
-        device = self._flat.device
+        device = self._bases.device
         if batch is None:
-            groups = _Groups.of(row_ids, bins, self.seq_len, s, device)
+            slots = _Slots.of(row_ids, bins, self.seq_len, s, device)
         else:
-            key = ("sequence groups", self.seq_len, s, device)
-            groups = batch.shared(
-                key, lambda: _Groups.of(batch.row_ids, batch.bins, self.seq_len, s, device)
+            key = ("sequence slots", self.seq_len, s, device)
+            slots = batch.shared(
+                key, lambda: _Slots.of(batch.row_ids, batch.bins, self.seq_len, s, device)
             )
-        x = g.detach().to(device, torch.float64)[groups.order]
-        grams = groups.plan.grams(x)  # (groups, d, d)
-        flat = grams.flatten(1)
-        total = torch.diagonal(grams, dim1=1, dim2=2).sum(dim=1)
-        # per group: Σ‖g‖², Σ‖gQ‖² per method, then Σ (m̂ᵀg) g
-        columns = [total[:, None], flat @ self._flat.T]
+        x = g.detach().to(device, torch.float64)
+        coordinates = x @ self._bases  # (n, ΣK)
+        # per row: ‖g‖², ‖Qᵀg‖² per method, then (m̂ᵀg) g
+        columns = [x.pow(2).sum(dim=1, keepdim=True), coordinates.pow(2) @ self._membership]
         if self._drift is not None:
-            columns.append(grams @ self._drift)
+            columns.append((x @ self._drift)[:, None] * x)
         values = torch.cat(columns, dim=1)
-        n = len(groups.ids)
-        # per (sequence, slot) row; slot 0 gets every group, a group of bin b its slot b + 1 as
-        # well (the rows' indices made on the host)
+        n = len(slots.ids)
+        # per (sequence, slot) row; slot 0 gets every row, a row of bin b its slot b + 1 as well
         out = torch.zeros(n * s, self._width, dtype=torch.float64, device=device)
-        out.index_add_(0, groups.to_all, values)
-        if groups.binned is not None:
-            out.index_add_(0, groups.to_bin, values[groups.binned])
-        self._chunks.append((groups.ids, out.view(n, s, self._width)))
+        out.index_add_(0, slots.to_all, values)
+        if slots.binned is not None:
+            out.index_add_(0, slots.to_bin, values[slots.binned])
+        self._chunks.append((slots.ids, out.view(n, s, self._width)))
 
     def _consolidated(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(sequences, sums (S, slots, width))``, one row per sequence (sequences split
@@ -400,7 +332,7 @@ class SequenceEnergy:
     def to(self, device: torch.device | str) -> SequenceEnergy:
         """Move the sums (and projectors) to ``device`` (in place); returns self."""
         self._chunks = [(ids, sums.to(device)) for ids, sums in self._chunks]
-        self._flat = self._flat.to(device)
+        self._bases, self._membership = self._bases.to(device), self._membership.to(device)
         if self._drift is not None:
             self._drift = self._drift.to(device)
         return self

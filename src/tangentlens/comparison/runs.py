@@ -60,6 +60,10 @@ class Run:
     replicates: tuple[Row, ...] = ()
     across: frozenset[tuple[Any, ...]] = frozenset()
 
+    def place(self, row: Row) -> tuple[str, Fraction | None]:
+        """Where ``row`` (one of this run's) sits in the model: :func:`row_place`."""
+        return row_place(row, self.n_layers)
+
     def is_across(self, row: Row) -> bool:
         """Whether ``row`` (one of this run's) compares steps: a transition into its step."""
         return row_identity(row) in self.across

@@ -478,9 +478,10 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     grad_resid = n * d * 4 if inputs.gradients and shape.has_head else 0
     loss = (logit_bytes if shape.has_head else 0) + grad_resid
     # float64 rows (converted, reordered by bin), the per-bin Gram matrices and, with energy
-    # sums, one Gram matrix per (sequence, slot) group of the batch
-    groups = inputs.batch * (inputs.bins + 1) if inputs.energy_methods else 0
-    accumulation = 3 * n * d * 8 + (inputs.bins + 1 + groups) * d * d * 8
+    # sums, each row's sums (‖g‖², one per method, d drift sums where the proxies avoid m̂)
+    width = 1 + inputs.energy_methods + (d if inputs.energy_drift else 0)
+    energy_rows = n * width * 8 if inputs.energy_methods else 0
+    accumulation = 3 * n * d * 8 + (inputs.bins + 1) * d * d * 8 + energy_rows
     per_reservoir = reservoir_bytes(inputs) if inputs.reservoir else 0
     draws = held_draws_bytes(inputs)
     statistics_total = len(inputs.sites) * per_site

@@ -43,19 +43,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from transformers import (
-    BertConfig,
-    BertForMaskedLM,
-    GPTNeoXConfig,
-    GPTNeoXForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-)
-from transformers.utils import logging as hf_logging
+from transformers import PreTrainedTokenizerFast
 
 from tangentlens.data import (
     DECODER_SPECIAL_TOKENS,
@@ -71,6 +63,9 @@ from tangentlens.data import (
 )
 from tangentlens.data.mlm import IGNORE_INDEX, mlm_corrupt
 from tangentlens.models.configs import MINI_SUITE_CONFIGS, TRAINING_FORMAT, MiniSuiteConfig
+
+if TYPE_CHECKING:  # the model classes load with training (seconds): not for a suite's reader
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -195,6 +190,8 @@ def prepare_data(config: MiniSuiteConfig) -> PreparedData:
 
 def build_model(config: MiniSuiteConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A freshly initialised Hugging Face model for the config (seeded)."""
+    from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM
+
     common = {
         "vocab_size": len(tokenizer),
         "hidden_size": config.d_model,
@@ -373,6 +370,8 @@ def _batches(n_rows: int, batch_size: int, generator: torch.Generator) -> Iterat
 def _save_checkpoint(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, folder: Path
 ) -> None:
+    from transformers.utils import logging as hf_logging
+
     bars_were_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

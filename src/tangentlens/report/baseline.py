@@ -5,10 +5,9 @@ architecture already shapes activations and gradients (a LayerNorm's Jacobian pr
 mean and rescales by 1/σ, so gradients concentrate in the activations' top directions and a
 proxy's ``energy_ratio`` reads above 1 at step 0; post-LN sites can read below 1). A change over
 training is read against the step-0 value, not against 1 or 0, so the report labels step 0
-``0 (init)`` and says so in one line when a run has no step 0.
+``0 (init)`` (:func:`tangentlens.drawing.tables.step_label`) and says so in one line when a run
+has no step 0.
 
->>> step_label(0), step_label(40)
-('0 (init)', '40')
 >>> baseline_notice([{"step": 10}, {"step": 40}, {"step": -1}])
 'no step-0 baseline in this run (first step 10): nothing is compared with initialisation'
 >>> baseline_notice([{"step": 0}, {"step": 40}]) is None
@@ -20,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tangentlens.findings import INIT_STEP, step_label
+from tangentlens.findings import INIT_STEP
 
-__all__ = ["INIT_STEP", "baseline_notice", "step_label"]
+__all__ = ["baseline_notice"]
 
 
 def baseline_notice(rows: Iterable[dict[str, Any]]) -> str | None:

@@ -6,18 +6,15 @@ probe's declared tables (:mod:`tangentlens.reporting`; one per metric for a prob
 none) side by side per site kind and relative depth (frequency bin "all") with each later run's
 difference from the first (column "Δ B", or "Δln B" for ratios: ln B − ln A).
 :func:`write_comparison` writes ``compare.parquet`` (the table) and the figures the probes
-declare for ``compare``, one line (colour) per run; the built-in probes':
+declare for ``compare``, one line (colour) per run:
 
-* ``energy_ratio.png`` — the energy ratio over training, one panel per proxy method, at the
-  deepest relative depth every run captured (frequency bin "all"); tokens seen on a
-  symmetric-log axis, so step 0 (the initialisation baseline) sits at the left edge;
-* ``anisotropy_depth.png`` — centred and cosine anisotropy against relative depth at each run's
-  compared step (solid), and at step 0 (dashed) where the run has it;
-* ``frequency_correlation.png`` — Pearson(log frequency, centroid spread) and the Spearman
-  excess over its shuffle null against relative depth, drawn the same way;
-* a probe's figures over training (a user's probe's ``<probe>.png`` by default): a panel per
-  metric, a line per run (colour) and per (site kind, relative depth, method) every run has,
-  over tokens seen.
+* a figure over depth (``Figure.over = "depth"``): a panel per metric against relative depth,
+  each run at its compared step (solid) and at step 0 (dashed) where the run has it;
+* a figure over training (a user's probe's ``<probe>.png`` by default): a panel per metric, a
+  line per run (colour) and per (site kind, relative depth, method) every run has, over tokens
+  seen;
+* what a probe's own renderer draws (``Figure.render``, loaded by import path: this module
+  names no probe).
 
 A value whose row carries an interval is shown with it (``value [low, high]``, a band or error
 bars in the figures). Rows refused by a must-match setting are neither tabled nor drawn.
@@ -26,7 +23,6 @@ bars in the figures). Rows refused by a must-match setting are neither tabled no
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -50,12 +46,13 @@ from tangentlens.comparison.table import (
     difference_label,
     interval_note,
 )
-from tangentlens.report.baseline import INIT_STEP
-from tangentlens.report.console import fmt_value
+from tangentlens.drawing.compared import drawn
+from tangentlens.drawing.plots import with_band
+from tangentlens.drawing.tables import INIT_STEP, fmt_value
 from tangentlens.report.declared import Reported, reported_probes
 from tangentlens.reporting import Figure, Table, load_renderer
 
-__all__ = ["TABLE_FILE", "energy_ratio_figure", "render_comparison", "write_comparison"]
+__all__ = ["TABLE_FILE", "render_comparison", "write_comparison"]
 
 Row = dict[str, Any]
 
@@ -202,88 +199,6 @@ def render_comparison(comparison: Comparison, console: Console) -> None:
 # ---------------------------------------------------------------------------------- figures
 
 
-def _drawn(comparison: Comparison, run: Run, probe: str, metric: str) -> list[Row]:
-    """The run's rows of ``probe``/``metric`` at frequency bin "all" that are not refused."""
-    return [
-        r
-        for r in run.rows
-        if r["probe"] == probe
-        and r["metric"] == metric
-        and r["freq_bin"] == "all"
-        and not comparison.is_refused(r)
-    ]
-
-
-def _tokens_axis(ax: Axes, positive: list[int]) -> None:
-    """Symmetric-log x: linear up to the decade of the first positive value (0, the
-    initialisation, at the left edge, one decade wide), ticks at 0 and every decade above."""
-    low = math.floor(math.log10(min(positive, default=1)))
-    high = math.ceil(math.log10(max(positive, default=10)))
-    ax.set_xscale("symlog", linthresh=10**low)
-    ax.set_xlim(0, 10**high)
-    ax.set_xticks(
-        [0, *(10**k for k in range(low, high + 1))],
-        ["0", *(f"$10^{{{k}}}$" for k in range(low, high + 1))],
-    )
-
-
-def energy_ratio_figure(comparison: Comparison, path: Path) -> bool:
-    """The energy ratio over training, one panel per method every run has, at the deepest
-    (site kind, relative depth) every run has."""
-    drawn = [_drawn(comparison, run, "tangent_energy", "energy_ratio") for run in comparison.runs]
-    places = set.intersection(
-        *(
-            {row_place(r, run.n_layers) for r in rows}
-            for run, rows in zip(comparison.runs, drawn, strict=True)
-        )
-    )
-    places = {p for p in places if p[1] is not None}
-    methods = sorted(set.intersection(*({r["method"] for r in rows} for rows in drawn)))
-    if not places or not methods:
-        return False
-    kind, depth = max(places, key=lambda p: (p[1], p[0] == "resid_post"))
-    tokens = all(r["tokens_seen"] is not None for rows in drawn for r in rows)
-    x_of: Callable[[Row], int] = (lambda r: r["tokens_seen"]) if tokens else (lambda r: r["step"])
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.8), squeeze=False)
-    positive = [x_of(r) for rows in drawn for r in rows if x_of(r) > 0]
-    for ax, method in zip(axes[0], methods, strict=True):
-        for i, (run, rows) in enumerate(zip(comparison.runs, drawn, strict=True)):
-            points = sorted(
-                (x_of(r), r["value"], r["ci_low"], r["ci_high"])
-                for r in rows
-                if r["method"] == method and row_place(r, run.n_layers) == (kind, depth)
-            )
-            if points:
-                _with_band(ax, points, color=f"C{i}", label=run.label)
-        ax.axhline(1.0, color="0.3", linewidth=0.8, label="null (ratio 1)")
-        ax.set_yscale("log")
-        _tokens_axis(ax, positive)
-        ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
-        ax.set_title(f"{method} proxy")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("energy ratio (proxy / controls' exact mean)")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"Tangent energy ratio over training ({kind}, relative depth {float(depth):.2f})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def _with_band(
-    ax: Axes, points: list[tuple[float, float, float | None, float | None]], **style: Any
-) -> None:
-    """A line through ``(x, value)`` with the interval ``[low, high]`` as a band where every
-    point carries one."""
-    xs = [p[0] for p in points]
-    ax.plot(xs, [p[1] for p in points], "o-", markersize=4, **style)
-    if all(p[2] is not None and p[3] is not None for p in points):
-        ax.fill_between(
-            xs, [p[2] for p in points], [p[3] for p in points], color=style.get("color"),
-            alpha=0.2, linewidth=0,
-        )  # fmt: skip
-
-
 def _over_training(
     comparison: Comparison, path: Path, *, panels: list[tuple[str, Figure]], title: str
 ) -> bool:
@@ -294,17 +209,17 @@ def _over_training(
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
     drew = False
     for ax, (probe, figure) in zip(axes[0], panels, strict=True):
-        drawn = [_drawn(comparison, run, probe, figure.metric) for run in comparison.runs]
+        shown = [drawn(comparison, run, probe, figure.metric) for run in comparison.runs]
 
         def key(r: Row, run: Run, per_method: bool = figure.per_method) -> tuple[Any, ...]:
             proxy = (r["method"], r["rank"]) if per_method else (None, None)
             return (*row_place(r, run.n_layers), *proxy)
 
         shared = set.intersection(
-            *({key(r, run) for r in rows} for run, rows in zip(comparison.runs, drawn, strict=True))
+            *({key(r, run) for r in rows} for run, rows in zip(comparison.runs, shown, strict=True))
         )
-        tokens = all(r["tokens_seen"] is not None for rows in drawn for r in rows)
-        for i, (run, rows) in enumerate(zip(comparison.runs, drawn, strict=True)):
+        tokens = all(r["tokens_seen"] is not None for rows in shown for r in rows)
+        for i, (run, rows) in enumerate(zip(comparison.runs, shown, strict=True)):
             for j, where in enumerate(sorted(shared, key=str)):
                 by_x: dict[int, list[Row]] = defaultdict(list)
                 for r in rows:
@@ -323,7 +238,7 @@ def _over_training(
                         else f" {method}" + ("" if rank is None else f" (rank {rank})")
                     )
                     style = {"color": f"C{i}", "alpha": 1.0 - 0.5 * j / max(len(shared), 1)}
-                    _with_band(ax, points, label=f"{run.label} {place}{proxy}", **style)
+                    with_band(ax, points, label=f"{run.label} {place}{proxy}", **style)
                     drew = True
         ax.set_xscale("symlog", linthresh=1)
         ax.set_xlabel("tokens seen (0 = initialisation)" if tokens else "training step")
@@ -355,7 +270,7 @@ def _depth_profile(ax: Axes, comparison: Comparison, probe: str, metric: str) ->
     depth (the embedding and the residual stream after each block)."""
     drew = False
     for i, (run, step) in enumerate(zip(comparison.runs, comparison.steps, strict=True)):
-        rows = _drawn(comparison, run, probe, metric)
+        rows = drawn(comparison, run, probe, metric)
         lines = [(step, "o-", run.label, 1.0)]
         if step != INIT_STEP and INIT_STEP in run.steps:
             lines.append((INIT_STEP, "o--", f"{run.label} at init", 0.6))

@@ -1,11 +1,13 @@
-"""Rich tables of a run's results: headline metrics over steps and layers (or frequency bins),
-compact enough for a 100-column terminal. ``tangentlens report RUN_DIR`` re-renders them.
+"""Rich tables of a run's results: the held-out loss and each present probe's declared tables,
+headline metrics over steps and layers, or what the probe's own renderer draws from its rows
+(``Table.render``, loaded by import path: this module names no probe), compact enough for a
+100-column terminal. ``tangentlens report RUN_DIR`` re-renders them.
 
 A table never averages rows that differ in a key that varies: one table per block site kind
 (``resid_post`` and ``mlp_out`` of one block are never one "L0" cell), per proxy method and
 rank where a probe's table is per method; a table that averages the methods (attention heads)
 says so in its title. Where the rows carry an interval the cell shows it: ``value [low,
-high]``. Frequency-bin columns name the rare end (bin 0, the rarest).
+high]``.
 
 Step 0 (random weights) is the first row of each table, labelled ``0 (init)``: the baseline the
 later steps are read against (:mod:`tangentlens.report.baseline`); a run without step 0 says so
@@ -16,8 +18,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,67 +25,28 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tangentlens.drawing.tables import fmt_value, interval, pivot
 from tangentlens.models.sites import site_kind
-from tangentlens.report.baseline import baseline_notice, step_label
-from tangentlens.report.console import fmt_value
+from tangentlens.report.baseline import baseline_notice
 from tangentlens.report.declared import reported_probes
 from tangentlens.report.reproduction import reproduction_summary
 from tangentlens.reporting import load_renderer
 from tangentlens.sweep.store import read_results
 from tangentlens.sweep.timing import time_line
 
-__all__ = ["bin_label", "energy_tables", "render_report", "untrained_block_table"]
+__all__ = ["render_report"]
 
 Row = dict[str, Any]
-
-
-def _pivot(
-    rows: list[Row],
-    title: str,
-    column: Callable[[Row], Any],
-    cell: Callable[[list[Row]], str],
-    column_label: Callable[[Any], str] = str,
-    column_order: Callable[[Any], Any] | None = None,
-) -> Table | None:
-    """Steps down, the values of ``column(row)`` across; ``cell`` renders the rows of one
-    (step, column)."""
-    if not rows:
-        return None
-    grid: dict[tuple[int, Any], list[Row]] = defaultdict(list)
-    for r in rows:
-        grid[(r["step"], column(r))].append(r)
-    steps = sorted({r["step"] for r in rows})
-    order = column_order or (lambda c: (c is not None, str(c).zfill(6)))
-    columns = sorted({column(r) for r in rows}, key=order)
-    table = Table(title=f"[bold]{escape(title)}", title_justify="left", pad_edge=False, box=None)
-    table.min_width = min(100, len(title) + 2)
-    table.add_column("step", justify="right", style="bold")
-    for c in columns:
-        table.add_column(column_label(c), justify="right")
-    for step in steps:
-        table.add_row(step_label(step), *(cell(grid.get((step, c), [])) for c in columns))
-    return table
 
 
 def _known(rows: list[Row]) -> list[Row]:
     return [r for r in rows if r["value"] is not None and not math.isnan(r["value"])]
 
 
-def _interval(rows: list[Row]) -> tuple[float, float] | None:
-    """The rows' interval (the means of their ends for several rows), or None when a row
-    carries none."""
-    if not rows or any(r.get("ci_low") is None or r.get("ci_high") is None for r in rows):
-        return None
-    return (
-        statistics.fmean(r["ci_low"] for r in rows),
-        statistics.fmean(r["ci_high"] for r in rows),
-    )
-
-
-def _with_interval(value: str, interval: tuple[float, float] | None) -> str:
-    if interval is None:
+def _with_interval(value: str, ci: tuple[float, float] | None) -> str:
+    if ci is None:
         return value
-    return f"{value} [{fmt_value(interval[0])}, {fmt_value(interval[1])}]"
+    return f"{value} [{fmt_value(ci[0])}, {fmt_value(ci[1])}]"
 
 
 def _mean_cell(rows: list[Row]) -> str:
@@ -95,7 +56,7 @@ def _mean_cell(rows: list[Row]) -> str:
     if not known:
         return "–"
     return escape(
-        _with_interval(fmt_value(statistics.fmean(r["value"] for r in known)), _interval(known))
+        _with_interval(fmt_value(statistics.fmean(r["value"] for r in known)), interval(known))
     )
 
 
@@ -163,7 +124,7 @@ def _declared_tables(rows: list[Row], declared: Any, probe: str) -> list[Table |
             averaged = {r["method"] for r in picked}
             if not split and len(averaged) > 1 and "mean over" not in declared.title:
                 title += f" (mean over {len(averaged)} methods)"
-            tables.append(_pivot(picked, title, _place, _mean_cell, _place_label, _place_order))
+            tables.append(pivot(picked, title, _place, _mean_cell, _place_label, _place_order))
     return tables
 
 
@@ -211,95 +172,6 @@ def _header_lines(run_dir: Path, rows: list[Row]) -> list[str]:
     return lines
 
 
-#: The rarest bin (bins are equal-mass quantiles of log frequency, ascending).
-RAREST_BIN = "0"
-
-
-def bin_label(freq_bin: str, bins: list[str]) -> str:
-    """A frequency-bin column: which end is rare (``"0 (rarest)"``, the last bin ``"… (most
-    frequent)"``), ``"all"`` as it is."""
-    numbered = [b for b in bins if b.isdigit()]
-    if freq_bin == RAREST_BIN:
-        return f"{freq_bin} (rarest)"
-    if numbered and freq_bin == max(numbered, key=int):
-        return f"{freq_bin} (most frequent)"
-    return freq_bin
-
-
-def _bin_order(freq_bin: str) -> tuple[bool, int, str]:
-    return (freq_bin == "all", int(freq_bin) if freq_bin.isdigit() else -1, freq_bin)
-
-
-def _ratio_and_p(cell_rows: list[Row]) -> str:
-    """One cell of an energy table: ``energy_ratio``, its p-value and, below, the ratio's
-    bootstrap interval (one site, method, bin and step)."""
-    by_metric = {r["metric"]: r for r in cell_rows}
-    if "energy_ratio" not in by_metric:
-        return "–"
-    ratio = by_metric["energy_ratio"]
-    p = by_metric.get("energy_p_value")
-    text = f"{fmt_value(ratio['value'])} p{fmt_value(None if p is None else p['value'])}"
-    interval = _interval([ratio])
-    if interval is not None:
-        text += f"\n[{fmt_value(interval[0])}, {fmt_value(interval[1])}]"
-    return escape(text)
-
-
-def energy_tables(energy: list[Row]) -> list[Table | None]:
-    """Steps × frequency bins (bin 0 the rarest) of ``energy_ratio`` with its p-value and its
-    bootstrap interval at the deepest layer, one table per site there (``resid_post`` and
-    ``mlp_out`` of one block are two tables, each titled by its site) and per proxy method."""
-    deepest = max((r["layer"] for r in energy if r["layer"] is not None), default=None)
-    picked = [
-        r
-        for r in energy
-        if r["layer"] == deepest and r["metric"] in ("energy_ratio", "energy_p_value")
-    ]
-    bins = sorted({r["freq_bin"] for r in picked}, key=_bin_order)
-    tables: list[Table | None] = []
-    for site in sorted({r["site"] for r in picked}):
-        for method in sorted({r["method"] for r in picked if r["site"] == site}):
-            cell = [r for r in picked if r["site"] == site and r["method"] == method]
-            title = (
-                f"energy ratio [95 % CI], p-value vs the exchangeable controls — {method}, {site}"
-            )
-            tables.append(
-                _pivot(
-                    cell,
-                    title,
-                    lambda r: r["freq_bin"],
-                    _ratio_and_p,
-                    lambda b: bin_label(b, bins),
-                    _bin_order,
-                )
-            )
-    return tables
-
-
-def untrained_block_table(rows: list[Row]) -> list[Table | None]:
-    """The untrained block's metrics per common bias norm N (the probe's ``method``,
-    ``N=<value>``), one row per N ascending."""
-    table = Table(
-        title="[bold]untrained block with a common bias of norm N",
-        box=None,
-        title_justify="left",
-    )
-    metrics = [
-        "input_cosine_anisotropy",
-        "output_cosine_anisotropy",
-        "norm_ratio",
-        "attention_entropy",
-    ]
-    table.add_column("N", justify="right")
-    for m in metrics:
-        table.add_column(m.replace("_", " "), justify="right")
-    norms = sorted({r["method"] for r in rows}, key=lambda m: float(m.split("=")[1]))
-    for norm in norms:
-        values = {r["metric"]: r["value"] for r in rows if r["method"] == norm}
-        table.add_row(norm.split("=")[1], *(fmt_value(values.get(m)) for m in metrics))
-    return [table]
-
-
 def _probe_tables(rows: list[Row], manifest: dict[str, Any]) -> list[Table | None]:
     """Each present probe's declared tables (:mod:`tangentlens.reporting`), in recipe order: a
     step × block table of its metric over every token (``freq_bin`` "all") per key that varies
@@ -327,7 +199,7 @@ def render_report(run_dir: str | Path, console: Console) -> None:
         console.print()
     manifest = _manifest(Path(run_dir))
     tables: list[Table | None] = [
-        _pivot(
+        pivot(
             _select(rows, "capture", "mean_loss"),
             "held-out loss",
             lambda r: r["probe"],

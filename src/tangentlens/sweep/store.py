@@ -79,7 +79,9 @@ class DiskFullError(OSError):
             free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
         except OSError:
             free = "free space unknown"
-        where = getattr(cause, "filename", None) or root
+        where = Path(getattr(cause, "filename", None) or root)
+        if where.is_relative_to(root) and where != root:
+            where = where.relative_to(root)  # the root is named once, below
         super().__init__(
             errno.ENOSPC,
             f"the disk is full: no space left writing {where} ({free} on the filesystem of "

@@ -196,8 +196,16 @@ def schedule(
     return failures
 
 
+#: The longest error line kept whole; a longer one keeps its head and its tail (the advice).
+ERROR_LINE_CHARS = 600
+
+
 def error_line(error: BaseException | str) -> str:
-    """One line for an error: its type and the first line of its message."""
+    """One line for an error: its type and the first line of its message (a very long line
+    keeps its beginning and its end, which says what to do, around an ellipsis)."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-    return first[:300]
+    if len(first) <= ERROR_LINE_CHARS:
+        return first
+    half = ERROR_LINE_CHARS // 2
+    return f"{first[:half]} … {first[-half:]}"
