@@ -25,7 +25,8 @@ from tangentlens.sweep import units
 from tangentlens.sweep.store import read_results
 from tests.e2e.conftest import Sweeps
 
-#: Four units (data, two steps, across-steps) of one cheap probe.
+#: Four units (data, two steps, across-steps) of one cheap probe, and a fixture probe that holds
+#: the step it is told to (tangentlens_scopes:HOLD) so that a stop lands mid-unit.
 RECIPE = """\
 [suite]
 name = "micro-pythia"
@@ -42,6 +43,7 @@ sites = ["resid_post"]
 reservoir = 256
 
 [probes.cosine_drift]
+[probes."tangentlens_scopes:HOLD"]
 """
 
 
@@ -189,9 +191,11 @@ def _stopped_mid_unit(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[
     ran the unit."""
     out = tmp_path / "stopped"
     argv = ["sweep", "--recipe", _recipe(tmp_path), "--out", str(out), *args]
+    from tangentlens_scopes import HOLD_STEP
+
     process = subprocess.Popen(
         [sys.executable, "-m", "tangentlens.cli", *argv],
-        env=env,
+        env={**env, HOLD_STEP: "40"},  # the unit waits until it is stopped
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
