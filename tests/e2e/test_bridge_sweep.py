@@ -16,6 +16,7 @@ import json
 import torch
 
 from tangentlens.core.recipe import load_recipe
+from tangentlens.core.resolve import resolve
 from tangentlens.sweep import units
 from tangentlens.sweep.runner import run_sweep
 from tangentlens.sweep.store import read_results
@@ -38,13 +39,14 @@ def test_a_bridge_sweep_gives_the_hooked_sweeps_table(
         for loader in ("hooked", "bridge")
     }
     load = units._load_model
-    last = units._suite(recipes["bridge"]).steps[-1]
-    bridge = load(recipes["bridge"], units._suite(recipes["bridge"]), last).to(torch.float64)
+    plan = resolve(recipes["bridge"])
+    suite = units._suite(plan)
+    bridge = load(plan, suite, suite.steps[-1]).to(torch.float64)
     rotary = bridge.original_model.base_model.rotary_emb  # float32 tables in any dtype
 
-    def float64(recipe, suite, step):
-        model = load(recipe, suite, step).to(torch.float64)
-        if recipe.suite.loader == "hooked":
+    def float64(run, suite, step):
+        model = load(run, suite, step).to(torch.float64)
+        if run.recipe.suite.loader == "hooked":
             with torch.no_grad():
                 share_rotary_tables(model, rotary, model.cfg.n_ctx)
         return model

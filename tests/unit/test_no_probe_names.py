@@ -4,10 +4,9 @@ probe needs beyond moments, its notes, checks, log scales and findings are what 
 (``Probe``, ``Reporting``), so a new built-in probe touches its module, its test and the micro
 recipe only. Docstrings and comments may name probes as examples.
 
-Allowed, each where it is: the legacy-key migration (recipes from before the ``[proxies]``
-stage kept its keys under ``[probes.tangent_energy]``) and, until they move next to their
-probes (issue 43, item 3), the report's custom renderers. The allowances are exact: one that
-no longer names a probe fails too."""
+Allowed, where it is: the legacy-key migration (recipes from before the ``[proxies]`` stage
+kept its keys under ``[probes.tangent_energy]``); the renderers live with their probes
+(``probes/render/``). The allowance is exact: one that no longer names a probe fails too."""
 
 from __future__ import annotations
 
@@ -25,10 +24,6 @@ BUILTIN = sorted(p.stem for p in (ROOT / "probes").glob("*.py") if p.stem != "__
 #: (file under src/tangentlens, enclosing function or "<module>") → why it may name a probe.
 ALLOWED: dict[tuple[str, str], str] = {
     ("core/proxy_stage.py", "<module>"): "the legacy-key migration's table",
-    ("report/figures.py", "<module>"): "renderer (item 3 moves it to its probe)",
-    ("report/figures.py", "energy_by_bin"): "renderer (item 3)",
-    ("report/figures.py", "_only"): "renderer (item 3)",
-    ("report/compare_report.py", "energy_ratio_figure"): "renderer (item 3)",
 }
 
 _NAME = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(BUILTIN) + r")(?![A-Za-z0-9_])")

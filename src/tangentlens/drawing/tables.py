@@ -30,6 +30,7 @@ __all__ = ["INIT_STEP", "Row", "fmt_value", "interval", "pivot", "step_label"]
 #: A result row (:mod:`tangentlens.results`) as a dict.
 Row = dict[str, Any]
 
+
 def fmt_value(value: float | None) -> str:
     """A table cell: 3 decimals, scientific notation for very large or small values, "–" for
     a missing one."""
