@@ -196,6 +196,9 @@ def _stopped_mid_unit(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[
     process = subprocess.Popen(
         [sys.executable, "-m", "tangentlens.cli", *argv],
         env={**env, HOLD_STEP: "40"},  # the unit waits until it is stopped
+        # started as from a script's background job (`… &`, nohup): SIGINT ignored, inherited
+        # by every process the sweep starts
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -28,6 +28,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -68,7 +69,17 @@ class UnitJob(Checkpointable):
     time runs out, submitit requeues the same call (the unit starts again from its inputs)."""
 
     def __call__(self, run: RunPlan, root: str, unit: Unit) -> UnitReport:
+        _interruptible()
         return run_unit(run, root, unit)
+
+
+def _interruptible() -> None:
+    """Let SIGINT interrupt this job's unit: a stopped coordinator of this machine cancels a unit
+    that way (:meth:`SubmititBackend.cancel_local`), and a job started from a background shell
+    (``tangentlens sweep … &`` in a script, ``nohup``) inherits SIGINT ignored."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _job_folder(recipe: Recipe, root: Path) -> Path:
