@@ -90,7 +90,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Without xdist: start the default suites' training (:func:`_train_default_suites`)."""
+    """Without xdist: start the default suites' training (:func:`_train_default_suites`). On a
+    worker under ``--dist loadgroup``: refuse to run when pytest-xdist could not name the tests'
+    groups (a pytest it does not support) rather than spread a file's tests over the workers and
+    build every module fixture and shared sweep on each."""
+    grouped = [item for item in session.items if item.get_closest_marker("xdist_group")]
+    if session.config.getvalue("loadgroup") and grouped and "@" not in grouped[0].nodeid:
+        raise pytest.UsageError(
+            "pytest-xdist's --dist loadgroup does not group tests under this pytest "
+            f"({pytest.__version__}): install the dev dependencies' pytest (make setup)"
+        )
     if not os.environ.get("PYTEST_XDIST_WORKER") and not _distributed(session.config):
         _train_default_suites(session.config, [item.nodeid for item in session.items])
 
