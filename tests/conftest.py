@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
+from packaging.version import Version
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two workers on one machine: idle torch threads sleep instead of spinning on the core the
@@ -90,18 +92,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Without xdist: start the default suites' training (:func:`_train_default_suites`). On a
-    worker under ``--dist loadgroup``: refuse to run when pytest-xdist could not name the tests'
-    groups (a pytest it does not support) rather than spread a file's tests over the workers and
-    build every module fixture and shared sweep on each."""
-    grouped = [item for item in session.items if item.get_closest_marker("xdist_group")]
-    if session.config.getvalue("loadgroup") and grouped and "@" not in grouped[0].nodeid:
-        raise pytest.UsageError(
-            "pytest-xdist's --dist loadgroup does not group tests under this pytest "
-            f"({pytest.__version__}): install the dev dependencies' pytest (make setup)"
-        )
+    """Without xdist: start the default suites' training (:func:`_train_default_suites`)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not _distributed(session.config):
         _train_default_suites(session.config, [item.nodeid for item in session.items])
+
+
+def pytest_configure(config):
+    """Refuse ``--dist loadgroup`` under a pytest that pytest-xdist cannot group with, rather
+    than spread a file's tests over the workers and build every module fixture and shared sweep
+    on each: from pytest 9.2 a node's id no longer reads the ``_nodeid`` that loadgroup renames
+    to ``…@group`` (pytest-xdist 3.8, the newest)."""
+    if config.getoption("dist", None) != "loadgroup":
+        return
+    xdist = Version(metadata.version("pytest-xdist"))
+    if Version(pytest.__version__) >= Version("9.2") and xdist <= Version("3.8"):
+        raise pytest.UsageError(
+            f"pytest-xdist {xdist}'s --dist loadgroup does not group tests under pytest "
+            f"{pytest.__version__}: install the dev dependencies' pytest (make setup)"
+        )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -119,7 +127,10 @@ def _train_default_suites(config, selected: list[str]) -> None:
     the other (training those the cache lacks), its idle threads sleeping: it runs beside the
     tests."""
     global _trainer
-    needed = dict.fromkeys(DEFAULT_SUITE_TESTS[i] for i in selected if i in DEFAULT_SUITE_TESTS)
+    needed = dict.fromkeys(
+        DEFAULT_SUITE_TESTS[test] for test in map(_without_group, selected)
+        if test in DEFAULT_SUITE_TESTS
+    )  # fmt: skip
     if _trainer is not None or not needed or config.option.collectonly:
         return
     script = "from tangentlens.models.suites import ensure_mini_suite\n" + "".join(
@@ -129,6 +140,12 @@ def _train_default_suites(config, selected: list[str]) -> None:
     # silent: a test whose suite this process failed to train trains it itself, and says why
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     _trainer = subprocess.Popen([sys.executable, "-c", script], env=env, **quiet)
+
+
+def _without_group(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` that pytest-xdist's ``--dist loadgroup`` appends to the
+    ids a worker reports (none of :data:`DEFAULT_SUITE_TESTS` has an ``@``)."""
+    return nodeid.partition("@")[0]
 
 
 def pytest_sessionfinish(session):

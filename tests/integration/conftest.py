@@ -4,6 +4,9 @@ fake Hugging Face hub cache, so that loading is tested for real without a networ
 from __future__ import annotations
 
 import hashlib
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,18 @@ TEXT = [
 VOCAB = 320
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
          "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
+
+
+@contextmanager
+def scratch_dir(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A temporary folder for a module fixture's gigabytes of checkpoints, removed when the
+    fixture ends: pytest keeps the folders of its last three runs, and a test run must not
+    need the disk of all its large checkpoints at once."""
+    path = tmp_path_factory.mktemp(name)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def decoder_tokenizer(vocab: int = VOCAB) -> PreTrainedTokenizerFast:

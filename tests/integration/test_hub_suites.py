@@ -13,7 +13,7 @@ from tangentlens.models.catalog import parse_suite_spec, suite_family, suite_loa
 from tangentlens.models.hub_suites import HUB_ALIASES, HUB_SUITES
 from tangentlens.models.shapes import suite_shape
 from tangentlens.models.suites import CatalogueSuite, HubSuite, PythiaSuite, open_suite
-from tests.integration.conftest import use_hub_cache
+from tests.integration.conftest import scratch_dir, use_hub_cache
 from tests.integration.fake_hub import write_fake_hub
 
 OLMO = "allenai/OLMo-1B-hf"
@@ -24,12 +24,14 @@ EUROBERT = "EuroBERT/EuroBERT-210m"
 @pytest.fixture(scope="module")
 def hub_dir(tmp_path_factory):
     """A hub cache with OLMo-1B-hf at steps 1000 and 10000, SmolLM2-360M at 160000 and
-    320000 (one block each, published widths) and EuroBERT-210m's main."""
-    hub = tmp_path_factory.mktemp("catalogue-hub") / "hub"
-    write_fake_hub(hub, OLMO, {1000: 0, 10000: 1})
-    write_fake_hub(hub, SMOL, {160_000: 0, 320_000: 1})
-    write_fake_hub(hub, EUROBERT, {1: 0})
-    return hub
+    320000 (one block each, published widths) and EuroBERT-210m's main (1.8 GB, removed after
+    the module)."""
+    with scratch_dir(tmp_path_factory, "catalogue-hub") as root:
+        hub = root / "hub"
+        write_fake_hub(hub, OLMO, {1000: 0, 10000: 1})
+        write_fake_hub(hub, SMOL, {160_000: 0, 320_000: 1})
+        write_fake_hub(hub, EUROBERT, {1: 0})
+        yield hub
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import torch
 from safetensors import safe_open
 
 from tangentlens.models import PythiaSuite, open_suite
-from tests.integration.conftest import decoder_tokenizer, use_hub_cache
+from tests.integration.conftest import decoder_tokenizer, scratch_dir, use_hub_cache
 from tests.integration.fake_pythia_hub import copy_repo, share_blob, write_fake_pythia
 
 REVISIONS = {"step0": 0, "step143000": 1}  # revision → seed of its random weights
@@ -43,14 +43,17 @@ SHARED = "EleutherAI/pythia-1b-deduped"
 
 @pytest.fixture(scope="module")
 def large_hub_dir(tmp_path_factory):
-    hub = tmp_path_factory.mktemp("hf-home-large") / "hub"
-    hub.mkdir()
-    tokenizer = decoder_tokenizer()
-    for model in SHAPES:
-        write_fake_pythia(hub, model, REVISIONS, tokenizer, layers=1, dtype=torch.float16)
-    copy_repo(hub, "EleutherAI/pythia-1b", SHARED)
-    share_blob(hub, SHARED, "step0", "step143000", "model.safetensors")
-    return hub
+    """A hub cache of pythia-1b, -1b-deduped and -6.9b, one block each (3.3 GB, removed after
+    the module)."""
+    with scratch_dir(tmp_path_factory, "hf-home-large") as root:
+        hub = root / "hub"
+        hub.mkdir()
+        tokenizer = decoder_tokenizer()
+        for model in SHAPES:
+            write_fake_pythia(hub, model, REVISIONS, tokenizer, layers=1, dtype=torch.float16)
+        copy_repo(hub, "EleutherAI/pythia-1b", SHARED)
+        share_blob(hub, SHARED, "step0", "step143000", "model.safetensors")
+        yield hub
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ loaded dtype — 2 × at float32, 3.34 × here at bfloat16.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ import torch
 
 from tangentlens.core.memory import PlanInputs, memory_plan
 from tangentlens.models.shapes import ModelShape
-from tests.integration.conftest import decoder_tokenizer
+from tests.integration.conftest import decoder_tokenizer, scratch_dir
 from tests.integration.fake_pythia_hub import (
     truncated_config,
     write_checkpoint_folder,
@@ -69,22 +70,22 @@ EXPECTED_FACTOR: dict[str, tuple[str, str, float]] = {
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> Path:
+def checkpoints(tmp_path_factory) -> Iterator[Path]:
     """Local folders of the pythia-1b shape (2 layers) stored at float32 and at bfloat16, tiny
     warm-up folders, and a hub cache with pythia-1b (2 layers) and pythia-14m (1 layer) at
-    step143000, stored in float16."""
-    root = tmp_path_factory.mktemp("loading-peak")
-    tokenizer = decoder_tokenizer()
-    for dtype in (torch.float32, torch.bfloat16):
-        name = str(dtype).removeprefix("torch.")
-        write_checkpoint_folder(root / f"local-{name}", MODEL, tokenizer, layers=LAYERS,
-                                dtype=dtype)  # fmt: skip
-        write_checkpoint_folder(root / f"warmup-{name}", WARMUP, tokenizer, dtype=dtype)
-    hub = root / "hub"
-    hub.mkdir()
-    write_fake_pythia(hub, MODEL, {f"step{STEP}": 0}, tokenizer, layers=LAYERS)
-    write_fake_pythia(hub, WARMUP, {f"step{STEP}": 0}, tokenizer, layers=1)
-    return root
+    step143000, stored in float16 (2.4 GB, removed after the module)."""
+    with scratch_dir(tmp_path_factory, "loading-peak") as root:
+        tokenizer = decoder_tokenizer()
+        for dtype in (torch.float32, torch.bfloat16):
+            name = str(dtype).removeprefix("torch.")
+            write_checkpoint_folder(root / f"local-{name}", MODEL, tokenizer, layers=LAYERS,
+                                    dtype=dtype)  # fmt: skip
+            write_checkpoint_folder(root / f"warmup-{name}", WARMUP, tokenizer, dtype=dtype)
+        hub = root / "hub"
+        hub.mkdir()
+        write_fake_pythia(hub, MODEL, {f"step{STEP}": 0}, tokenizer, layers=LAYERS)
+        write_fake_pythia(hub, WARMUP, {f"step{STEP}": 0}, tokenizer, layers=1)
+        yield root
 
 
 _MEASURED: dict[str, dict] = {}
