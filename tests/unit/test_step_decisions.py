@@ -231,3 +231,182 @@ def test_fit_step_fits_every_site_with_the_stages_config_and_adds_the_fixed(fits
     assert said == ["fitting proxies (pca)"]
     assert fits.sites == ["a", "b"] and fits.configs == [OWN_STAGE.proxy_config()] * 2
     assert set(out[SITE].bases) == {"pca"} and set(out[OTHER].bases) == {"pca", "sae"}
+
+
+class _Stats:
+    """What a fake capture pass returns: where it was sent (``moved``)."""
+
+    def __init__(self, config, first_sequence, rows):
+        self.config, self.first_sequence, self.rows, self.moved = config, first_sequence, rows, []
+
+    def to(self, device):
+        self.moved.append(device)
+        return self
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """``capture_step`` on a fake model: ``passes.calls`` the statistics each pass was asked
+    for, ``passes.requested`` what the request built them with."""
+    record = SimpleNamespace(calls=[], requested=[])
+    lens = SimpleNamespace(device=torch.device("cpu"), n_layers=3, d_vocab=10)
+    monkeypatch.setattr(core_step, "lens_model", lambda model: lens)
+
+    def capture_statistics(model, batches, config, special, statistics, **kw):
+        assert model is lens and statistics == "the statistics" and special == "special"
+        rows = [b.tolist() for b in batches]
+        record.calls.append(_Stats(config, kw["first_sequence"], rows))
+        record.calls[-1].bins, record.calls[-1].step = kw["bins"], kw["step"]
+        return record.calls[-1]
+
+    monkeypatch.setattr(core_step, "capture_statistics", capture_statistics)
+    monkeypatch.setattr(core_step, "combine_site_passes", lambda parts: parts)
+    return record
+
+
+def _capture_run(
+    record, *, attention=False, type_sums=False, bins=False, precision="float64", gradients=True
+):
+    def statistics(**kw):
+        record.requested.append(kw)
+        return "the statistics"
+
+    kept = SimpleNamespace(type_sums=type_sums, attention=attention, bins=bins)
+    request = SimpleNamespace(kept=kept, gradients=gradients, statistics=statistics)
+    tracks = SimpleNamespace(tracked_types=lambda config, counts: [config, 7])
+    silent = SimpleNamespace(tracked_types=None)
+    capture = SimpleNamespace(
+        layers="0,2", precision=precision, reduction="sum", seed=5, sites=("resid_post",)
+    )
+    recipe = SimpleNamespace(
+        probes={"a": ProbeEntry("a", tracks, 2), "b": ProbeEntry("b", silent, None)},
+        capture=capture,
+        data=SimpleNamespace(batch_size=2),
+    )
+    return SimpleNamespace(recipe=recipe, capture=request)
+
+
+def _data():
+    import numpy as np
+
+    return SimpleNamespace(
+        rows=np.arange(5 * 4).reshape(5, 4),
+        frequencies=SimpleNamespace(counts=np.zeros(10)),
+        loss="next_token",
+        special="special",
+        bins="the bins",
+    )
+
+
+SITES = {"embed": None, "b.0": 0, "b.1": 1}
+
+
+def test_one_capture_pass_keeps_its_statistics_where_they_were_made(passes):
+    run = _capture_run(passes, attention=True)
+    (stats,) = core_step.capture_step("model", SITES, _data(), run, 9)
+    assert stats.moved == []  # on the model's device, where the probes compute
+    assert stats.config.sites == tuple(SITES) and stats.config.attention_layers == (0, 2)
+    assert stats.config.score_loss and stats.config.gradients and stats.config.seed == 5
+    assert stats.first_sequence == 0 and stats.step == 9 and len(stats.rows) == 3
+    assert stats.bins is None  # the request keeps no bins
+    assert passes.requested == [
+        {"vocab_size": 10, "type_ids": None, "sequence_energy": None, "precision": "float64"}
+    ]
+
+
+def test_several_capture_passes_send_each_pass_to_the_host_and_attention_in_the_first(passes):
+    run = _capture_run(passes, attention=True, bins=True)
+    parts = core_step.capture_step("model", SITES, _data(), run, 9, passes=2)
+    assert [p.config.sites for p in parts] == [("embed", "b.0"), ("b.1",)]
+    assert [p.moved for p in parts] == [["cpu"], ["cpu"]]
+    assert [p.config.attention_layers for p in parts] == [(0, 2), ()]
+    assert {p.bins for p in parts} == {"the bins"}
+
+
+def test_a_part_of_the_rows_is_captured_from_its_first_sequence(passes):
+    run = _capture_run(passes)
+    forward = _capture_run(passes, gradients=False).capture  # a request of its own
+    (stats,) = core_step.capture_step(
+        "model", SITES, _data(), run, 9, part=slice(3, None), score_loss=False, request=forward
+    )
+    assert not stats.config.gradients and stats.config.loss == "next_token"
+    assert stats.first_sequence == 3
+    assert stats.rows == [[[12, 13, 14, 15], [16, 17, 18, 19]]]
+    assert not stats.config.score_loss and stats.config.attention_layers == ()
+
+
+def test_type_sums_track_only_the_types_the_probes_read_and_precision_resolves(passes):
+    run = _capture_run(passes, type_sums=True, precision="auto")
+    core_step.capture_step("model", SITES, _data(), run, 9)
+    assert passes.requested[0]["type_ids"] == (2, 7)
+    assert passes.requested[0]["precision"] == "float64"  # auto on the CPU
+    core_step.capture_step("model", SITES, _data(), run, 9, precision="float32")
+    assert passes.requested[1]["precision"] == "float32"
+
+
+class _Merging:
+    def __init__(self, where):
+        self.where, self.merged = where, []
+
+    def merge(self, other):
+        self.merged.append(other)
+
+
+def test_a_held_out_stage_fits_the_first_half_and_scores_the_second(monkeypatch):
+    calls, fitted_on = [], []
+
+    def capture_step(model, sites, data, run, step, **kw):
+        calls.append(kw)
+        return _Merging(kw.get("part"))
+
+    def fit_step(stats, stage, fixed, status):
+        fitted_on.append((stats.where, fixed))
+        return "fitted"
+
+    monkeypatch.setattr(core_step, "capture_step", capture_step)
+    monkeypatch.setattr(core_step, "fit_step", fit_step)
+    held = ProxiesSpec(methods=("pca",), held_out=True)
+    run = SimpleNamespace(recipe=SimpleNamespace(proxies=held))
+    data = SimpleNamespace(rows=list(range(7)))
+    stats, scored, fitted = core_step.capture_scored(
+        "m", SITES, data, run, 3, passes=2, sequence_energy="sums", precision="float32"
+    )
+    assert [c["part"] for c in calls] == [slice(0, 3), slice(3, None)]
+    assert {(c["passes"], c["precision"]) for c in calls} == {(2, "float32")}
+    assert "sequence_energy" not in calls[0]
+    assert fitted == "fitted" and fitted_on == [(slice(0, 3), {})]
+    assert stats.where == slice(0, 3) and scored.where == slice(3, None)
+    assert stats.merged == [scored]  # the whole stream's statistics for the other probes
+    calls.clear()
+    run = SimpleNamespace(recipe=SimpleNamespace(proxies=ProxiesSpec(methods=("pca",))))
+    stats, scored, fitted = core_step.capture_scored("m", SITES, data, run, 3, sequence_energy="s")
+    assert calls == [{"passes": 1, "precision": None, "sequence_energy": "s"}]
+    assert stats is scored and fitted is None
+
+
+def test_the_sites_are_the_embedding_then_each_kind_at_each_selected_block(monkeypatch):
+    from tangentlens.capture.needs import Needs
+
+    refusal: list = [None]
+    lens = SimpleNamespace(
+        n_layers=3,
+        attention_refusal=lambda: refusal[0],
+        hook_name=lambda kind, layer=None: kind if layer is None else f"blocks.{layer}.{kind}",
+    )
+    monkeypatch.setattr(core_step, "lens_model", lambda model: lens)
+    capture = SimpleNamespace(embed=True, sites=("resid_mid", "resid_post"), layers="0,2")
+    run = SimpleNamespace(
+        recipe=SimpleNamespace(capture=capture), needs={"qk": Needs(attention=True)}
+    )
+    assert list(core_step.capture_sites("m", run).items()) == [
+        ("embed", None),
+        ("blocks.0.resid_mid", 0),
+        ("blocks.2.resid_mid", 2),
+        ("blocks.0.resid_post", 0),
+        ("blocks.2.resid_post", 2),
+    ]
+    capture.embed = False
+    assert "embed" not in core_step.capture_sites("m", run)
+    refusal[0] = "the model uses grouped-query attention"
+    with pytest.raises(ValueError, match=r"^probe\(s\) qk cannot run: the model uses grouped"):
+        core_step.capture_sites("m", run)
