@@ -154,3 +154,17 @@ def test_each_probe_reads_the_shared_keys_and_its_own_state():
     assert transition.now is now  # the saved state is not changed
     both = Transition(label, {"step": 2, "states": {"a": {"x": 0}}}, now, None, True)
     assert own_view(both, "a").before == {"step": 2, "x": 0}
+
+
+def test_the_capture_request_keeps_bins_and_rows_only_for_whoever_reads_them():
+    from tangentlens.capture.needs import Needs
+    from tangentlens.core.resolve import _capture_request
+
+    recipe = _recipe(capture=CaptureSpec(reservoir=7), data=DataSpec(n_bins=3))
+    plain = _capture_request(recipe, {"c": Needs()}, frozen=False)
+    assert (plain.n_bins, plain.reservoir, plain.sequence_sums) == (0, 0, False)
+    wanted = _capture_request(recipe, {"c": Needs(bins=True, reservoir=True)}, frozen=False)
+    assert (wanted.n_bins, wanted.reservoir) == (3, 7)
+    staged = _recipe(ProxiesSpec(), capture=CaptureSpec(reservoir=7))
+    fits = _capture_request(staged, {"c": Needs()}, frozen=False)
+    assert fits.reservoir == 7  # the proxy fits sample rows
