@@ -139,3 +139,109 @@ def test_a_run_written_before_the_stage_has_this_recipe_s_identity():
     assert recipe.identity() == move_legacy_keys(recorded, notice=False)
     assert not load_recipe(PRE / "recipe.toml", ["proxies.rank=3"]).same_identity(recorded)
     assert not recipe.same_identity(None)
+
+
+def test_the_stage_refuses_each_bad_value_at_its_boundary():
+    """Each refusal the stage carries (its own, the dictionaries' and the fit policy's): the
+    first bad value is refused with the message naming it, the last good one is taken."""
+    assert ProxiesSpec(draws=1).draws == 1
+    with pytest.raises(ValueError, match=r"^draws must be an integer ≥ 1, got 0$"):
+        ProxiesSpec(draws=0)
+    assert ProxiesSpec(window_checkpoints=1).window_checkpoints == 1
+    with pytest.raises(ValueError, match=r"^window_checkpoints must be an integer ≥ 1, got 0$"):
+        ProxiesSpec(window_checkpoints=0)
+    assert ProxiesSpec(early_fraction=1.0).early_fraction == 1.0
+    with pytest.raises(ValueError, match=r"^early_fraction must be a number in \(0\.0, 1\.0\]"):
+        ProxiesSpec(early_fraction=0.0)
+    with pytest.raises(ValueError, match=r"^early_fraction must be a number in \(0\.0, 1\.0\]"):
+        ProxiesSpec(early_fraction=1.01)
+    assert ProxiesSpec(rank=1).rank == 1
+    with pytest.raises(ValueError, match=r"^rank must be an integer ≥ 1, got 0$"):
+        ProxiesSpec(rank=0)
+    assert ProxiesSpec(seed=0).seed == 0
+    with pytest.raises(ValueError, match=r"^seed must be an integer ≥ 0, got -1$"):
+        ProxiesSpec(seed=-1)
+    assert ProxiesSpec(held_out=True).held_out  # per_checkpoint, the default
+    with pytest.raises(
+        ValueError, match=r"^held_out = true .* needs fit_policy = 'per_checkpoint'"
+    ):
+        ProxiesSpec(held_out=True, fit_policy="frozen_early")
+    with pytest.raises(ValueError, match=r"^fit_policy must be one of .*got 'frozen'"):
+        ProxiesSpec(fit_policy="frozen")
+
+
+def test_the_stage_refuses_bad_methods_naming_them_and_keeps_a_tuple():
+    spec = ProxiesSpec(methods=["pca", "sae"])
+    assert spec.methods == ("pca", "sae") and isinstance(spec.methods, tuple)
+    assert spec.proxy_config().methods == ("pca", "sae")
+    with pytest.raises(ValueError, match=r"^methods: unknown method 'pcaa'; allowed: .*'pca'"):
+        ProxiesSpec(methods=("pcaa",))
+    with pytest.raises(ValueError, match=r"^methods: 'pretrained_sae' is not fitted; enable it"):
+        ProxiesSpec(methods=("pca", "pretrained_sae"))
+    for bad in ((), ("pca", "pca")):
+        with pytest.raises(ValueError, match=r"^methods must be distinct names from"):
+            ProxiesSpec(methods=bad)
+
+
+def test_the_stage_hands_every_fit_key_to_the_fit_and_says_whether_it_is_frozen():
+    spec = ProxiesSpec(
+        methods=("sae",),
+        rank=3,
+        seed=4,
+        seminmf_max_iter=5,
+        sae_samples=6,
+        sae_k=7,
+        centre=False,
+        mean_direction=False,
+        fit_policy="frozen_early",
+    )
+    config = spec.proxy_config()
+    assert (config.methods, config.rank, config.seed, config.seminmf_max_iter) == (
+        ("sae",),
+        3,
+        4,
+        5,
+    )
+    assert (config.sae_samples, config.sae_k, config.centre, config.mean_direction) == (
+        6,
+        7,
+        False,
+        False,
+    )
+    assert spec.frozen and not ProxiesSpec().frozen
+    assert ProxiesSpec().draws == 100 and ProxiesSpec().fit_policy == "per_checkpoint"
+
+
+def test_legacy_keys_are_moved_only_when_there_are_some(caplog):
+    plain = {"probes": {"tangent_energy": {"bootstrap": 20}}}
+    assert move_legacy_keys(plain) is plain
+    switched = {"probes": {"tangent_energy": True}}
+    assert move_legacy_keys(switched) is switched
+    assert move_legacy_keys({"suite": {}}) == {"suite": {}}
+    old = {
+        "probes": {"tangent_energy": {"rank": 4, "bootstrap": 20}, "qk_drift": {}},
+        "proxies": {"draws": 20, "rank": 4},
+    }
+    with caplog.at_level(logging.WARNING):
+        new = move_legacy_keys(old, "the manifest", notice=False)
+    assert _notices(caplog) == []
+    assert new == {
+        "probes": {"tangent_energy": {"bootstrap": 20}, "qk_drift": {}},
+        "proxies": {"draws": 20, "rank": 4},
+    }
+    assert old["probes"]["tangent_energy"] == {"rank": 4, "bootstrap": 20}  # not changed
+    given = {"probes": {"tangent_energy": {"seed": 1}}, "proxies": {"draws": 20}}
+    with caplog.at_level(logging.WARNING):
+        moved = move_legacy_keys(given, "the manifest")
+    assert moved["proxies"] == {"draws": 20, "seed": 1}
+    assert given["proxies"] == {"draws": 20}  # the caller's section is not changed
+    assert _notices(caplog) == [
+        "the manifest: probes.tangent_energy.{seed} now live in [proxies] (read from there; "
+        "move them to silence this)"
+    ]
+    with pytest.raises(ValueError) as error:
+        move_legacy_keys({"probes": {"tangent_energy": {"draws": 5}}, "proxies": {"draws": 6}})
+    assert str(error.value) == (
+        "the recipe sets draws twice: probes.tangent_energy.draws = 5 and proxies.draws = 6; "
+        "keep proxies.draws only"
+    )
