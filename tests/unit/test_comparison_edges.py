@@ -267,7 +267,7 @@ def _write(root: Path, values: dict[str, float], **manifest: Any) -> Path:
             kind, layer = "attn_out", layer[1:]
         site = "hook_embed" if layer == "e" else f"blocks.{layer}.hook_{kind}"
         rows.append(
-            row("s", 10, 100, "cosine_drift", "cosine_anisotropy", value, site=site,
+            row("s", 10, 12000, "cosine_drift", "cosine_anisotropy", value, site=site,
                 layer=None if layer == "e" else int(layer),
                 method=method)
         )  # fmt: skip
@@ -323,3 +323,17 @@ def test_compare_rows_put_the_embedding_first_then_depth_per_method(tmp_path):
     a = _write(tmp_path / "c", {"-@1": 0.4, "-@e": 0.05})
     b = _write(tmp_path / "d", {"-@1": 0.5, "-@e": 0.15})
     assert _headline(compare([a, b]))[0] == "site, depth c d Δ d"
+
+
+def test_the_compare_header_names_partial_runs_and_unshared_rows_by_probe(tmp_path):
+    a = _write(tmp_path / "a", {"-@0": 0.1}, finished=False, suite={"name": "s", "family": "f"})
+    extra = [row("s", 10, 12000, p, "m", 1.0, site="-", layer=None) for p in ("zz", "aa", "zz")]
+    extra[2] = {**extra[2], "metric": "m2"}
+    RunStore(a).write_part("extra", extra)
+    b = _write(tmp_path / "b", {"-@0": 0.3})
+    lines = compare_report._header(compare([a, b]))
+    assert lines[1].endswith(
+        "(2 blocks, f) · step 10, 12,000 tokens seen · [yellow]partial run (1 steps)[/]"
+    )
+    assert lines[2].endswith("(2 blocks) · step 10, 12,000 tokens seen")  # finished
+    assert "[dim]rows not shared (refused or in one run only): a: aa 1, zz 2[/]" in lines
