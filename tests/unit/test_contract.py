@@ -101,6 +101,10 @@ def test_each_scope_with_its_function_is_accepted():
         ({"scope": "across", "rows": None, "across": _across, "refits": True}, "only a 'tangent'"),
         ({"tracked_types": _rows}, "a probe needing type sums names its types"),
         ({"max_tracked_types": _rows}, "a probe needing type sums names its types"),
+        (
+            {"needs": Needs(type_sums=True), "tracked_types": _rows},
+            "a probe needing type sums names its types",
+        ),
         ({"metrics": {"ok": " "}}, "metrics must map each snake_case metric name"),
         ({"metrics": {"ok": 3}}, "metrics must map each snake_case metric name"),
         ({"metrics": {3: "x"}}, "metrics must map each snake_case metric name"),
@@ -114,6 +118,25 @@ def test_each_rule_refuses_at_its_edge(changes, message):
     assert message in refusal
     if "name must be" not in message:
         assert refusal.startswith("probe 'mine': ")
+
+
+@pytest.mark.parametrize(
+    ("changes", "needed"),
+    [
+        (
+            {"scope": "step", "rows": None, "across": _across},
+            "a 'step' probe needs a callable rows",
+        ),
+        ({"scope": "across"}, "an 'across' probe needs a callable across"),
+        (
+            {"scope": "model_free", "rows": None, "across": _across},
+            "a 'model_free' probe needs a callable rows",
+        ),
+    ],
+)
+def test_the_other_scopes_function_does_not_stand_in(changes, needed):
+    """A probe of one scope with only another scope's function is refused for the one it lacks."""
+    assert _refusal(**changes) == f"probe 'mine': {needed}"
 
 
 def test_the_scope_refusal_names_every_scope():
@@ -195,10 +218,11 @@ def test_a_state_is_a_dict_of_string_keys_outside_the_shared_ones():
             f"{type(bad).__name__}"
         )
     with pytest.raises(ValueError) as error:
-        probe.check_state({"step": 1, "layers": 2, "mine": 3})
+        probe.check_state({"tokens_seen": 0, "step": 1, "proxies": 4, "layers": 2, "mine": 3})
     assert str(error.value) == (
-        f"probe 'mine' ({__name__}): its state uses the keys ['layers', 'step'], which every "
-        "transition already holds (step, layers, tokens_seen, proxies): rename them"
+        f"probe 'mine' ({__name__}): its state uses the keys ['layers', 'proxies', 'step', "
+        "'tokens_seen'], which every transition already holds (step, layers, tokens_seen, "
+        "proxies): rename them"
     )
     assert probe.check_state({}) == {}
 
@@ -214,6 +238,8 @@ def test_model_free_rows_need_the_scope_and_the_rows():
     tangent = _probe(scope="tangent", rows=None, across=_across)
     with pytest.raises(ValueError, match=re.escape("probe 'mine' (tangent) has no model-free")):
         tangent.model_free_rows(ModelFreeInputs("s"), Settings(), "here")
+    with pytest.raises(ValueError, match=re.escape("probe 'mine' (step) has no model-free")):
+        _probe().model_free_rows(ModelFreeInputs("s"), Settings(), "here")
 
 
 # ---------------------------------------------------------------------------- the registry
