@@ -302,3 +302,47 @@ def test_a_builtin_name_wins_and_an_unknown_one_lists_the_allowed():
     allowed = re.search(r"allowed: (\[.*?\]) \(or an import path", message).group(1)
     assert allowed.startswith(str(list(builtin_probes()))[:-1])
     assert message.endswith("(or an import path, 'package.module:PROBE')")
+
+
+def test_the_catalogue_keeps_probe_values_only_in_module_order(tmp_path, monkeypatch):
+    """A module's ``PROBE`` that is no Probe, or none, adds nothing; the order is the modules'
+    (not the probes' names)."""
+    import types
+
+    import tangentlens
+
+    folder = tmp_path / "fake_probes"
+    folder.mkdir()
+    declare = (
+        "from dataclasses import dataclass\n"
+        "from tangentlens.contract import Probe\n"
+        "@dataclass(frozen=True)\n"
+        "class C:\n"
+        "    pass\n"
+        "PROBE = Probe(name={name!r}, config=C, scope='step', metrics={{'x': 'a'}},\n"
+        "              rows=lambda inputs, config: [])\n"
+    )
+    (folder / "a_first.py").write_text(declare.format(name="zeta"))
+    (folder / "b_second.py").write_text(declare.format(name="alpha"))
+    (folder / "c_not_a_probe.py").write_text("PROBE = 'no'\n")
+    (folder / "d_none.py").write_text("X = 1\n")
+    package = types.ModuleType("tangentlens.probes")
+    package.__path__ = [str(folder)]
+    for name in ("a_first", "b_second", "c_not_a_probe", "d_none"):
+        monkeypatch.delitem(sys.modules, f"tangentlens.probes.{name}", raising=False)
+    monkeypatch.setitem(sys.modules, "tangentlens.probes", package)
+    monkeypatch.setattr(tangentlens, "probes", package, raising=False)
+    found = builtin_probes.__wrapped__()
+    assert list(found) == ["zeta", "alpha"]
+    for name in ("a_first", "b_second", "c_not_a_probe", "d_none"):
+        sys.modules.pop(f"tangentlens.probes.{name}", None)
+
+
+def test_an_entry_given_as_a_value_is_kept_and_its_needs_follow_its_config():
+    from tangentlens.registry import ProbeEntry, entries
+
+    probe = _probe(needs=lambda config: Needs(gradients=config.scale > 1))
+    entry = ProbeEntry("my_key", probe, Settings(scale=2.0))
+    assert entries({"my_key": entry}) == {"my_key": entry}  # not resolved by its key
+    assert entry.needs == Needs(gradients=True)
+    assert ProbeEntry("my_key", probe, Settings()).needs == Needs()
