@@ -338,7 +338,7 @@ def no_runtime_vars(monkeypatch):
 
     for name in runtime.RUNTIME_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
     monkeypatch.setattr(runtime, "usable_cpus", lambda: 4)
 
 
