@@ -79,7 +79,7 @@ SCOPES: dict[str, str] = {
     "across": "it compares checkpoints (a sweep's across-steps unit): run a sweep",
     "model_free": "it needs no model (a unit of its own): call its rows function",
 }
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 #: What every step's saved state holds beside the probes' own states (a probe's state may not
 #: use these keys: each :class:`Transition` gives a probe its state with them).

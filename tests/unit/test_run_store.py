@@ -223,3 +223,217 @@ def test_a_long_error_line_keeps_its_advice():
     assert line.endswith("free some space there (or choose another --out) and --resume")
     assert len(line) <= ERROR_LINE_CHARS + 3
     assert error_line(ValueError("short\nsecond line")) == "ValueError: short"
+
+
+def test_a_remote_lock_says_how_to_clear_it(tmp_path):
+    from tangentlens.sweep.store import take_lock
+
+    root = tmp_path / "run"
+    _left_by_a_killed_sweep(root, 4, host="node-7")
+    with pytest.raises(ValueError) as error:
+        take_lock(root)
+    assert str(error.value) == (
+        f"{root} is locked by a sweep on host node-7 (pid 4); wait for it, or delete "
+        f"{root / '.lock'} if that sweep is dead"
+    )
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert take_lock(fresh) == (fresh / ".lock", False)
+
+
+def test_an_out_that_is_a_file_or_below_one_is_named_exactly(tmp_path):
+    path = tmp_path / "results.txt"
+    path.write_text("mine")
+    with pytest.raises(ValueError) as error:
+        check_run_dir(path)
+    assert str(error.value) == f"--out {path} is a file, not a folder: choose another --out"
+    with pytest.raises(ValueError) as error:
+        check_run_dir(path / "a" / "run")
+    assert str(error.value) == (
+        f"--out {path / 'a' / 'run'} passes through the file {path}, not a folder: choose "
+        "another --out"
+    )
+
+
+def test_only_the_nearest_existing_folder_must_be_writable(tmp_path, monkeypatch):
+    """The nearest existing folder is checked (writable and searchable), not those above it,
+    nor the missing ones below it (they are made)."""
+    asked: list[tuple[Path, int]] = []
+    locked = {tmp_path}
+
+    def access(path, mode):
+        asked.append((Path(path), mode))
+        return Path(path) not in locked
+
+    monkeypatch.setattr(os, "access", access)
+    (tmp_path / "out").mkdir()
+    check_run_dir(tmp_path / "out" / "a" / "run")  # out is writable; tmp_path is not looked at
+    assert asked == [(tmp_path / "out", os.W_OK | os.X_OK)]
+    with pytest.raises(ValueError) as error:
+        check_run_dir(tmp_path / "run")
+    assert str(error.value) == (
+        f"--out {tmp_path / 'run'}: {tmp_path} cannot be written (read-only or not yours): "
+        "choose another --out"
+    )
+    locked.add(tmp_path / "out")
+    with (
+        pytest.raises(ValueError, match="cannot be written"),
+        RunStore.open(tmp_path / "out" / "run", resume=False),
+    ):
+        pass
+    assert not (tmp_path / "out" / "run").exists()
+
+
+def test_a_refused_start_lets_go_of_the_lock_and_keeps_what_was_there(tmp_path):
+    other = tmp_path / "other"
+    _left_by_a_killed_sweep(other, _dead_pid())
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="already holds a run"), RunStore.open(other, resume=False):
+        pass
+    assert sorted(p.name for p in other.iterdir()) == [".lock.k2j4x8", "notes.txt"]  # lock freed
+    missing = tmp_path / "missing"
+    with pytest.raises(ValueError) as error, RunStore.open(missing, resume=True):
+        pass
+    assert str(error.value) == f"--resume: {missing} holds no run (no manifest.json)"
+    assert not missing.exists()  # made by this call: removed again
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="holds no run"), RunStore.open(empty, resume=True):
+        pass
+    assert empty.is_dir() and not any(empty.iterdir())  # there before: kept
+
+
+def test_an_empty_folder_is_a_fresh_run_and_a_dead_lock_alone_an_unstarted_one(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with RunStore.open(empty, resume=False) as store:
+        assert not store.resuming
+    bare = tmp_path / "bare"  # a dead coordinator's lock, its temporary file already gone
+    bare.mkdir()
+    (bare / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid()}))
+    with RunStore.open(bare, resume=True) as store:  # nothing to resume: started afresh
+        assert not store.resuming
+        assert sorted(p.name for p in bare.iterdir()) == [".lock"]
+
+
+def test_a_coordinators_temporary_files_alone_are_an_unstarted_run(tmp_path):
+    """No lock (it was never linked), only a coordinator's temporary files: no run, cleared."""
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / ".manifest.json.x1").write_text("{")
+    (root / ".lock.y2").write_text("{}")
+    with RunStore.open(root, resume=True) as store:
+        assert not store.resuming
+        assert sorted(p.name for p in root.iterdir()) == [".lock"]
+    (root / ".manifest.json.x1").write_text("{")
+    (root / "manifest.json").write_text("{}")  # begun: a run to resume, not to clear
+    with RunStore.open(root, resume=True) as store:
+        assert store.resuming
+        assert (root / ".manifest.json.x1").exists()
+
+
+def test_an_interrupt_keeps_a_run_that_holds_its_manifest(tmp_path):
+    root = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt), RunStore.open(root, resume=False):
+        raise KeyboardInterrupt
+    assert not root.exists()
+    with pytest.raises(KeyboardInterrupt), RunStore.open(root, resume=False) as store:
+        store.write_manifest({})
+        raise KeyboardInterrupt  # no part yet: kept all the same (--resume)
+    assert sorted(p.name for p in root.iterdir()) == ["manifest.json"]
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(KeyboardInterrupt), RunStore.open(existing, resume=False) as store:
+        (existing / "state").mkdir()
+        raise KeyboardInterrupt
+    assert existing.is_dir() and not any(existing.iterdir())  # there before: emptied, kept
+
+
+def test_a_failed_start_of_an_existing_folder_empties_it_and_a_begun_run_stays(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    with pytest.raises(RuntimeError), RunStore.open(root, resume=False) as store:
+        store.write_manifest({})
+        (root / "state" / "deep").mkdir(parents=True)
+        (root / "results").mkdir()
+        raise RuntimeError
+    assert root.is_dir() and not any(root.iterdir())
+    with pytest.raises(RuntimeError), RunStore.open(root, resume=False) as store:
+        store.write_manifest({})
+        store.write_part("step-1", [])  # a finished unit: the run has begun
+        raise RuntimeError
+    assert sorted(p.name for p in root.iterdir()) == ["manifest.json", "results"]
+    other = tmp_path / "other"
+    with pytest.raises(RuntimeError), RunStore.open(other, resume=False, started=lambda r: True):
+        raise RuntimeError  # begun by the caller's own measure
+    assert sorted(p.name for p in other.iterdir()) == []
+
+
+def test_parts_are_read_sorted_and_a_run_without_any_is_refused(tmp_path):
+    from tangentlens.results import row
+    from tangentlens.sweep.store import read_parts, read_replicates, read_results
+
+    def rows(*steps: int, probe: str = "p") -> list[dict]:
+        return [row("s", s, None, probe, "m", 1.0) for s in steps]
+
+    store = RunStore(tmp_path)
+    assert not store.has_part("b")
+    store.write_part("b", rows(3, 1))
+    store.write_part("a", rows(2) + rows(1, probe="z"))
+    store.write_part("empty", [])
+    assert store.has_part("b") and store.part_path("b") == tmp_path / "results" / "b.parquet"
+    table = read_results(tmp_path)
+    assert list(zip(table["step"].to_pylist(), table["probe"].to_pylist(), strict=True)) == [
+        (1, "p"),
+        (1, "z"),
+        (2, "p"),
+        (3, "p"),
+    ]
+    assert read_parts([store.part_path("b")]).column("step").to_pylist() == [1, 3]
+    with pytest.raises(ValueError, match="no result part to read"):
+        read_parts([])
+    with pytest.raises(ValueError) as error:
+        read_results(tmp_path / "none")
+    assert str(error.value) == f"{tmp_path / 'none'} holds no results (results/*.parquet)"
+    assert read_replicates(tmp_path).num_rows == 0
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "a.parquet",
+        "b.parquet",
+        "empty.parquet",
+    ]
+
+
+def test_a_failed_write_leaves_the_file_before_it_and_no_temporary_one(tmp_path):
+    store = RunStore(tmp_path)
+    path = store.write_file("notes.txt", "first")
+    assert path == tmp_path / "notes.txt" and path.read_text() == "first"
+
+    def failing(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        store.write_state("s.bin", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        from tangentlens.sweep.store import _atomic_write_bytes
+
+        _atomic_write_bytes(path, failing)
+    assert path.read_text() == "first"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "state"]
+
+
+def test_a_full_disk_at_the_root_or_unknown_free_space_is_said_plainly(tmp_path):
+    import errno
+
+    from tangentlens.sweep.store import DiskFullError, disk_full
+
+    assert disk_full(OSError(errno.EDQUOT, "quota")) and disk_full(OSError(errno.ENOSPC, "full"))
+    assert disk_full("Disk quota exceeded") and not disk_full(OSError(errno.EACCES, "denied"))
+    at_root = DiskFullError(tmp_path, OSError(errno.ENOSPC, "No space", str(tmp_path)))
+    assert f"no space left writing {tmp_path} (" in str(at_root)
+    nameless = DiskFullError(tmp_path, OSError(errno.ENOSPC, "No space"))
+    assert f"no space left writing {tmp_path} (" in str(nameless)
+    gone = tmp_path / "gone"
+    error = DiskFullError(gone, OSError(errno.ENOSPC, "No space"))
+    assert f"(free space unknown on the filesystem of {gone})" in str(error)
+    assert error.errno == errno.ENOSPC

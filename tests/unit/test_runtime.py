@@ -329,3 +329,210 @@ def test_idle_threads_sleep_when_other_programs_keep_a_cpu_busy(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setitem(sys.modules, "torch", object())  # too late: torch's threads have read it
     assert runtime.passive_when_busy() is None and "OMP_WAIT_POLICY" not in os.environ
+
+
+@pytest.fixture
+def no_runtime_vars(monkeypatch):
+    """No runtime setting of the user's, torch not imported (both restored after)."""
+    import sys
+
+    for name in runtime.RUNTIME_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 4)
+
+
+def test_idle_threads_sleep_from_exactly_the_threshold(monkeypatch, no_runtime_vars):
+    assert runtime.BUSY_CPUS == 0.5
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: 0.5)
+    assert runtime.passive_when_busy() == (
+        "other programs keep 0.5 of this process's 4 CPUs busy: idle compute threads sleep "
+        "(OMP_WAIT_POLICY=PASSIVE) rather than spin on a core they need; set OMP_WAIT_POLICY "
+        "yourself to choose"
+    )
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: 1.5)
+    assert runtime.passive_when_busy(threshold=1.5) is not None  # the threshold given
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert runtime.passive_when_busy(threshold=1.6) is None
+    assert "OMP_WAIT_POLICY" not in os.environ
+
+
+@pytest.mark.parametrize("name", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"])
+def test_each_runtime_setting_of_the_users_stands_alone(monkeypatch, no_runtime_vars, name):
+    """Any one of the runtime's settings, set alone (even empty), leaves the wait policy to the
+    user, however busy the machine; and it alone travels to the workers."""
+    assert name in runtime.RUNTIME_VARS
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: 2.0)
+    assert runtime.runtime_env() == {}
+    monkeypatch.setenv(name, "")
+    assert runtime.passive_when_busy() is None
+    assert runtime.runtime_env() == {name: ""}
+    monkeypatch.setenv(name, "7")
+    assert runtime.passive_when_busy() is None
+    assert runtime.runtime_env() == {name: "7"} and worker_env(1)[name] == "7"
+    assert "OMP_WAIT_POLICY" not in os.environ or name == "OMP_WAIT_POLICY"
+
+
+def test_the_runtime_settings_are_the_three_and_travel_together(monkeypatch):
+    assert runtime.RUNTIME_VARS == ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+    for name, value in zip(runtime.RUNTIME_VARS, ("PASSIVE", "0", "200"), strict=True):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OMP_PROC_BIND", "true")  # not a runtime setting of these
+    assert runtime.runtime_env() == {
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "GOMP_SPINCOUNT": "0",
+        "KMP_BLOCKTIME": "200",
+    }
+
+
+def test_torch_imported_alone_leaves_the_policy(monkeypatch, no_runtime_vars):
+    import sys
+
+    looked: list[bool] = []
+    monkeypatch.setattr(runtime, "busy_cpus", lambda: looked.append(True) or 3.0)
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert runtime.passive_when_busy() is None and not looked  # not even a look at the load
+    assert "OMP_WAIT_POLICY" not in os.environ
+
+
+def test_an_unchanged_total_over_the_window_is_no_reading(monkeypatch, tmp_path):
+    """A window in which the CPUs' total jiffies did not grow (a frozen or coarse /proc/stat)
+    gives no reading rather than a division by zero; a grown one gives its share, the guest
+    columns (9 and 10, already in user time) not counted twice."""
+    stat = tmp_path / "stat"
+    line = "cpu0 {u} 0 0 {i} 0 0 0 0 {g} {g}\n"
+    stat.write_text(line.format(u=100, i=100, g=50))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(runtime.time, "sleep", lambda seconds: None)
+    assert runtime.busy_cpus(0.1, stat) is None
+    assert runtime._cpu_jiffies({0}, stat) == (100, 200)
+    after = line.format(u=130, i=170, g=90)
+    monkeypatch.setattr(runtime.time, "sleep", lambda seconds: stat.write_text(after))
+    assert runtime.busy_cpus(0.1, stat) == pytest.approx(0.3)
+    stat.write_text("cpu0 0 0 0 0 0 0 0 0 0 0\n")
+    assert runtime._cpu_jiffies({0}, stat) is None  # no ticks at all: no reading
+    stat.write_text("cpu0 1 2\n")
+    assert runtime._cpu_jiffies({0}, stat) is None  # a short line
+
+
+def test_usable_cpus_without_an_affinity_mask_or_with_an_empty_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(runtime, "_cgroup_quota", lambda: None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set())
+    assert runtime.usable_cpus() == 1
+    monkeypatch.delattr(os, "sched_getaffinity")  # not Linux: the machine's count
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert runtime.usable_cpus() == 5
+    monkeypatch.setattr(runtime, "_cgroup_quota", lambda: 4.0)  # a whole quota: not rounded up
+    assert runtime.usable_cpus() == 4
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    monkeypatch.setattr(runtime, "_cgroup_quota", lambda: None)
+    assert runtime.usable_cpus() == 1
+    stat = tmp_path / "stat"
+    stat.write_text("cpu0 1 0 0 1 0 0 0 0\n")
+    monkeypatch.setattr(runtime.time, "sleep", lambda s: stat.write_text("cpu0 9 0 0 1 0 0 0 0\n"))
+    assert runtime.busy_cpus(0.1, stat) is None  # no mask (not Linux): no reading
+
+
+def test_a_zero_v1_quota_is_no_limit_and_a_v2_file_wins(tmp_path):
+    v2 = tmp_path / "cpu.max"
+    v1 = (tmp_path / "cfs_quota_us", tmp_path / "cfs_period_us")
+    v1[0].write_text("0\n")
+    v1[1].write_text("100000\n")
+    assert runtime._cgroup_quota(v2, v1) is None
+    v1[0].write_text("50000\n")
+    assert runtime._cgroup_quota(v2, v1) == pytest.approx(0.5)
+    v2.write_text("200000 100000\n")
+    assert runtime._cgroup_quota(v2, v1) == pytest.approx(2.0)
+    v2.write_text("garbled\n")
+    assert runtime._cgroup_quota(v2, v1) is None
+    v2.unlink()
+    v1[1].unlink()
+    assert runtime._cgroup_quota(v2, v1) is None
+
+
+def test_thread_counts_are_restored_after_a_pin_and_after_an_error():
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with runtime.threads(2):
+            assert torch.get_num_threads() == 2
+            with runtime.single_thread():
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 3
+        with pytest.raises(KeyError), runtime.threads(2):
+            raise KeyError
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_exact_float32_turns_reduced_precision_off_and_restores_the_users_choice():
+    import torch
+
+    holders = runtime._precision_settings()
+    saved = [h.fp32_precision for h in holders]
+    legacy = torch.get_float32_matmul_precision()
+    try:
+        if holders:
+            for holder in holders[1:]:
+                holder.fp32_precision = "tf32" if "mkldnn" not in repr(holder) else "bf16"
+            chosen = [h.fp32_precision for h in holders]
+            with runtime.exact_float32():
+                assert [h.fp32_precision for h in holders[1:]] == ["ieee"] * (len(holders) - 1)
+            assert [h.fp32_precision for h in holders] == chosen
+            with pytest.raises(KeyError), runtime.exact_float32():
+                raise KeyError
+            assert [h.fp32_precision for h in holders] == chosen
+        else:
+            torch.set_float32_matmul_precision("high")
+            with runtime.exact_float32():
+                assert torch.get_float32_matmul_precision() == "highest"
+            assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        for holder, value in zip(holders, saved, strict=True):
+            holder.fp32_precision = value
+        if not holders:
+            torch.set_float32_matmul_precision(legacy)
+
+
+def test_phases_add_up_in_the_order_first_met(monkeypatch):
+    clock = iter([0.0, 1.0, 1.0, 3.5, 4.0, 4.25])
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: next(clock))
+    phases = runtime.Phases("cpu")
+    with phases.phase("capture"):
+        pass
+    with pytest.raises(KeyError), phases.phase("probe"):
+        raise KeyError  # a failed phase is timed too
+    with phases.phase("capture"):
+        pass
+    assert phases.seconds == {"capture": 1.25, "probe": 2.5}
+    assert list(phases.seconds) == ["capture", "probe"]
+
+
+def test_alongside_with_exactly_two_threads_gives_the_task_a_thread_of_its_own():
+    import threading
+
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen: list[tuple[bool, int]] = []
+
+    def task() -> int:
+        seen.append(
+            (threading.current_thread() is threading.main_thread(), torch.get_num_threads())
+        )
+        return 3
+
+    try:
+        with runtime.alongside(task) as result:
+            assert torch.get_num_threads() == 1
+            assert result() == 3
+        assert seen == [(False, 1)] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
