@@ -62,6 +62,12 @@ DEFAULT_SUITE_TESTS = {
     ),
     "tests/integration/test_training.py::"
     "test_default_encoder_learns_to_fill_masks_a_nat_below_the_unigram_entropy": "mini-bert",
+    "tests/integration/test_suites.py::test_suite_steps_of_a_trained_mini_suite[mini-pythia]": (
+        "mini-pythia"
+    ),
+    "tests/integration/test_suites.py::test_suite_steps_of_a_trained_mini_suite[mini-bert]": (
+        "mini-bert"
+    ),
 }
 _trainer: subprocess.Popen | None = None
 

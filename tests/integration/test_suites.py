@@ -130,13 +130,11 @@ def test_suite_steps_are_the_opened_suites_steps(micro_pythia, tmp_path, monkeyp
     assert suite_steps("micro-pythia") == open_suite("micro-pythia").steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mini-pythia", "mini-bert"])
 def test_suite_steps_of_a_trained_mini_suite(name):
-    try:
-        suite = ensure_mini_suite(name, train=False)
-    except ValueError:
-        pytest.skip(f"{name} is not trained in this cache")
-    assert suite_steps(name) == suite.steps
+    """A default suite, trained once per test run (``tests/conftest.py``)."""
+    assert suite_steps(name) == ensure_mini_suite(name).steps
 
 
 def test_suite_steps_errors_are_open_suites(tmp_path):
