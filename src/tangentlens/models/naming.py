@@ -6,36 +6,16 @@ offline — and a model's width where it is known offline.
 TransformerLens keeps no offline table of model configs (its ``get_pretrained_model_config``
 reads the hub's ``config.json``), so widths are known for the Pythia models only
 (:data:`~tangentlens.models.shapes.PYTHIA_CONFIGS`); other models are compared by name alone.
-:func:`suite_model_name` imports no model library; the others import TransformerLens.
+Both import TransformerLens.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
 
-from tangentlens.models.catalog import parse_suite_spec
 from tangentlens.models.shapes import PYTHIA_CONFIGS
 
-__all__ = ["model_key", "model_width", "suite_model_name"]
-
-
-def suite_model_name(spec: str) -> str:
-    """The model of the suite ``open_suite(spec)`` opens, without opening it: a Pythia suite's
-    hub id, a mini suite's name, a local folder's ``suite.json`` ``model_name``, else the
-    folder's name (what the suite's ``model_name`` gives, organisation prefix aside)."""
-    kind, target = parse_suite_spec(spec)
-    if kind != "local":
-        return target
-    root = Path(target).expanduser()
-    meta = root / "suite.json"
-    try:
-        metadata = json.loads(meta.read_text()) if meta.is_file() else {}
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"cannot read {meta}: {error}") from error
-    named = metadata.get("model_name") if isinstance(metadata, dict) else None
-    return str(named or root.absolute().name)
+__all__ = ["model_key", "model_width"]
 
 
 @functools.cache
