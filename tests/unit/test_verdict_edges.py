@@ -19,6 +19,7 @@ from tangentlens.findings import (
     Steps,
     left_out,
     mean_by,
+    per_kind,
     pick,
     same_cells,
     sds_apart,
@@ -121,6 +122,28 @@ def test_pick_keeps_bin_all_known_values_at_checkpoints_by_site_kind():
     assert [r["value"] for r in picked["resid_post"]] == [1.0]
     assert [r["value"] for r in picked["mlp_out"]] == [2.0]
     assert "embed" not in pick(rows, "p", "m", layered=True)
+
+
+def test_a_row_without_a_bin_or_a_site_is_picked_as_bin_all_of_its_own_kind():
+    whole = {"probe": "p", "metric": "m", "step": 10, "value": 1.0, "layer": None, "site": None}
+    binned = {**whole, "freq_bin": "2", "value": 2.0}
+    assert pick([whole, binned], "p", "m") == {"-": [whole]}
+
+
+def test_per_kind_checks_each_kind_and_passes_layered_on():
+    rows = [_row("p", "m", 0, 1.0), _row("p", "m", 0, 2.0, site="hook_embed", layer=None)]
+
+    def count(kind, picked):
+        return Finding(kind, True, str(len(picked)))
+
+    assert [(f.claim, f.evidence) for f in per_kind(rows, "p", "m", count)] == [
+        ("embed", "1"), ("resid_post", "1"),
+    ]  # fmt: skip
+    assert [f.claim for f in per_kind(rows, "p", "m", count, layered=True)] == ["resid_post"]
+
+
+def test_same_cells_of_no_steps_is_nothing():
+    assert same_cells([{"step": 0, "method": "m", "layer": 0, "site": "a"}], []) == ([], [])
 
 
 def test_same_cells_keeps_the_cells_of_every_step_and_lists_the_others_sorted():
