@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -214,3 +215,16 @@ def test_a_takeover_counts_even_when_a_later_look_removed_nothing(tmp_path, monk
 
     monkeypatch.setattr(locking, "_take_over", take_over)
     assert try_lock(lock) == (None, True)
+
+
+def test_looking_at_a_process_sends_it_no_signal():
+    """Liveness is asked with signal 0: the process looked at (here one that a hang-up would
+    end) runs on."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert locking._pid_alive(child.pid)
+        time.sleep(0.2)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

@@ -437,3 +437,33 @@ def test_a_full_disk_at_the_root_or_unknown_free_space_is_said_plainly(tmp_path)
     error = DiskFullError(gone, OSError(errno.ENOSPC, "No space"))
     assert f"(free space unknown on the filesystem of {gone})" in str(error)
     assert error.errno == errno.ENOSPC
+
+
+def test_a_full_disk_says_the_free_space_in_mib(tmp_path, monkeypatch):
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    from tangentlens.sweep.store import DiskFullError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(0, 0, 3 * 2**20 + 2**19))
+    error = DiskFullError(tmp_path, OSError(errno.ENOSPC, "No space"))
+    assert f"(3.5 MiB free on the filesystem of {tmp_path})" in str(error)
+
+
+def test_replicates_are_written_in_their_schema(tmp_path):
+    """Whole-number replicates and a missing label are stored as the schema's float64 and
+    null, whatever the records' Python types suggest."""
+    import pyarrow.parquet as pq
+
+    from tangentlens.results import REPLICATE_FIELDS, REPLICATE_SCHEMA
+    from tangentlens.sweep.store import read_replicates
+
+    store = RunStore(tmp_path)
+    record = {name: None for name in REPLICATE_FIELDS}
+    record.update(suite="s", step=10, probe="p", metric="m", replicates=[1, 2, 3])
+    store.write_replicates("step-10", [record])
+    (written,) = (tmp_path / "replicates").glob("*.parquet")
+    assert pq.read_schema(written).remove_metadata() == REPLICATE_SCHEMA
+    assert read_replicates(tmp_path).column("replicates").to_pylist() == [[1.0, 2.0, 3.0]]
