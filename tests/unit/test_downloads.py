@@ -75,6 +75,14 @@ def test_a_file_name_keeps_no_leading_or_trailing_separator(cache):
     assert [p.name for p in (cache / "downloads").iterdir()] == ["quick-org--model.sh"]
 
 
+def test_file_names_keep_their_case_and_a_second_plan_writes_beside_the_first(cache):
+    for recipe in (_recipe("Xmas", "EleutherAI/Pythia"), _recipe("quick", "org/model")):
+        with pytest.raises(ValueError, match="every command is in"):
+            check_downloads(_missing(INLINE + 1), recipe)
+    names = sorted(p.name for p in (cache / "downloads").iterdir())
+    assert names == ["Xmas-EleutherAI--Pythia.sh", "quick-org--model.sh"]
+
+
 class _Suite:
     """A suite that says what is missing of the steps it is asked for."""
 
