@@ -38,6 +38,8 @@ def test_cgroup_quotas_are_read_from_v2_and_v1_files(tmp_path):
     assert runtime._cgroup_quota(v2, v1) == pytest.approx(3.0)
     v1[0].write_text("-1\n")  # no limit
     assert runtime._cgroup_quota(v2, v1) is None
+    v1[0].write_text("1\n")  # the smallest quota is a quota
+    assert runtime._cgroup_quota(v2, v1) == pytest.approx(1e-5)
     v1[0].write_text("garbled\n")
     assert runtime._cgroup_quota(v2, v1) is None
     v1[0].unlink()
