@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import sys
-import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from tangentlens.checks import Bound
 from tangentlens.contract import MODEL_FREE_STEP, SCOPES, STATE_KEYS, ModelFreeInputs, Probe
 from tangentlens.registry import builtin_probes, resolve
 from tangentlens.reporting import Figure, Reporting, Table
+from tests.unit.test_registry import _module
 
 
 @dataclass(frozen=True)
@@ -249,13 +249,6 @@ def test_the_builtin_catalogue_is_in_module_order():
     names = list(builtin_probes())
     modules = [builtin_probes()[n].module.rsplit(".", 1)[1] for n in names]
     assert modules == sorted(modules) and len(names) > 3
-
-
-def _module(tmp_path, monkeypatch, name: str, source: str) -> str:
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    return name
 
 
 def test_a_missing_attribute_is_refused_offering_the_modules_public_probes(tmp_path, monkeypatch):

@@ -26,18 +26,7 @@ from tangentlens.findings import (
     steps_of,
 )
 from tangentlens.probes import frequency_geometry, shape_of_learning, tangent_energy
-from tangentlens.results import row
-
-TOKENS_PER_STEP = 1000
-
-
-def _row(probe: str, metric: str, step: int, value: float, **cell: Any) -> dict[str, Any]:
-    layer = cell.pop("layer", 0)
-    site = cell.pop("site", f"blocks.{layer}.hook_resid_post")
-    return row(
-        "s", step, step * TOKENS_PER_STEP, probe, metric, value, site=site, layer=layer, **cell
-    )
-
+from tests.unit.test_reproduction import _row
 
 # ------------------------------------------------------------------ findings: shared rules
 
