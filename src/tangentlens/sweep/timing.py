@@ -213,8 +213,10 @@ def time_line(time: dict[str, Any], resumed: bool) -> str:
         parts.append(f"a step {seconds['step']:.1f} s")
     predicted = time.get("predicted_seconds")
     if predicted is not None:
-        measured = "resumed: not comparable" if resumed else f"measured {time['wall_seconds']:.0f}"
-        parts.append(f"predicted {predicted:.0f} s for {time['steps']} step(s), {measured} s")
+        measured = (
+            "resumed: not comparable" if resumed else f"measured {time['wall_seconds']:.0f} s"
+        )
+        parts.append(f"predicted {predicted:.0f} s for {time['steps']} step(s), {measured}")
     suite = time.get("predicted_suite_seconds")
     if suite is not None:
         parts.append(f"all {time['suite_steps']} checkpoints: predicted {suite:.0f} s")
