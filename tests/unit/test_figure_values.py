@@ -289,6 +289,42 @@ def test_line_labels_name_a_site_without_a_block_and_a_site_of_no_known_kind(tmp
     assert figures._line_label(key, [key, ("resid_post", 0, "-", None)]) == "resid_post"
 
 
+WHOLE = {"site": "-", "layer": None}
+
+
+def test_rows_about_the_whole_model_are_their_own_line_over_steps_and_absent_over_depth(
+    tmp_path, drawn
+):
+    """A row about the whole model (site "-", no block) beside the embedding's and a block's:
+    over steps it is the line "whole model", not a second "embed"; over depth it has no place,
+    so the embedding's point (the left end) holds the embedding's value alone."""
+    rows = [
+        _r("p", "a", step, value=value + step, **cell)
+        for step in (0, 1)
+        for cell, value in ((EMBED, 0.1), (WHOLE, 5.0), ({"layer": 0}, 0.3))
+    ]
+    assert figures._per_layer_over_steps(rows, tmp_path / "s.png", STEPS[:1], "t")
+    labels = {label: y for label, _, y in _lines(drawn[0].axes[0])}
+    assert labels == {
+        "embed": pytest.approx([0.1, 1.1]),
+        "layer 0": pytest.approx([0.3, 1.3]),
+        "whole model": pytest.approx([5.0, 6.0]),
+    }
+    assert figures._over_depth(rows, tmp_path / "d.png", DEPTH[:1], "t")
+    (ax,) = drawn[1].axes
+    assert [(x, y) for _, x, y in _lines(ax)] == [([-1, 0], [0.1, 0.3]), ([-1, 0], [1.1, 1.3])]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["emb", "L0"]
+
+
+def test_over_depth_has_no_embedding_tick_for_rows_about_the_whole_model(tmp_path, drawn):
+    """Blocks and a whole-model row, no embedding: the depth axis starts at L0."""
+    rows = [_r("p", "a", 0, value=1.0, **WHOLE), _r("p", "a", 0, value=0.3)]
+    assert figures._over_depth(rows, tmp_path / "d.png", DEPTH[:1], "t")
+    (ax,) = drawn[0].axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["L0"]
+    assert _lines(ax) == [("0", [0], [0.3])]
+
+
 # ---------------------------------------------------------------- declared, rendered
 
 FIGURE_PROBE = """

@@ -6,7 +6,9 @@ renderer, loaded by import path: this module names no probe.
 
 A figure never averages rows that differ in a key that varies: a line (or a row of panels) per
 site kind, and per proxy method and rank unless the figure declares that it averages the
-methods (``Figure.per_method``, e.g. over attention heads, named in its label). Where the rows
+methods (``Figure.per_method``, e.g. over attention heads, named in its label); over depth, the
+embedding's rows are the left end of every line and rows about the whole model (site ``"-"``)
+are left out (they have no depth), over steps they are a line of their own. Where the rows
 carry an interval it is drawn as a band. Steps are drawn on a symmetric-log axis (step 0 and
 Pythia's log-spaced early steps both show).
 """
@@ -38,10 +40,20 @@ Row = dict[str, Any]
 #: A line's key: the row's site kind, block, proxy method and rank (method and rank None where
 #: a figure averages the methods).
 LineKey = tuple[str, Any, Any, Any]
+#: The label of a line of rows about the whole model (site ``"-"``, no block; the tables' ``-``).
+WHOLE_MODEL = "whole model"
 
 
 def _kind(r: Row) -> str:
     return site_kind(r["site"] or "-") or "-"
+
+
+def _depth(r: Row) -> int | None:
+    """A row's place over depth: its block, −1 for the embedding, None for a row about the whole
+    model (or of another kind with no block)."""
+    if r["layer"] is not None:
+        return r["layer"]
+    return -1 if _kind(r) == "embed" else None
 
 
 def _lines(
@@ -66,7 +78,10 @@ def _line_label(key: LineKey, keys: Iterable[LineKey]) -> str:
     its method (rank) where several are drawn."""
     kind, layer, method, rank = key
     keys = list(keys)
-    parts = [layer_name(layer) if kind in ("embed", "-") or layer is not None else kind]
+    if layer is None:  # the embedding, a row about the whole model, or a kind with no block
+        parts = [{"embed": layer_name(None), "-": WHOLE_MODEL}.get(kind, kind)]
+    else:
+        parts = [layer_name(layer)]
     if len({k[0] for k in keys if k[1] is not None}) > 1 and layer is not None:
         parts.append(kind)
     if len({k[2:] for k in keys}) > 1:
@@ -113,18 +128,17 @@ def _over_depth(
                         r["probe"] == probe
                         and r["metric"] == figure.metric
                         and r["step"] == step
+                        and _depth(r) is not None
                         and (r["layer"] is None or _kind(r) == kind)
                         and (method is None or (r["method"], r["rank"]) == (method, rank))
                     ):
-                        per_layer[-1 if r["layer"] is None else r["layer"]].append(r["value"])
+                        per_layer[_depth(r)].append(r["value"])
                 if per_layer:
                     layers = sorted(per_layer)
                     values = [statistics.fmean(per_layer[k]) for k in layers]
                     color = cmap(i / max(len(steps) - 1, 1))
                     ax.plot(layers, values, "o-", color=color, label=f"{step}")
-            ticks = sorted(
-                {-1 if r["layer"] is None else r["layer"] for r in rows if r["probe"] == probe}
-            )
+            ticks = sorted({_depth(r) for r in rows if r["probe"] == probe} - {None})
             ax.set_xticks(ticks, ["emb" if t == -1 else f"L{t}" for t in ticks])
             ax.set_xlabel("depth")
             ax.set_ylabel(figure.label)
