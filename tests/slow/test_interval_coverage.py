@@ -74,10 +74,11 @@ def _capture(setting: dict, n: int, rng: np.random.Generator, reservoir: int) ->
     per-sequence energy sums (``reservoir`` 0, frozen_early) or a row reservoir instead."""
     d = setting["d"]
     sequence = np.repeat(np.arange(n), TOKENS)
-    scale = np.exp(rng.normal(0.0, 0.3, n))[sequence, None]
-    offset = rng.normal(0.0, setting["tau"], (n, d))[sequence]
-    noise = rng.normal(size=(n * TOKENS, d)) * setting["sd"]
-    g = torch.from_numpy(scale * (setting["mu"] + offset + noise))
+    scale = np.exp(rng.normal(0.0, 0.3, n))[:, None, None]
+    offset = rng.normal(0.0, setting["tau"], (n, d))[:, None, :]
+    noise = rng.normal(size=(n, TOKENS, d)) * setting["sd"]
+    # each token's row: its sequence's scale × (the mean + its sequence's offset + its noise)
+    g = torch.from_numpy((scale * (setting["mu"] + offset + noise)).reshape(n * TOKENS, d))
     ids = torch.from_numpy(sequence * SEQ_LEN + np.tile(np.arange(TOKENS), n))
     proxies = {"pca": setting["q"], "mean_direction": setting["m"]}
     energy = None
