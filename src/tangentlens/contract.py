@@ -80,6 +80,11 @@ SCOPES: dict[str, str] = {
     "model_free": "it needs no model (a unit of its own): call its rows function",
 }
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+#: The refusal of type sums that a probe's needs and its named types disagree on.
+_TYPE_SUMS_RULE = (
+    "a probe needing type sums names its types (tracked_types and max_tracked_types), and only "
+    "such a probe does"
+)
 
 #: What every step's saved state holds beside the probes' own states (a probe's state may not
 #: use these keys: each :class:`Transition` gives a probe its state with them).
@@ -296,10 +301,7 @@ class Probe(Generic[C]):
         if self.state is not None and self.across is None:
             raise ValueError(f"{where}: state is kept for across rows: give across too")
         if (self.tracked_types is None) != (self.max_tracked_types is None):
-            raise ValueError(
-                f"{where}: a probe needing type sums names its types (tracked_types and "
-                "max_tracked_types), and only such a probe does"
-            )
+            raise ValueError(f"{where}: {_TYPE_SUMS_RULE}")
 
         if not isinstance(self.reporting, Reporting):
             raise ValueError(f"{where}: reporting must be a tangentlens Reporting")
@@ -321,10 +323,7 @@ class Probe(Generic[C]):
     def _check_needs(self, needs: Needs) -> None:
         """Refuse needs whose type sums and the probe's named types disagree."""
         if needs.type_sums != (self.tracked_types is not None):
-            raise ValueError(
-                f"probe {self.name!r}: a probe needing type sums names its types (tracked_types "
-                "and max_tracked_types), and only such a probe does"
-            )
+            raise ValueError(f"probe {self.name!r}: {_TYPE_SUMS_RULE}")
 
     def needs_for(self, config: C | None) -> Needs:
         """What the probe needs from a capture with ``config`` (None: its config's defaults):

@@ -146,11 +146,22 @@ def test_the_scope_refusal_names_every_scope():
 
 
 def test_type_sums_need_both_type_functions_and_the_needs_to_say_so():
+    """The one refusal, word for word, whether the probe's declaration or its needs function
+    disagrees with its named types."""
     probe = _probe(
         needs=Needs(type_sums=True), tracked_types=_rows, max_tracked_types=lambda c, n: 1
     )
     assert probe.needs_for(None).type_sums
-    assert "names its types" in _refusal(tracked_types=_rows, max_tracked_types=_rows)
+    rule = (
+        "probe 'mine': a probe needing type sums names its types (tracked_types and "
+        "max_tracked_types), and only such a probe does"
+    )
+    assert _refusal(tracked_types=_rows) == rule
+    assert _refusal(tracked_types=_rows, max_tracked_types=_rows) == rule
+    asks = _probe(needs=lambda config: Needs(type_sums=True))
+    with pytest.raises(ValueError) as error:
+        asks.needs_for(None)
+    assert str(error.value) == rule
 
 
 def test_may_differ_names_keys_of_the_config_unless_it_gives_its_own_table():
@@ -242,6 +253,20 @@ def test_model_free_rows_need_the_scope_and_the_rows():
         _probe().model_free_rows(ModelFreeInputs("s"), Settings(), "here")
 
 
+def test_model_free_rows_are_checked_under_the_callers_name():
+    """A row naming a metric the probe did not declare is refused, the message starting with
+    where the rows were asked for."""
+    from tangentlens.results import row
+
+    probe = _probe(
+        scope="model_free", rows=lambda i, c: [row(i.suite, 5, None, "mine", "other", 1.0)]
+    )
+    with pytest.raises(ValueError) as error:
+        probe.model_free_rows(ModelFreeInputs("s"), Settings(), "unit model-free-mine")
+    assert str(error.value).startswith("unit model-free-mine: probe 'mine' (")
+    assert "metric 'other'; it declares the metrics ['my_metric']" in str(error.value)
+
+
 # ---------------------------------------------------------------------------- the registry
 
 
@@ -284,6 +309,39 @@ def test_a_missing_attribute_is_refused_offering_the_modules_public_probes(tmp_p
         resolve(f"{empty}:X")
     assert str(error.value) == (
         f"probe '{empty}:X': {empty}:X is not a tangentlens.registry.Probe (got int)"
+    )
+
+
+def test_an_import_path_is_cut_at_its_first_colon_and_lists_every_probe(tmp_path, monkeypatch):
+    """``module:attribute`` splits at the first colon (the rest is the attribute, refused by
+    name); a missing attribute lists every public probe of the module; ``module:`` whose
+    ``PROBE`` is no probe is refused by that name."""
+    source = """
+        from dataclasses import dataclass
+        from tangentlens.registry import Probe
+
+        @dataclass(frozen=True)
+        class Config:
+            pass
+
+        def _rows(inputs, config):
+            return []
+
+        ONE = Probe(name="one", config=Config, scope="step", metrics={"x": "a"}, rows=_rows)
+        TWO = Probe(name="two", config=Config, scope="step", metrics={"x": "a"}, rows=_rows)
+    """
+    name = _module(tmp_path, monkeypatch, "probe_two_colons", source)
+    with pytest.raises(ValueError) as error:
+        resolve(f"{name}:ONE:x")
+    assert str(error.value) == (
+        f"probe '{name}:ONE:x': module {name} has no attribute 'ONE:x'; its probes: ONE, TWO "
+        "(did you mean 'ONE'?)"
+    )
+    plain = _module(tmp_path, monkeypatch, "probe_plain_probe", "PROBE = 1\n")
+    with pytest.raises(ValueError) as error:
+        resolve(f"{plain}:")
+    assert str(error.value) == (
+        f"probe '{plain}:': {plain}:PROBE is not a tangentlens.registry.Probe (got int)"
     )
 
 
