@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -166,12 +166,13 @@ class Estimator:
         return self.text(config, recipe) if callable(self.text) else self.text
 
 
-def default_tables(name: str, metrics: Mapping[str, str]) -> tuple[Table, ...]:
-    """A table per metric, titled ``<probe>: <metric>``."""
+def default_tables(name: str, metrics: Iterable[str]) -> tuple[Table, ...]:
+    """A table per metric (names, e.g. a probe's ``metrics`` mapping), titled
+    ``<probe>: <metric>``."""
     return tuple(Table(metric, f"{name}: {metric}") for metric in metrics)
 
 
-def default_figures(name: str, metrics: Mapping[str, str]) -> tuple[Figure, ...]:
+def default_figures(name: str, metrics: Iterable[str]) -> tuple[Figure, ...]:
     """One figure ``<probe>.png``: a panel per metric, a line per site kind, layer and method
     over steps — in the run's report and in ``compare`` (a line per run and place there)."""
     return tuple(

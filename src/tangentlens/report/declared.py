@@ -38,9 +38,8 @@ def _declared(name: str, key: str, metrics: list[str]) -> Reported:
     except ValueError:
         probe = None
     if probe is None or probe.name != name:
-        found = dict.fromkeys(metrics, "")
         order = (True, len(SCOPES), name)
-        return Reported(name, default_tables(name, found), default_figures(name, found), order)
+        return Reported(name, default_tables(name, metrics), default_figures(name, metrics), order)
     order = (name not in builtin_probes(), list(SCOPES).index(probe.scope), name)
     return Reported(name, probe.tables, probe.figures, order, probe.reporting.findings)
 
