@@ -61,7 +61,7 @@ Python — so use micro shapes.
 from __future__ import annotations
 
 import contextlib
-import traceback
+import sys
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,11 +177,14 @@ class Transfers:
 
 
 def _caller() -> str:
-    """The innermost frame outside torch and this module: who asked for the copy."""
-    for frame in reversed(traceback.extract_stack()):
-        name = frame.filename.replace("\\", "/")
+    """The innermost frame outside torch and this module: who asked for the copy (read from
+    the frames themselves, not their source lines)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
         if "/torch/" not in name and not name.endswith("tangentlens/testing.py"):
-            return f"{name}:{frame.lineno} ({frame.name})"
+            return f"{name}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back
     return "?"
 
 
