@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,13 @@ def test_relative_depth_and_place():
     assert relative_depth("resid_post", 3, 4) == 1
     assert relative_depth("embed", 5, 4) == 0
     assert relative_depth("-", None, 4) is None
+    run = _run()  # 4 blocks
+    assert run.place({"site": "blocks.1.hook_resid_post", "layer": 1}) == (
+        "resid_post",
+        Fraction(1, 2),
+    )
+    assert run.place({"site": "t", "layer": 0}) == ("t", Fraction(1, 4))  # a kind of its own
+    assert run.place({"site": "-", "layer": None}) == ("-", None)
 
 
 # ---------------------------------------------------------------- compare() on run folders

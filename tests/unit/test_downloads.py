@@ -83,6 +83,41 @@ def test_file_names_keep_their_case_and_a_second_plan_writes_beside_the_first(ca
     assert names == ["Xmas-EleutherAI--Pythia.sh", "quick-org--model.sh"]
 
 
+#: ``café``, ``org/modèle`` and ``révision`` spelt in ASCII (the command line is ASCII there too)
+_ASCII_LOCALE_WRITE = """
+from types import SimpleNamespace
+from tangentlens.models.hub import Download
+from tangentlens.sweep.downloads import check_downloads
+suite = SimpleNamespace(name="org/mod\\u00e8le", offline=True)
+recipe = SimpleNamespace(name="caf\\u00e9", suite=suite)
+missing = [Download(f"r\\u00e9vision r{i}", f"hf download repo --revision r{i}") for i in range(4)]
+try:
+    check_downloads(missing, recipe)
+except ValueError as error:  # the refusal, not an encoding error (also a ValueError)
+    if not str(error).startswith("4 downloads this sweep needs"):
+        raise
+else:
+    raise SystemExit("not refused")
+"""
+
+
+def test_the_file_is_utf_8_whatever_the_locale(cache):
+    """Under an ASCII locale (no UTF-8 mode) the file is still written, in UTF-8."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _ASCII_LOCALE_WRITE], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    path = cache / "downloads" / "caf---org--mod--le.sh"  # the name keeps ASCII only
+    lines = path.read_bytes().decode("utf-8").splitlines()
+    assert lines[1].startswith("# what `tangentlens sweep --recipe café` loads")
+    assert lines[2] == "# révision r0"
+
+
 class _Suite:
     """A suite that says what is missing of the steps it is asked for."""
 

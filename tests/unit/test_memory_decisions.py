@@ -18,6 +18,7 @@ from tangentlens.core.memory import (
     MemoryPart,
     MemoryPlan,
     PlanInputs,
+    check_fits,
     control_draw_columns,
     fitting_batch,
     fitting_plan,
@@ -214,6 +215,15 @@ def test_a_plan_at_its_budget_fits_and_one_byte_less_is_refused():
     assert "of host memory" in host and host.endswith("loading 0.00 GiB: reduce suite.dtype")
 
 
+def test_check_fits_holds_the_plan_to_both_budgets():
+    plan = memory_plan(INPUTS)
+    assert check_fits(INPUTS, accelerator=None, host=plan.host_peak) == plan
+    with pytest.raises(ValueError, match=r"^the sweep will not fit: .* GiB of host memory"):
+        check_fits(INPUTS, accelerator=None, host=plan.host_peak - 1)
+    with pytest.raises(ValueError, match=r"^the sweep will not fit: .* of accelerator memory"):
+        check_fits(INPUTS, accelerator=plan.accelerator_peak - 1, host=None)
+
+
 def test_the_fewest_passes_that_fit_and_the_remedies_when_none_does():
     plans = memory_plans(dataclasses.replace(INPUTS, passes=0))
     assert [p.passes for p in plans] == [1, 2, 3]
@@ -254,6 +264,7 @@ def test_the_batch_that_fits_is_found_at_its_boundary():
     assert fitting_batch(inputs, peaks[3]) == 3
     assert fitting_batch(inputs, peaks[3] - 1) == 2
     assert fitting_batch(inputs, 2 * peaks[2], 2.0) == 2
+    assert fitting_batch(inputs, peaks[1]) == 1  # the smallest batch is a batch
     assert fitting_batch(inputs, peaks[1] - 1) is None
 
 
@@ -265,7 +276,10 @@ def test_out_of_memory_names_the_device_scale_and_budget():
     assert line.startswith(
         f"unit step-3 ran out of GPU memory: it needed ≥ {planned / 2 / GIB:.2f}"
     )
-    assert line.endswith("set data.batch_size = 3 (fits once the plan is scaled by 1.00)")
+    assert line.endswith(
+        f"the plan's peak at data.batch_size = 4 is {planned / GIB:.2f} GiB; "
+        "set data.batch_size = 3 (fits once the plan is scaled by 1.00)"
+    )
     assert "available" not in line
     line = out_of_memory_line("step-3", inputs, 2 * planned, 2 * planned)
     assert f", {2 * planned / GIB:.2f} GiB available; set data.batch_size = 3" in line

@@ -433,6 +433,9 @@ def test_a_full_disk_at_the_root_or_unknown_free_space_is_said_plainly(tmp_path)
     assert f"no space left writing {tmp_path} (" in str(at_root)
     nameless = DiskFullError(tmp_path, OSError(errno.ENOSPC, "No space"))
     assert f"no space left writing {tmp_path} (" in str(nameless)
+    said = RuntimeError("write failed: No space left on device")  # known by its text: no filename
+    assert disk_full(said)
+    assert f"no space left writing {tmp_path} (" in str(DiskFullError(tmp_path, said))
     gone = tmp_path / "gone"
     error = DiskFullError(gone, OSError(errno.ENOSPC, "No space"))
     assert f"(free space unknown on the filesystem of {gone})" in str(error)

@@ -30,6 +30,8 @@ def test_cgroup_quotas_are_read_from_v2_and_v1_files(tmp_path):
     v1 = (tmp_path / "cfs_quota_us", tmp_path / "cfs_period_us")
     v2.write_text("150000 100000\n")
     assert runtime._cgroup_quota(v2, v1) == pytest.approx(1.5)
+    v2.write_text("150000 100000 later-fields\n")  # the first two are the quota and period
+    assert runtime._cgroup_quota(v2, v1) == pytest.approx(1.5)
     v2.write_text("max 100000\n")
     assert runtime._cgroup_quota(v2, v1) is None
     v2.unlink()
@@ -294,6 +296,18 @@ def test_busy_cpus_are_other_programs_jiffies_over_the_window_on_this_process_cp
     assert runtime._cpu_jiffies({0}, tmp_path / "missing") is None
     stat.write_text("garbled\n")
     assert runtime.busy_cpus(0.1, stat) is None
+
+
+def test_busy_cpus_look_at_this_process_mask_for_a_quarter_second_by_default(monkeypatch, tmp_path):
+    """The mask read is this process's (pid 0), and the default window is 0.25 s."""
+    stat = tmp_path / "stat"
+    stat.write_text(_STAT.format(a=0, b=0, a0=100, i0=100, a1=100, i1=100))
+    asked: list[int] = []
+    slept: list[float] = []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: asked.append(pid) or {0})
+    monkeypatch.setattr(runtime.time, "sleep", slept.append)
+    assert runtime.busy_cpus(stat=stat) is None  # nothing moved over the window
+    assert asked == [0] and slept == [0.25]
 
 
 def test_a_busy_loop_beside_is_seen_as_a_busy_cpu():
