@@ -147,6 +147,36 @@ def test_the_lock_is_removed_only_if_it_still_holds_the_dead_holder(tmp_path):
     assert _names(tmp_path) == []
 
 
+def test_a_marker_gone_under_the_takeover_is_no_error(tmp_path, monkeypatch):
+    """Another process may remove the marker at any moment (it finished, or judged it stale):
+    gone between the failed create and its age check, the takeover looks again (None); gone
+    before this takeover lets it go, the takeover still counts."""
+    lock = tmp_path / ".lock"
+    dead = {"host": HOST, "pid": _dead_pid()}
+    _write(lock, pid=dead["pid"])
+    marker = _marker(tmp_path, 0.0)
+    stat = type(marker).stat
+
+    def vanished(path, *args, **kwargs):
+        if path == marker:
+            raise FileNotFoundError(path)
+        return stat(path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(type(marker), "stat", vanished)
+        assert locking._take_over(lock, marker, dead) is None
+    marker.unlink()
+    holder = locking.lock_holder
+
+    def removed_meanwhile(path):
+        marker.unlink()  # another process clears the marker while this one holds it
+        return holder(path)
+
+    monkeypatch.setattr(locking, "lock_holder", removed_meanwhile)
+    assert locking._take_over(lock, marker, dead) is True
+    assert _names(tmp_path) == []
+
+
 def test_a_takeover_under_way_is_waited_for(tmp_path, monkeypatch, fixed_clock):
     """Another process holds a fresh marker: try_lock looks again until it is gone (here, after
     two looks), then takes the dead lock over."""
