@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from rich.console import Console
 from tangentlens.comparison import compare
 from tangentlens.comparison import settings as cs
 from tangentlens.comparison import table as ct
-from tangentlens.comparison.runs import Run, relative_depth
+from tangentlens.comparison.runs import Run, read_run, relative_depth
 from tangentlens.report import compare_report
 from tangentlens.results import row
 from tangentlens.sweep.store import RunStore
@@ -345,3 +346,94 @@ def test_the_compare_header_names_partial_runs_and_unshared_rows_by_probe(tmp_pa
     )
     assert lines[2].endswith("(2 blocks) · step 10, 12,000 tokens seen")  # finished
     assert "[dim]rows not shared (refused or in one run only): a: aa 1, zz 2[/]" in lines
+
+
+# ------------------------------------------------------------------ more edges (mutmut survivors)
+
+
+def test_each_estimator_entry_covers_exactly_its_declared_rows():
+    scopes = cs.estimator_scopes.__wrapped__()  # not the cached table: built here
+    assert scopes["positions"] == cs.Setting("estimator positions", "estimators.positions")
+    assert scopes["fit_window"] == cs.Setting(
+        "estimator fit_window", "estimators.fit_window", cs.TANGENT_ACCOUNT
+    )
+    assert scopes["drift_cosine"] == cs.Setting(
+        "estimator drift_cosine",
+        "estimators.drift_cosine",
+        ("cosine_drift",),
+        metric_prefix="drift_cosine_",
+    )
+    assert scopes["energy_ratio"] == cs.Setting(
+        "estimator energy_ratio",
+        "estimators.energy_ratio",
+        ("tangent_energy", "update_alignment"),
+        metric_suffix="_ratio",
+    )
+    assert scopes["energy_interval"].metrics == (
+        "energy_fraction",
+        "energy_ratio",
+        "energy_complement_ratio",
+    )
+
+
+def test_a_row_repeated_at_the_compared_step_is_named_in_the_error():
+    rows = [
+        row("s", 10, 100, "tangent_energy", "energy_ratio", v, site="blocks.1.hook_resid_post",
+            layer=1, method="pca", rank=4, freq_bin="0")
+        for v in (1.0, 2.0)
+    ]  # fmt: skip
+    message = (
+        "run a has two energy_ratio rows at step 10 for site blocks.1.hook_resid_post, "
+        "method 'pca', bin '0'"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ct._keyed(_run("a", rows), 10)
+
+
+def test_a_run_without_rows_names_itself_and_its_folder():
+    with pytest.raises(ValueError, match=r"^run a \(a\) holds no checkpoint rows yet$"):
+        _run("a").pick_step("last")
+
+
+@pytest.mark.parametrize("recipe", [{"recipe": {"name": "r"}}, {}], ids=["no suite", "no recipe"])
+def test_a_manifest_without_layers_or_suite_is_refused_naming_the_folder(tmp_path, recipe):
+    store = RunStore(tmp_path / "run")
+    store.write_part("step-all", [row("s", 10, 100, "capture", "n_tokens", 1.0)])
+    store.write_manifest({"finished": True, **recipe})
+    expected = f"{tmp_path / 'run'}: the number of layers is unknown (the manifest has no n_layers "
+    with pytest.raises(ValueError) as error:
+        read_run(tmp_path / "run")
+    assert str(error.value).startswith(expected + "and suite None cannot be read: ")
+
+
+def test_a_comparison_refuses_the_rows_its_refusals_concern():
+    setting = cs.Setting("estimator drift_cosine", "estimators.drift_cosine", ("cosine_drift",))
+    comparison = ct.Comparison((), (), None, (cs.Refusal(setting, "line"),), (), (), (), ())
+    assert comparison.is_refused({"probe": "cosine_drift", "metric": "m", "freq_bin": "all"})
+    assert not comparison.is_refused({"probe": "capture", "metric": "m", "freq_bin": "all"})
+
+
+def test_a_difference_interval_over_zero_or_negative_replicates_warns_of_nothing():
+    a, b = np.array([0.0, -1.0, 1.0, 2.0]), np.array([1.0, 1.0, 2.0, 4.0])
+    inf = np.array([np.inf, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # log: ln 0 (divide) and ln −1 (invalid) dropped; the two ln 2 remain
+        assert ct._difference_interval(True, 0.5, a, b) == pytest.approx((0.5, math.log(2)))
+        # plain: inf − inf (invalid) dropped
+        assert ct._difference_interval(False, 1.0, inf, inf + 1) == pytest.approx((1.0, 1.0))
+
+
+def test_replicates_are_read_as_floats_with_a_missing_one_as_nan():
+    record = {"step": 10, "probe": "p", "metric": "m", "method": "-", "rank": None,
+              "freq_bin": "all", "site": "blocks.0.hook_resid_post", "layer": 0}  # fmt: skip
+    run = Run("a", Path("a"), {}, (), 4, ({**record, "replicates": [1, None, 3]},))
+    (values,) = ct._replicates(run, 10).values()
+    assert values.dtype == np.float64
+    np.testing.assert_array_equal(values, [1.0, math.nan, 3.0])
+
+
+def test_a_row_without_a_rank_sorts_before_rank_1_whatever_its_bin():
+    no_rank = ("p", "m", "pca", None, "all", "resid_post", Fraction(1, 2))
+    rank_1 = ("p", "m", "pca", 1, "0", "resid_post", Fraction(1, 2))
+    assert sorted([rank_1, no_rank], key=ct._sort_key) == [no_rank, rank_1]
