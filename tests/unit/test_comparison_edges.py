@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tangentlens.comparison.runs import Run, read_run, relative_depth
 from tangentlens.report import compare_report
 from tangentlens.results import row
 from tangentlens.sweep.store import RunStore
+from tests.unit import test_compare_probe_settings as probe_settings
 
 
 def _run(label: str = "a", rows: tuple = (), **manifest: Any) -> Run:
@@ -437,3 +439,51 @@ def test_a_row_without_a_rank_sorts_before_rank_1_whatever_its_bin():
     no_rank = ("p", "m", "pca", None, "all", "resid_post", Fraction(1, 2))
     rank_1 = ("p", "m", "pca", 1, "0", "resid_post", Fraction(1, 2))
     assert sorted([rank_1, no_rank], key=ct._sort_key) == [no_rank, rank_1]
+
+
+def test_a_difference_row_names_the_site_kind_method_and_rank(tmp_path):
+    a = probe_settings._run(tmp_path / "a", probe_settings._recipe(), [10])
+    b = probe_settings._run(tmp_path / "b", probe_settings._recipe(), [10])
+    RunStore(b).write_part("extra", [row("s", 10, 100, "capture", "n_tokens", 5.0)])
+    comparison = compare([a, b])  # b's extra row (a lacks it) is not compared
+    assert comparison.unshared == (Counter(), Counter({"capture": 1}))
+    rows = [r for r in comparison.to_pylist() if r["probe"] == "site_grad"]
+    assert [(r["run"], r["site"], r["difference"]) for r in rows] == [
+        ("a", probe_settings.SITE, None),
+        ("b", probe_settings.SITE, None),
+        ("b − a", "resid_post", "difference"),
+    ]
+    assert {(r["method"], r["rank"]) for r in rows} == {("pca", 4)}
+
+
+def test_across_rows_are_refused_when_the_first_runs_row_compares_steps(tmp_path):
+    recipe = probe_settings._recipe()
+    a = probe_settings._run(tmp_path / "a", recipe, [64, 1200], [probe_settings._update(1200, 2)])
+    b = probe_settings._run(tmp_path / "b", recipe, [0, 1000])
+    RunStore(b).write_part("more", [probe_settings._update(1000, 3.0)])  # not b's across part
+    comparison = compare([a, b])
+    assert [r.line for r in comparison.refused] == [
+        "transitions differ (a 64 → 1200, b 0 → 1000): across-steps rows (update_alignment) "
+        "not compared"
+    ]
+    assert "update_alignment" not in {r["probe"] for r in comparison.to_pylist()}
+
+
+def test_runs_sharing_no_row_are_refused_with_each_reason(tmp_path):
+    a = _write(tmp_path / "a", {"-@0": 0.1})
+    b = _write(tmp_path / "b", {"-@1": 0.3})
+    message = (
+        "the runs share no comparable row (a step 10, b step 10): "
+        "no metric at a common site kind and depth"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        compare([a, b])
+    c = _write(tmp_path / "c", {"-@0": 0.1}, estimators={"positions": "all", "proxies": "x"})
+    d = _write(tmp_path / "d", {"-@0": 0.3}, estimators={"positions": "last", "proxies": "y"})
+    with pytest.raises(ValueError) as error:
+        compare([c, d])
+    assert str(error.value).startswith(
+        "the runs share no comparable row (c step 10, d step 10): "
+        'estimator positions differs (c: "all"; d: "last"): every probe rows not compared; '
+        'estimator proxies differs (c: "x"; d: "y"): '
+    )  # then the tangent account's probes
