@@ -487,3 +487,21 @@ def test_runs_sharing_no_row_are_refused_with_each_reason(tmp_path):
         'estimator positions differs (c: "all"; d: "last"): every probe rows not compared; '
         'estimator proxies differs (c: "x"; d: "y"): '
     )  # then the tangent account's probes
+
+
+def test_mixed_precisions_above_the_bound_refuse_every_row_in_one_line():
+    f32 = {"statistics_dtype": "float32", "statistics_bound": {"relative": 0.01}}
+    refused, flags = cs.precision_refusals([_run("a"), _run("b", **f32)])
+    assert flags == []
+    assert [(r.setting, r.line, r.rows) for r in refused] == [
+        (
+            cs.Setting("statistics precision", "statistics_dtype"),
+            "statistics precision differs (a float64, b float32 (bound 1.0e-02)), a bound above "
+            "0.001: no row compared (rerun one with capture.precision matching the other)",
+            None,
+        )
+    ]
+    # a float32 run that states no bound is read as bound 0: flagged, not refused
+    refused, flags = cs.precision_refusals([_run("a"), _run("b", statistics_dtype="float32")])
+    assert refused == []
+    assert flags == ["statistics precision differs (a float64, b float32): within 0.001"]
