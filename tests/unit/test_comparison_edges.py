@@ -21,7 +21,7 @@ from rich.console import Console
 from tangentlens.comparison import compare
 from tangentlens.comparison import settings as cs
 from tangentlens.comparison import table as ct
-from tangentlens.comparison.runs import Run, read_run, relative_depth
+from tangentlens.comparison.runs import Run, read_run, relative_depth, row_identity
 from tangentlens.report import compare_report
 from tangentlens.results import row
 from tangentlens.sweep.store import RunStore
@@ -505,3 +505,22 @@ def test_mixed_precisions_above_the_bound_refuse_every_row_in_one_line():
     refused, flags = cs.precision_refusals([_run("a"), _run("b", statistics_dtype="float32")])
     assert refused == []
     assert flags == ["statistics precision differs (a float64, b float32): within 0.001"]
+
+
+def test_probe_keys_name_a_probe_by_its_key_unless_a_manifest_records_its_name():
+    recipe = {"probes": {"k": {}, "x": {}}}
+    a = _run("a", recipe=recipe, probes={"k": {"name": "n"}})
+    b = _run("b", recipe={"probes": {"k": {}, "x": {}, "y": {}}})
+    assert cs.probe_keys([a, b]) == {"k": "n", "x": "x"}
+
+
+def test_a_transition_refusal_lists_every_across_probe():
+    def run(label: str, first: int) -> Run:
+        across = [row("s", 1200, 0, p, "m", 1.0, site="-") for p in ("q", "p")]
+        rows = (row("s", first, 0, "c", "m", 1.0, site="-"), *across)
+        return Run(label, Path(label), {}, rows, 4, (), frozenset(map(row_identity, across)))
+
+    refusal = cs.transition_refusal([run("a", 64), run("b", 0)], [1200, 1200])
+    assert refusal.line == (
+        "transitions differ (a 64 → 1200, b 0 → 1200): across-steps rows (p, q) not compared"
+    )
