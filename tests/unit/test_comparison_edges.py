@@ -524,3 +524,13 @@ def test_a_transition_refusal_lists_every_across_probe():
     assert refusal.line == (
         "transitions differ (a 64 → 1200, b 0 → 1200): across-steps rows (p, q) not compared"
     )
+
+
+def test_a_comparison_names_its_runs_and_steps_and_keeps_integer_columns_nullable(tmp_path):
+    comparison = compare(
+        [_write(tmp_path / "a", {"-@0": 0.1}), _write(tmp_path / "b", {"-@0": 0.3})]
+    )
+    assert repr(comparison) == "Comparison(a @ step 10, b @ step 10; 3 rows)"
+    frame = comparison.to_pandas()
+    assert str(frame["step"].dtype) == "Int64"
+    assert frame["step"].isna().tolist() == [False, False, True]  # the difference row has none
