@@ -276,8 +276,8 @@ def test_the_builtin_catalogue_is_in_module_order():
     assert modules == sorted(modules) and len(names) > 3
 
 
-def test_a_missing_attribute_is_refused_offering_the_modules_public_probes(tmp_path, monkeypatch):
-    source = """
+#: A probe module's preamble (its config and rows function); a test appends its probes.
+PROBE_MODULE = """
         from dataclasses import dataclass
         from tangentlens.registry import Probe
 
@@ -287,10 +287,17 @@ def test_a_missing_attribute_is_refused_offering_the_modules_public_probes(tmp_p
 
         def _rows(inputs, config):
             return []
+"""
 
+
+def test_a_missing_attribute_is_refused_offering_the_modules_public_probes(tmp_path, monkeypatch):
+    source = (
+        PROBE_MODULE
+        + """
         GRAD = Probe(name="grad", config=Config, scope="step", metrics={"x": "a"}, rows=_rows)
         _HIDDEN = GRAD
     """
+    )
     name = _module(tmp_path, monkeypatch, "probe_attr_edges", source)
     with pytest.raises(ValueError) as error:
         resolve(f"{name}:GRAF")
@@ -316,20 +323,13 @@ def test_an_import_path_is_cut_at_its_first_colon_and_lists_every_probe(tmp_path
     """``module:attribute`` splits at the first colon (the rest is the attribute, refused by
     name); a missing attribute lists every public probe of the module; ``module:`` whose
     ``PROBE`` is no probe is refused by that name."""
-    source = """
-        from dataclasses import dataclass
-        from tangentlens.registry import Probe
-
-        @dataclass(frozen=True)
-        class Config:
-            pass
-
-        def _rows(inputs, config):
-            return []
-
+    source = (
+        PROBE_MODULE
+        + """
         ONE = Probe(name="one", config=Config, scope="step", metrics={"x": "a"}, rows=_rows)
         TWO = Probe(name="two", config=Config, scope="step", metrics={"x": "a"}, rows=_rows)
     """
+    )
     name = _module(tmp_path, monkeypatch, "probe_two_colons", source)
     with pytest.raises(ValueError) as error:
         resolve(f"{name}:ONE:x")
