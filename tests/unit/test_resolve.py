@@ -231,7 +231,15 @@ def test_the_estimator_notes_are_the_cores_and_the_probes():
 def test_the_resolved_recipe_is_plain_json(tmp_path):
     run = resolve(load_recipe("quickstart"))
     saved = json.loads(json.dumps(run.to_dict()))
+    assert list(saved) == [
+        "recipe", "suite", "steps", "window", "capture", "window_capture", "needs", "estimators",
+        "memory",
+    ]  # fmt: skip
+    assert saved["recipe"] == json.loads(json.dumps(run.recipe.to_dict()))
+    assert saved["steps"] == list(run.steps)
     assert saved["suite"]["loader"] == "hooked" and saved["window"] == list(run.window)
+    assert saved["window_capture"] == json.loads(json.dumps(dataclasses.asdict(run.window_capture)))
+    assert saved["window_capture"]["needs"]["gradients"] is False  # forward only
     assert saved["capture"]["needs"]["sequence_sums"] is True
     assert saved["needs"]["tangent_energy"]["bins"] is True
     assert saved["memory"][0]["passes"] == 1

@@ -79,16 +79,12 @@ class RunPlan:
             "suite": self.suite.to_dict(),
             "steps": list(self.steps),
             "window": list(self.window),
-            "capture": _request_dict(self.capture),
-            "window_capture": _request_dict(self.window_capture),
+            "capture": dataclasses.asdict(self.capture),
+            "window_capture": dataclasses.asdict(self.window_capture),
             "needs": {key: dataclasses.asdict(n) for key, n in self.needs.items()},
             "estimators": dict(self.estimators),
             "memory": [plan.to_dict() for plan in self.memory],
         }
-
-
-def _request_dict(request: CaptureRequest) -> dict[str, Any]:
-    return {**dataclasses.asdict(request), "needs": dataclasses.asdict(request.needs)}
 
 
 def refuse_no_loss(needs: Mapping[str, Needs], why: str | None) -> None:
