@@ -259,3 +259,44 @@ def test_measure_resolves_through_the_same_function(monkeypatch):
 
     assert notebook.resolve is resolve
     assert Path(notebook.__file__).read_text(encoding="utf-8").count("Recipe(") == 1
+
+
+def test_the_refusals_name_every_probe_they_refuse():
+    needs = {"a": Needs(gradients=True, attention=True), "b": Needs(gradients=True, attention=True)}
+    with pytest.raises(ValueError, match=r"^probe\(s\) a, b cannot run: no heads; drop them"):
+        refuse_attention(needs, "no heads")
+    with pytest.raises(ValueError, match=r"^probe\(s\) a, b cannot run: no loss \(they need"):
+        refuse_no_loss(needs, "no loss")
+
+
+def test_resolve_reads_the_refusals_and_the_shape_from_the_facts_it_is_given():
+    """A suite's facts (what ``measure`` passes for a model in memory): its missing loss
+    refuses the gradient probes, its missing shape gives no memory plan, saying why."""
+    facts = resolve(load_recipe("quickstart")).suite
+    with pytest.raises(ValueError, match=r"^probe\(s\) tangent_energy.* cannot run: headless"):
+        resolve(load_recipe("quickstart"), dataclasses.replace(facts, no_loss="headless"))
+    unknown = dataclasses.replace(facts, shape=None, unknown_shape="a model in memory")
+    run = resolve(load_recipe("quickstart"), unknown)
+    assert run.memory == () and run.memory_inputs is None
+    with pytest.raises(ValueError, match=r"^no memory plan: a model in memory$"):
+        run.memory_plan()
+
+
+def test_the_memory_plan_checks_the_host_budget():
+    run = resolve(load_recipe("quickstart"))
+    host = run.memory[0].host_peak
+    assert run.memory_plan(host=host).passes == 1
+    with pytest.raises(ValueError, match="the sweep will not fit"):
+        run.memory_plan(host=host - 1)
+
+
+def test_the_request_counts_the_probes_types_and_carries_the_capture_seed():
+    recipe = load_recipe("quickstart", ["capture.seed=7"])
+    run = resolve(recipe)
+    tracked = [
+        e.probe.max_tracked_types(e.config, recipe.data.max_tokens)
+        for e in recipe.probes.values()
+        if e.probe.max_tracked_types is not None
+    ]
+    assert tracked and run.capture.type_limit == sum(tracked)
+    assert run.capture.seed == run.window_capture.seed == 7

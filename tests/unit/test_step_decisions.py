@@ -312,6 +312,10 @@ def test_one_capture_pass_keeps_its_statistics_where_they_were_made(passes):
     assert passes.requested == [
         {"vocab_size": 10, "type_ids": None, "sequence_energy": None, "precision": "float64"}
     ]
+    encoder = _data()
+    encoder.loss = "mlm"
+    (stats,) = core_step.capture_step("model", SITES, encoder, run, 9)
+    assert stats.config.loss == "mlm"  # the data's loss, not the default
 
 
 def test_several_capture_passes_send_each_pass_to_the_host_and_attention_in_the_first(passes):
@@ -342,6 +346,8 @@ def test_type_sums_track_only_the_types_the_probes_read_and_precision_resolves(p
     assert passes.requested[0]["precision"] == "float64"  # auto on the CPU
     core_step.capture_step("model", SITES, _data(), run, 9, precision="float32")
     assert passes.requested[1]["precision"] == "float32"
+    core_step.capture_step("model", SITES, _data(), run, 9, sequence_energy="the sums")
+    assert passes.requested[2]["sequence_energy"] == "the sums"
 
 
 class _Merging:
@@ -353,10 +359,11 @@ class _Merging:
 
 
 def test_a_held_out_stage_fits_the_first_half_and_scores_the_second(monkeypatch):
-    calls, fitted_on = [], []
+    calls, fitted_on, given = [], [], []
 
     def capture_step(model, sites, data, run, step, **kw):
         calls.append(kw)
+        given.append((model, sites, data, run, step))
         return _Merging(kw.get("part"))
 
     def fit_step(stats, stage, fixed, status):
@@ -372,6 +379,7 @@ def test_a_held_out_stage_fits_the_first_half_and_scores_the_second(monkeypatch)
         "m", SITES, data, run, 3, passes=2, sequence_energy="sums", precision="float32"
     )
     assert [c["part"] for c in calls] == [slice(0, 3), slice(3, None)]
+    assert given == [("m", SITES, data, run, 3)] * 2  # the step names it in its errors
     assert {(c["passes"], c["precision"]) for c in calls} == {(2, "float32")}
     assert "sequence_energy" not in calls[0]
     assert fitted == "fitted" and fitted_on == [(slice(0, 3), {})]
@@ -381,6 +389,7 @@ def test_a_held_out_stage_fits_the_first_half_and_scores_the_second(monkeypatch)
     run = SimpleNamespace(recipe=SimpleNamespace(proxies=ProxiesSpec(methods=("pca",))))
     stats, scored, fitted = core_step.capture_scored("m", SITES, data, run, 3, sequence_energy="s")
     assert calls == [{"passes": 1, "precision": None, "sequence_energy": "s"}]
+    assert given[-1] == ("m", SITES, data, run, 3)
     assert stats is scored and fitted is None
 
 
