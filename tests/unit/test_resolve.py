@@ -275,7 +275,9 @@ def test_resolve_reads_the_refusals_and_the_shape_from_the_facts_it_is_given():
     facts = resolve(load_recipe("quickstart")).suite
     with pytest.raises(ValueError, match=r"^probe\(s\) tangent_energy.* cannot run: headless"):
         resolve(load_recipe("quickstart"), dataclasses.replace(facts, no_loss="headless"))
-    unknown = dataclasses.replace(facts, shape=None, unknown_shape="a model in memory")
+    unknown = dataclasses.replace(
+        facts, shape=None, n_layers=None, d_model=None, unknown_shape="a model in memory"
+    )
     run = resolve(load_recipe("quickstart"), unknown)
     assert run.memory == () and run.memory_inputs is None
     with pytest.raises(ValueError, match=r"^no memory plan: a model in memory$"):
@@ -300,3 +302,12 @@ def test_the_request_counts_the_probes_types_and_carries_the_capture_seed():
     ]
     assert tracked and run.capture.type_limit == sum(tracked)
     assert run.capture.seed == run.window_capture.seed == 7
+
+
+def test_a_width_refusal_names_a_model_in_memory_as_the_model():
+    recipe = load_recipe("quickstart", ["proxies.rank=200"])
+    facts = resolve(load_recipe("quickstart")).suite
+    with pytest.raises(ValueError, match=r"^suite 'mini-pythia' \(d_model = 128\): proxies"):
+        resolve(recipe)
+    with pytest.raises(ValueError, match=r"^the model \(d_model = 128\): proxies\.rank = 200"):
+        resolve(recipe, dataclasses.replace(facts, kind="model"))

@@ -212,9 +212,9 @@ def test_the_captures_own_rows():
 
 def test_fixed_proxies_join_only_the_sites_that_were_fitted():
     fitted = {SITE: FittedProxies({"pca": OWN_BASIS}, {})}
-    fixed = {
-        SITE: {"sae": FixedProxy(FROZEN_BASIS, {"sae_l0": 3.0})},
+    fixed = {  # a site that was not fitted first: the next ones still get theirs
         OTHER: {"sae": FixedProxy(FROZEN_BASIS, {})},
+        SITE: {"sae": FixedProxy(FROZEN_BASIS, {"sae_l0": 3.0})},
     }
     out = core_step.with_fixed(fitted, fixed)
     assert set(out) == {SITE}
@@ -231,6 +231,9 @@ def test_fit_step_fits_every_site_with_the_stages_config_and_adds_the_fixed(fits
     assert said == ["fitting proxies (pca)"]
     assert fits.sites == ["a", "b"] and fits.configs == [OWN_STAGE.proxy_config()] * 2
     assert set(out[SITE].bases) == {"pca"} and set(out[OTHER].bases) == {"pca", "sae"}
+    said.clear()
+    core_step.fit_step(stats, ProxiesSpec(methods=("pca", "seminmf")), {}, said.append)
+    assert said == ["fitting proxies (pca, seminmf)"]
 
 
 class _Stats:
