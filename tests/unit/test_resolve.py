@@ -40,6 +40,7 @@ def test_the_suite_string_is_parsed_once_per_resolve(monkeypatch):
     assert (run.suite.n_layers, run.suite.d_model) == (4, 128)
     assert run.steps == (0, 2, 8, 16, 64, 200, 400, 1200)
     assert run.window == (0, 8, 16, 32, 64, 100, 200, 300)
+    assert resolve(load_recipe("quickstart", ["proxies.window_checkpoints=1"])).window == (300,)
 
 
 def test_the_facts_of_each_kind_of_suite(tmp_path):
