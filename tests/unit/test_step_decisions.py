@@ -422,3 +422,25 @@ def test_the_sites_are_the_embedding_then_each_kind_at_each_selected_block(monke
     refusal[0] = "the model uses grouped-query attention"
     with pytest.raises(ValueError, match=r"^probe\(s\) qk cannot run: the model uses grouped"):
         core_step.capture_sites("m", run)
+
+
+def test_the_phases_and_status_lines_name_each_probe_and_the_fit(fits):
+    """What the sweep's timing table and progress line show for a step: each probe by name,
+    the step's own fit and its rows; the refit when it runs beside the probes."""
+    from tangentlens.runtime import Phases
+
+    log: list = []
+    probes = {"geometry": _Probe(log, "step"), "energy": _Probe(log, "tangent", refits=True)}
+    phases, said = Phases(), []
+    core_step.step_rows(_run(probes, OWN_STAGE), _capture("cpu"), status=said.append, phases=phases)
+    assert list(phases.seconds) == ["probe geometry", "fit", "fit rows", "probe energy"]
+    energy = "energy (3 control frames per measurement)"
+    assert said == ["geometry", "fitting proxies (pca)", energy]
+    beside = Phases()
+    core_step.step_rows(
+        _run(probes, FROZEN_STAGE), _capture("cpu"), frozen={SITE: {"pca": FROZEN_BASIS}},
+        phases=beside,
+    )  # fmt: skip
+    assert set(beside.seconds) == {
+        "probe geometry", "fit rows", "probe energy", "refit", "waiting for the refit",
+    }  # fmt: skip
