@@ -432,7 +432,10 @@ def test_the_phases_and_status_lines_name_each_probe_and_the_fit(fits):
     log: list = []
     probes = {"geometry": _Probe(log, "step"), "energy": _Probe(log, "tangent", refits=True)}
     phases, said = Phases(), []
-    core_step.step_rows(_run(probes, OWN_STAGE), _capture("cpu"), status=said.append, phases=phases)
+    rows, _ = core_step.step_rows(
+        _run(probes, OWN_STAGE), _capture("cpu"), status=said.append, phases=phases
+    )
+    assert [r["probe"] for r in rows] == ["capture"] * 4 + ["geometry", "proxy_fit", "energy"]
     assert list(phases.seconds) == ["probe geometry", "fit", "fit rows", "probe energy"]
     energy = "energy (3 control frames per measurement)"
     assert said == ["geometry", "fitting proxies (pca)", energy]
