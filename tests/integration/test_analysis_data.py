@@ -71,3 +71,23 @@ def test_saved_analysis_data_reads_back_identically(micro_bert, tmp_path):
     assert back.loss == data.loss == "mlm"
     save_analysis_data(data, tmp_path / "b.npz")
     assert data_sha256(tmp_path / "a.npz") == data_sha256(tmp_path / "b.npz")
+
+
+def test_a_named_corpus_is_read_instead_of_the_suites_held_out_split(micro_pythia, tmp_path):
+    from tangentlens.core.data import pack_texts
+    from tangentlens.data import load_corpus, special_tokens_of
+
+    text = tmp_path / "own.txt"
+    text.write_text("To be, or not to be, that is the question. " * 40)
+    recipe = load_recipe(
+        "quickstart", [f"data.corpus='{text}'", "data.seq_len=32", "data.n_bins=2"]
+    )
+    data = prepare_analysis_data(micro_pythia, recipe)
+    tokenizer = micro_pythia.tokenizer()
+    special = special_tokens_of(tokenizer, "decoder")
+    expected = pack_texts(
+        load_corpus(str(text)), tokenizer, "decoder", special, 32, recipe.data.max_tokens
+    )
+    assert np.array_equal(data.rows, expected)
+    held_out = prepare_analysis_data(micro_pythia, load_recipe("quickstart", ["data.seq_len=32"]))
+    assert not np.array_equal(held_out.rows[: len(expected)], expected)

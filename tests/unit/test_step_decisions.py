@@ -196,6 +196,13 @@ def test_only_the_probes_that_keep_replicates_are_handed_the_list(fits):
     core_step.step_rows(_run(probes, None, keeps=("keeps",)), _capture("cpu"), replicates=kept)
     by = {config: inputs for config, inputs in log}
     assert by["keeps"].replicates is kept and by["drops"].replicates is None
+    log.clear()
+    tangent = {"keeps": _Probe(log, "tangent"), "drops": _Probe(log, "tangent")}
+    core_step.step_rows(
+        _run(tangent, OWN_STAGE, keeps=("keeps",)), _capture("cpu"), replicates=kept
+    )
+    by = {config: inputs for config, inputs in log}
+    assert by["keeps"].replicates is kept and by["drops"].replicates is None
 
 
 def test_the_captures_own_rows():
