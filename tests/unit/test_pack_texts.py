@@ -4,6 +4,7 @@ documents): at most one row more than it keeps, never the whole corpus."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tangentlens.core import data as core_data
 from tangentlens.data import SpecialTokens
@@ -41,3 +42,10 @@ def test_only_the_texts_the_rows_need_are_tokenised(monkeypatch):
     assert rows.shape == (6, 16) and asked[-1] == 7 * 16
     everything = core_data.pack_texts(texts, _Tokenizer(), "decoder", SPECIAL, 16, 10**6)
     assert np.array_equal(rows, everything[:6])  # the first rows of packing every text
+
+
+def test_texts_too_short_for_one_row_are_refused_and_one_row_is_enough():
+    one = core_data.pack_texts(["x" * 20], _Tokenizer(), "decoder", SPECIAL, 16, max_tokens=10**6)
+    assert one.shape == (1, 16)
+    with pytest.raises(ValueError, match=r"^the texts give no row of 64 tokens; lower seq_len"):
+        core_data.pack_texts(["x" * 20], _Tokenizer(), "decoder", SPECIAL, 64, max_tokens=10**6)

@@ -123,3 +123,15 @@ def test_reading_and_planning_import_no_heavy_library(recipe_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_published_saes_count_as_a_method_in_the_memory_plan(recipe_path):
+    from tangentlens.core.memory import control_draw_columns
+    from tangentlens.core.resolve import resolve
+
+    inputs = resolve(load_recipe(recipe_path)).memory_inputs
+    assert inputs.draw_columns == control_draw_columns(3, True, 2) == 15  # pca and the SAEs
+    assert control_draw_columns(3, True, 1) < 15
+    assert ("embed", None) not in inputs.sites
+    embedded = resolve(load_recipe(recipe_path, ["capture.embed=true"])).memory_inputs
+    assert embedded.sites == (("embed", None), *inputs.sites)

@@ -312,3 +312,16 @@ def test_a_width_refusal_names_a_model_in_memory_as_the_model():
         resolve(recipe)
     with pytest.raises(ValueError, match=r"^the model \(d_model = 128\): proxies\.rank = 200"):
         resolve(recipe, dataclasses.replace(facts, kind="model"))
+
+
+def test_the_plan_inputs_read_the_sites_and_the_stages_control_frames():
+    from tangentlens.core.memory import control_draw_columns
+
+    run = resolve(load_recipe("quickstart"))
+    inputs, stage = run.memory_inputs, run.recipe.proxies
+    assert inputs.sites[:2] == (("embed", None), ("resid_post", 0))
+    assert (inputs.draws, inputs.draw_columns) == (stage.draws, 67)
+    assert inputs.draw_columns == control_draw_columns(stage.rank, True, len(stage.methods))
+    assert control_draw_columns(stage.rank, False, len(stage.methods)) == 64  # m̂ counts
+    geometry = resolve(load_recipe("razzhigaev2023")).memory_inputs  # no proxies stage
+    assert (geometry.draws, geometry.draw_columns, geometry.energy_methods) == (0, 0, 0)
