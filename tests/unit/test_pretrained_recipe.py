@@ -135,3 +135,10 @@ def test_the_published_saes_count_as_a_method_in_the_memory_plan(recipe_path):
     assert ("embed", None) not in inputs.sites
     embedded = resolve(load_recipe(recipe_path, ["capture.embed=true"])).memory_inputs
     assert embedded.sites == (("embed", None), *inputs.sites)
+
+
+def test_a_recipe_without_type_sums_plans_none(recipe_path):
+    from tangentlens.core.resolve import resolve
+
+    run = resolve(load_recipe(recipe_path))
+    assert not run.capture.needs.type_sums and run.memory_inputs.n_types == 0

@@ -325,3 +325,15 @@ def test_the_plan_inputs_read_the_sites_and_the_stages_control_frames():
     assert control_draw_columns(stage.rank, False, len(stage.methods)) == 64  # m̂ counts
     geometry = resolve(load_recipe("razzhigaev2023")).memory_inputs  # no proxies stage
     assert (geometry.draws, geometry.draw_columns, geometry.energy_methods) == (0, 0, 0)
+
+
+def test_the_plan_inputs_read_the_device_the_loss_the_types_and_the_rows():
+    cuda = resolve(load_recipe("pythia_160m", ["suite.device='cuda:1'", "capture.passes=0"]))
+    assert cuda.memory_inputs.device == "cuda"
+    assert ", 2 capture passes)" in cuda.memory[1].summary()
+    assert "capture passes" not in cuda.memory[0].summary()  # one pass goes unsaid
+    geometry = resolve(load_recipe("razzhigaev2023")).memory_inputs  # activations only
+    assert not geometry.gradients and geometry.shape.has_head
+    assert resolve(load_recipe("quickstart")).memory_inputs.n_types == 4096
+    odd = resolve(load_recipe("quickstart", ["data.max_tokens=1000", "data.seq_len=128"]))
+    assert odd.memory_inputs.n_sequences == 7 and isinstance(odd.memory_inputs.n_sequences, int)
