@@ -110,3 +110,21 @@ def test_too_few_bootstrap_replicates_are_refused_with_the_recipe(replicates):
     with pytest.raises(ValueError, match=r"bootstrap must be 0 \(no interval\) or ≥ 10"):
         load_recipe("quickstart", [f"probes.tangent_energy.bootstrap={replicates}"])
     assert load_recipe("quickstart", ["probes.tangent_energy.bootstrap=10"]).probes
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_suites_device_resolves_against_what_torch_sees(gpu, monkeypatch):
+    import torch
+
+    from tangentlens.core.recipe import SuiteSpec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert SuiteSpec(device="auto").resolved_device() == ("cuda" if gpu else "cpu")
+    assert SuiteSpec(device="cpu").resolved_device() == "cpu"
+    for device in ("cuda", "cuda:1"):
+        if gpu:
+            assert SuiteSpec(device=device).resolved_device() == device
+            continue
+        with pytest.raises(ValueError) as error:
+            SuiteSpec(device=device).resolved_device()
+        assert str(error.value) == f"suite.device = {device!r} but torch sees no CUDA device"
