@@ -128,3 +128,17 @@ def test_the_suites_device_resolves_against_what_torch_sees(gpu, monkeypatch):
         with pytest.raises(ValueError) as error:
             SuiteSpec(device=device).resolved_device()
         assert str(error.value) == f"suite.device = {device!r} but torch sees no CUDA device"
+
+
+def test_the_suites_settings_are_refused_with_a_suggestion():
+    from tangentlens.core.recipe import SuiteSpec
+
+    assert SuiteSpec(device="cuda:12").device == "cuda:12"
+    for device in ("cuda:1:2", "cuda:x", "cpu:0", "cuda:"):
+        with pytest.raises(ValueError, match=r"^suite\.device must be one of .* or 'cuda:N'"):
+            SuiteSpec(device=device)
+    cases = {"loader": "hookd", "dtype": "float23", "device": "cdua"}
+    meant = {"loader": "hooked", "dtype": "float32", "device": "cuda"}
+    for key, value in cases.items():
+        with pytest.raises(ValueError, match=rf"got '{value}' \(did you mean '{meant[key]}'\?\)$"):
+            SuiteSpec(**{key: value})

@@ -272,7 +272,7 @@ class MemoryPlan:
         ):
             if budget is None or peak <= budget:
                 continue
-            mine = [p for p in self.parts if p.where == where or self.device == "cpu"]
+            mine = [p for p in self.parts if p.where == where]  # on a CPU: all "host"
             largest = sorted(mine, key=lambda p: -p.bytes)[:3]
             hints = "; ".join(f"{p.name} {_gib(p.bytes)}: reduce {p.reduce}" for p in largest)
             return (

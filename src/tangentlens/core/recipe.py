@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -84,8 +85,7 @@ class SuiteSpec:
                 f"suite.dtype must be one of {WEIGHT_DTYPES}, got {self.dtype!r}"
                 f"{suggest(self.dtype, WEIGHT_DTYPES)}"
             )
-        base = self.device.split(":", 1)[0]
-        if base not in DEVICES or (":" in self.device and base != "cuda"):
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
             raise ValueError(
                 f"suite.device must be one of {DEVICES} or 'cuda:N', got {self.device!r}"
                 f"{suggest(self.device, DEVICES)}"
