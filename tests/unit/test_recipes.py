@@ -142,3 +142,13 @@ def test_the_suites_settings_are_refused_with_a_suggestion():
     for key, value in cases.items():
         with pytest.raises(ValueError, match=rf"got '{value}' \(did you mean '{meant[key]}'\?\)$"):
             SuiteSpec(**{key: value})
+
+
+def test_the_suites_dtype_is_a_torch_dtype():
+    import torch
+
+    from tangentlens.core.recipe import WEIGHT_DTYPES, SuiteSpec
+
+    for name in WEIGHT_DTYPES:
+        assert SuiteSpec(dtype=name).torch_dtype() is getattr(torch, name)
+    assert SuiteSpec(dtype="bfloat16").torch_dtype() is torch.bfloat16
