@@ -152,3 +152,19 @@ def test_the_suites_dtype_is_a_torch_dtype():
     for name in WEIGHT_DTYPES:
         assert SuiteSpec(dtype=name).torch_dtype() is getattr(torch, name)
     assert SuiteSpec(dtype="bfloat16").torch_dtype() is torch.bfloat16
+
+
+def test_capture_layers_are_refused_naming_the_forms_and_the_blocks():
+    from tangentlens.core.recipe import LAYER_FORMS, select_layers
+
+    assert select_layers("every:2", 5) == (0, 2, 4) and select_layers("3,0", 4) == (0, 3)
+    with pytest.raises(ValueError) as error:
+        select_layers("every:0", 4)
+    assert str(error.value) == (
+        f"capture.layers: cannot read 'every:0'; allowed: {', '.join(LAYER_FORMS)}"
+    )
+    with pytest.raises(ValueError) as error:
+        select_layers("0,4", 4)
+    assert str(error.value) == (
+        "capture.layers names block(s) [4], but the model has 4 blocks (0 … 3)"
+    )
