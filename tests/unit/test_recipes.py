@@ -168,3 +168,35 @@ def test_capture_layers_are_refused_naming_the_forms_and_the_blocks():
     assert str(error.value) == (
         "capture.layers names block(s) [4], but the model has 4 blocks (0 … 3)"
     )
+
+
+def test_site_groups_are_contiguous_and_differ_by_at_most_one():
+    from tangentlens.core.recipe import site_groups
+
+    sites = list("abcdefg")
+    assert site_groups(sites, 3) == [list("abc"), list("de"), list("fg")]
+    assert site_groups(sites, 2) == [list("abcd"), list("efg")]
+    assert site_groups(sites, 0) == site_groups(sites, 1) == [sites]
+    assert site_groups(sites, 9) == [[s] for s in sites]  # at most one group per site
+
+
+def test_the_capture_and_executor_refusals_say_what_is_allowed():
+    from tangentlens.core.recipe import CAPTURE_SITE_KINDS, CaptureSpec, ExecutorSpec
+
+    with pytest.raises(ValueError) as error:
+        CaptureSpec(sites=("resid_pots",))
+    assert str(error.value) == (
+        f"capture.sites: unknown site kind 'resid_pots'; allowed: {CAPTURE_SITE_KINDS} "
+        "(did you mean 'resid_post'?)"
+    )
+    with pytest.raises(ValueError) as error:
+        CaptureSpec(reduction="mean")
+    assert str(error.value) == (
+        "capture.reduction must be 'sum', got 'mean' ('mean' was removed: dividing each batch "
+        "by its own token count reweighted tokens across batches)"
+    )
+    with pytest.raises(ValueError, match=r"^capture\.precision must be one of"):
+        CaptureSpec(precision="float16")
+    with pytest.raises(ValueError) as error:
+        ExecutorSpec(sbatch=["--gres=gpu:1"])
+    assert str(error.value) == "executor.sbatch must be a table, got ['--gres=gpu:1']"
