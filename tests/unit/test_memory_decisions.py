@@ -323,3 +323,20 @@ def test_the_plan_as_json():
         "host_peak_bytes": 7,
         "parts": [{"name": "w", "where": "host", "bytes": 3, "exact": True}],
     }
+
+
+def test_a_sites_statistics_count_only_what_the_capture_keeps():
+    """Without type sums no vocabulary table; without drift sums a width of 1 + methods; without
+    energy sums no projectors and no sums (each by hand, as PER_SITE)."""
+
+    def statistics(**change) -> int:
+        parts = {p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, **change)).parts}
+        return parts["statistics"] // len(SITES)
+
+    moments = statistics_bytes(8, gradients=True, n_bins=2, bin_moments=True, n_types=0)
+    assert statistics(n_types=0) == moments + 3 * 64 * 8 + 6 * 3 * 12 * 8
+    typed = statistics_bytes(
+        8, gradients=True, n_bins=2, bin_moments=True, n_types=5, vocab_size=50
+    )
+    assert statistics(energy_drift=False) == typed + 3 * 64 * 8 + 6 * 3 * (1 + 3) * 8
+    assert statistics(energy_methods=0, energy_drift=False) == typed
