@@ -84,3 +84,13 @@ def test_a_key_set_twice_with_two_values_is_refused_as_in_a_file(overrides, mess
 def test_a_key_set_twice_with_one_value_is_that_value():
     recipe = load_recipe("quickstart", ["probes.tangent_energy.rank=8", "proxies.rank=8"])
     assert recipe.proxies.rank == 8
+
+
+def test_a_set_keys_path_splits_on_dots_outside_quotes_and_import_paths():
+    from tangentlens.core.recipe import _override_path
+
+    assert _override_path("probes.pkg.eXtra:PROBE_X.per_bin") == [
+        "probes", "pkg.eXtra:PROBE_X", "per_bin",
+    ]  # fmt: skip
+    assert _override_path('probes."a.b:X".k') == ["probes", "a.b:X", "k"]
+    assert _override_path("data.'max_tokens'") == ["data", "max_tokens"]
