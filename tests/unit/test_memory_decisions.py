@@ -90,6 +90,8 @@ def _parts(plan: MemoryPlan) -> dict[str, tuple[str, int]]:
 def test_one_pass_on_a_gpu_holds_every_part_on_the_device():
     assert saved_per_block(SHAPE, 4, 2, 4) == PER_BLOCK == 4560
     assert probe_bytes(INPUTS) == PROBES and held_draws_bytes(INPUTS) == DRAWS
+    # without type sums the refit's copies (20·10·8) beat the null's pool (16·10·9)
+    assert probe_bytes(dataclasses.replace(INPUTS, n_types=0)) == 20 * 10 * 8 + 4 * 64 * 8
     plan = memory_plan(INPUTS)
     saved = 4 * PER_BLOCK  # the embedding is captured: every block's backward is kept
     assert _parts(plan) == {
