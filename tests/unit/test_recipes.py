@@ -200,3 +200,21 @@ def test_the_capture_and_executor_refusals_say_what_is_allowed():
     with pytest.raises(ValueError) as error:
         ExecutorSpec(sbatch=["--gres=gpu:1"])
     assert str(error.value) == "executor.sbatch must be a table, got ['--gres=gpu:1']"
+
+
+def test_a_recipe_that_cannot_be_read_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError) as error:
+        load_recipe("quikstart")
+    assert str(error.value).startswith("unknown recipe 'quikstart': not a built-in (['")
+    assert str(error.value).endswith("]) nor a TOML file (did you mean 'quickstart'?)")
+    with pytest.raises(ValueError) as error:
+        load_recipe("quickstart", ["data.seq_len.x=3"])
+    assert str(error.value) == "--set data.seq_len.x: 'seq_len' is not a table"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[suite\nname = 1\n")
+    with pytest.raises(ValueError, match=rf"^recipe {bad} is not valid TOML: Expected"):
+        load_recipe(bad)
+    bad.write_text("probes = 3\n")  # was an AttributeError in the legacy-key migration
+    with pytest.raises(ValueError) as error:
+        load_recipe(bad)
+    assert str(error.value) == "probes must be a table of probe tables"

@@ -101,7 +101,8 @@ def move_legacy_keys(
     under ``probes.tangent_energy`` moved to ``proxies``, as recipes wrote them before the stage;
     with ``notice``, one warning line names the keys and where they live now. A key given in
     both places with different values is refused. ``data`` itself is not changed."""
-    table = data.get("probes", {}).get(LEGACY_PROBE)
+    probes = data.get("probes", {})
+    table = probes.get(LEGACY_PROBE) if isinstance(probes, dict) else None  # else refused later
     if not isinstance(table, dict):
         return data
     moved = [key for key in table if key in _stage_keys()]
