@@ -342,3 +342,15 @@ def test_a_sites_statistics_count_only_what_the_capture_keeps():
     )
     assert statistics(energy_drift=False) == typed + 3 * 64 * 8 + 6 * 3 * (1 + 3) * 8
     assert statistics(energy_methods=0, energy_drift=False) == typed
+
+
+def test_the_loss_chunk_holds_what_the_loss_keeps():
+    """Forward only: 8 positions of 50 float32 logits with their float32 log-probabilities, no
+    residual gradient; a model without a head: no logits at all."""
+    parts = {
+        p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, gradients=False)).parts
+    }
+    assert parts["loss chunk"] == 8 * 50 * (4 + 4)
+    headless = dataclasses.replace(INPUTS, shape=dataclasses.replace(SHAPE, has_head=False))
+    parts = {p.name: p.bytes for p in memory_plan(headless).parts}
+    assert parts["loss chunk"] == 0
