@@ -351,6 +351,9 @@ def test_the_loss_chunk_holds_what_the_loss_keeps():
         p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, gradients=False)).parts
     }
     assert parts["loss chunk"] == 8 * 50 * (4 + 4)
+    half = dataclasses.replace(INPUTS, gradients=False, dtype="bfloat16")
+    parts = {p.name: p.bytes for p in memory_plan(half).parts}
+    assert parts["loss chunk"] == 8 * 50 * (2 + 4)  # bfloat16 logits, float32 log-probabilities
     headless = dataclasses.replace(INPUTS, shape=dataclasses.replace(SHAPE, has_head=False))
     parts = {p.name: p.bytes for p in memory_plan(headless).parts}
     assert parts["loss chunk"] == 0
