@@ -341,3 +341,9 @@ def test_the_plan_inputs_read_the_device_the_loss_the_types_and_the_rows():
     assert resolve(load_recipe("quickstart")).memory_inputs.n_types == 4096
     odd = resolve(load_recipe("quickstart", ["data.max_tokens=1000", "data.seq_len=128"]))
     assert odd.memory_inputs.n_sequences == 7 and isinstance(odd.memory_inputs.n_sequences, int)
+
+
+def test_the_largest_batch_that_fits_the_host_is_named():
+    small = resolve(load_recipe("quickstart", ["data.batch_size=2"])).memory[0].host_peak
+    with pytest.raises(ValueError, match=r"\(data\.batch_size = 2 fits\)$"):
+        resolve(load_recipe("quickstart")).memory_plan(host=small)  # batch 16 on the CPU
