@@ -370,7 +370,7 @@ def out_of_memory_line(unit: str, inputs: PlanInputs, needed: int, budget: int |
     once the plan is scaled by ``needed`` over its peak (:func:`fitting_batch`)."""
     planned = _peak(memory_plan(inputs))
     where = "host" if inputs.device == "cpu" else "GPU"
-    scale = max(needed / planned, 1.0) if planned else 1.0
+    scale = max(needed / planned, 1.0)  # a peak holds the weights: never 0
     limit = planned if budget is None else budget
     batch = fitting_batch(inputs, limit, scale)
     against = "" if budget is None else f", {_gib(budget)} available"
