@@ -218,3 +218,16 @@ def test_a_recipe_that_cannot_be_read_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError) as error:
         load_recipe(bad)
     assert str(error.value) == "probes must be a table of probe tables"
+
+
+def test_a_recipe_key_names_its_section_and_a_recipe_needs_a_probe(tmp_path):
+    with pytest.raises(ValueError) as error:
+        load_recipe("quickstart", ["probes.tangent_energy.bootstrap=-1"])
+    assert str(error.value) == "probes.tangent_energy.bootstrap must be an integer ≥ 0, got -1"
+    with pytest.raises(ValueError) as error:
+        load_recipe("quickstart", ["proxies..rank=3"])
+    assert str(error.value) == "--set proxies..rank: an empty key part (e.g. proxies.rank=32)"
+    bare = tmp_path / "bare.toml"
+    bare.write_text('[suite]\nname = "micro-pythia"\n')
+    with pytest.raises(ValueError, match=r"^the recipe enables no probe; allowed: \["):
+        load_recipe(bare)
