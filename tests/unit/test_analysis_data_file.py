@@ -14,6 +14,8 @@ import pytest
 from tangentlens.core.data import data_sha256, load_analysis_data, save_analysis_data
 
 RUN = Path(__file__).parents[1] / "fixtures" / "pre_proxies_run" / "run"
+#: The hash of its data file, as its manifest records it.
+RECORDED = json.loads((RUN / "manifest.json").read_text())["data_sha256"]
 
 
 def test_the_hash_is_the_sha256_of_the_whole_file(tmp_path):
@@ -24,8 +26,7 @@ def test_the_hash_is_the_sha256_of_the_whole_file(tmp_path):
     empty.write_bytes(b"")
     for path in (big, empty):
         assert data_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
-    recorded = json.loads((RUN / "manifest.json").read_text())["data_sha256"]
-    assert data_sha256(RUN / "state" / "data.npz") == recorded
+    assert data_sha256(RUN / "state" / "data.npz") == RECORDED
 
 
 def test_data_saved_again_has_the_bytes_an_earlier_version_wrote(tmp_path):
@@ -33,8 +34,7 @@ def test_data_saved_again_has_the_bytes_an_earlier_version_wrote(tmp_path):
     ``data_sha256`` (the metadata is JSON with sorted keys)."""
     data = load_analysis_data(RUN / "state" / "data.npz", n_bins=3)
     save_analysis_data(data, tmp_path / "again.npz")
-    recorded = json.loads((RUN / "manifest.json").read_text())["data_sha256"]
-    assert data_sha256(tmp_path / "again.npz") == recorded
+    assert data_sha256(tmp_path / "again.npz") == RECORDED
 
 
 def test_a_data_file_holding_pickled_objects_is_refused(tmp_path):

@@ -327,13 +327,17 @@ def test_the_plan_as_json():
     }
 
 
+def _part_bytes(**change) -> dict[str, int]:
+    """Each part's bytes in the plan of ``INPUTS`` with ``change``."""
+    return {p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, **change)).parts}
+
+
 def test_a_sites_statistics_count_only_what_the_capture_keeps():
     """Without type sums no vocabulary table; without drift sums a width of 1 + methods; without
     energy sums no projectors and no sums (each by hand, as PER_SITE)."""
 
     def statistics(**change) -> int:
-        parts = {p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, **change)).parts}
-        return parts["statistics"] // len(SITES)
+        return _part_bytes(**change)["statistics"] // len(SITES)
 
     moments = statistics_bytes(8, gradients=True, n_bins=2, bin_moments=True, n_types=0)
     assert statistics(n_types=0) == moments + 3 * 64 * 8 + 6 * 3 * 12 * 8
@@ -347,13 +351,8 @@ def test_a_sites_statistics_count_only_what_the_capture_keeps():
 def test_the_loss_chunk_holds_what_the_loss_keeps():
     """Forward only: 8 positions of 50 float32 logits with their float32 log-probabilities, no
     residual gradient; a model without a head: no logits at all."""
-    parts = {
-        p.name: p.bytes for p in memory_plan(dataclasses.replace(INPUTS, gradients=False)).parts
-    }
-    assert parts["loss chunk"] == 8 * 50 * (4 + 4)
-    half = dataclasses.replace(INPUTS, gradients=False, dtype="bfloat16")
-    parts = {p.name: p.bytes for p in memory_plan(half).parts}
-    assert parts["loss chunk"] == 8 * 50 * (2 + 4)  # bfloat16 logits, float32 log-probabilities
-    headless = dataclasses.replace(INPUTS, shape=dataclasses.replace(SHAPE, has_head=False))
-    parts = {p.name: p.bytes for p in memory_plan(headless).parts}
-    assert parts["loss chunk"] == 0
+    assert _part_bytes(gradients=False)["loss chunk"] == 8 * 50 * (4 + 4)
+    half = _part_bytes(gradients=False, dtype="bfloat16")
+    assert half["loss chunk"] == 8 * 50 * (2 + 4)  # bfloat16 logits, float32 log-probabilities
+    headless = _part_bytes(shape=dataclasses.replace(SHAPE, has_head=False))
+    assert headless["loss chunk"] == 0

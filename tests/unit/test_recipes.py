@@ -5,6 +5,13 @@ import pytest
 from tangentlens.core.recipe import ExecutorSpec, builtin_recipes, load_recipe
 
 
+def _refusal(make, *args, **kwargs) -> str:
+    """The message of the ``ValueError`` that ``make(*args, **kwargs)`` raises."""
+    with pytest.raises(ValueError) as error:
+        make(*args, **kwargs)
+    return str(error.value)
+
+
 @pytest.mark.parametrize("name", sorted(builtin_recipes()))
 def test_builtin_recipe_loads(name):
     recipe = load_recipe(name)
@@ -125,9 +132,10 @@ def test_the_suites_device_resolves_against_what_torch_sees(gpu, monkeypatch):
         if gpu:
             assert SuiteSpec(device=device).resolved_device() == device
             continue
-        with pytest.raises(ValueError) as error:
-            SuiteSpec(device=device).resolved_device()
-        assert str(error.value) == f"suite.device = {device!r} but torch sees no CUDA device"
+        assert (
+            _refusal(SuiteSpec(device=device).resolved_device)
+            == f"suite.device = {device!r} but torch sees no CUDA device"
+        )
 
 
 def test_the_suites_settings_are_refused_with_a_suggestion():
@@ -158,14 +166,10 @@ def test_capture_layers_are_refused_naming_the_forms_and_the_blocks():
     from tangentlens.core.recipe import LAYER_FORMS, select_layers
 
     assert select_layers("every:2", 5) == (0, 2, 4) and select_layers("3,0", 4) == (0, 3)
-    with pytest.raises(ValueError) as error:
-        select_layers("every:0", 4)
-    assert str(error.value) == (
+    assert _refusal(select_layers, "every:0", 4) == (
         f"capture.layers: cannot read 'every:0'; allowed: {', '.join(LAYER_FORMS)}"
     )
-    with pytest.raises(ValueError) as error:
-        select_layers("0,4", 4)
-    assert str(error.value) == (
+    assert _refusal(select_layers, "0,4", 4) == (
         "capture.layers names block(s) [4], but the model has 4 blocks (0 … 3)"
     )
 
@@ -183,50 +187,47 @@ def test_site_groups_are_contiguous_and_differ_by_at_most_one():
 def test_the_capture_and_executor_refusals_say_what_is_allowed():
     from tangentlens.core.recipe import CAPTURE_SITE_KINDS, CaptureSpec, ExecutorSpec
 
-    with pytest.raises(ValueError) as error:
-        CaptureSpec(sites=("resid_pots",))
-    assert str(error.value) == (
+    assert _refusal(CaptureSpec, sites=("resid_pots",)) == (
         f"capture.sites: unknown site kind 'resid_pots'; allowed: {CAPTURE_SITE_KINDS} "
         "(did you mean 'resid_post'?)"
     )
-    with pytest.raises(ValueError) as error:
-        CaptureSpec(reduction="mean")
-    assert str(error.value) == (
+    assert _refusal(CaptureSpec, reduction="mean") == (
         "capture.reduction must be 'sum', got 'mean' ('mean' was removed: dividing each batch "
         "by its own token count reweighted tokens across batches)"
     )
     with pytest.raises(ValueError, match=r"^capture\.precision must be one of"):
         CaptureSpec(precision="float16")
-    with pytest.raises(ValueError) as error:
-        ExecutorSpec(sbatch=["--gres=gpu:1"])
-    assert str(error.value) == "executor.sbatch must be a table, got ['--gres=gpu:1']"
+    assert (
+        _refusal(ExecutorSpec, sbatch=["--gres=gpu:1"])
+        == "executor.sbatch must be a table, got ['--gres=gpu:1']"
+    )
 
 
 def test_a_recipe_that_cannot_be_read_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ValueError) as error:
-        load_recipe("quikstart")
-    assert str(error.value).startswith("unknown recipe 'quikstart': not a built-in (['")
-    assert str(error.value).endswith("]) nor a TOML file (did you mean 'quickstart'?)")
-    with pytest.raises(ValueError) as error:
-        load_recipe("quickstart", ["data.seq_len.x=3"])
-    assert str(error.value) == "--set data.seq_len.x: 'seq_len' is not a table"
+    unknown = _refusal(load_recipe, "quikstart")
+    assert unknown.startswith("unknown recipe 'quikstart': not a built-in (['")
+    assert unknown.endswith("]) nor a TOML file (did you mean 'quickstart'?)")
+    assert (
+        _refusal(load_recipe, "quickstart", ["data.seq_len.x=3"])
+        == "--set data.seq_len.x: 'seq_len' is not a table"
+    )
     bad = tmp_path / "bad.toml"
     bad.write_text("[suite\nname = 1\n")
     with pytest.raises(ValueError, match=rf"^recipe {bad} is not valid TOML: Expected"):
         load_recipe(bad)
     bad.write_text("probes = 3\n")  # was an AttributeError in the legacy-key migration
-    with pytest.raises(ValueError) as error:
-        load_recipe(bad)
-    assert str(error.value) == "probes must be a table of probe tables"
+    assert _refusal(load_recipe, bad) == "probes must be a table of probe tables"
 
 
 def test_a_recipe_key_names_its_section_and_a_recipe_needs_a_probe(tmp_path):
-    with pytest.raises(ValueError) as error:
-        load_recipe("quickstart", ["probes.tangent_energy.bootstrap=-1"])
-    assert str(error.value) == "probes.tangent_energy.bootstrap must be an integer ≥ 0, got -1"
-    with pytest.raises(ValueError) as error:
-        load_recipe("quickstart", ["proxies..rank=3"])
-    assert str(error.value) == "--set proxies..rank: an empty key part (e.g. proxies.rank=32)"
+    assert (
+        _refusal(load_recipe, "quickstart", ["probes.tangent_energy.bootstrap=-1"])
+        == "probes.tangent_energy.bootstrap must be an integer ≥ 0, got -1"
+    )
+    assert (
+        _refusal(load_recipe, "quickstart", ["proxies..rank=3"])
+        == "--set proxies..rank: an empty key part (e.g. proxies.rank=32)"
+    )
     bare = tmp_path / "bare.toml"
     bare.write_text('[suite]\nname = "micro-pythia"\n')
     with pytest.raises(ValueError, match=r"^the recipe enables no probe; allowed: \["):
