@@ -203,32 +203,31 @@ def test_the_capture_and_executor_refusals_say_what_is_allowed():
     )
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.seq_len.x=3", "--set data.seq_len.x: 'seq_len' is not a table"),
+        ("proxies..rank=3", "--set proxies..rank: an empty key part (e.g. proxies.rank=32)"),
+        (
+            "probes.tangent_energy.bootstrap=-1",
+            "probes.tangent_energy.bootstrap must be an integer ≥ 0, got -1",
+        ),
+    ],
+)
+def test_a_set_key_is_refused_naming_it(override, message):
+    assert _refusal(load_recipe, "quickstart", [override]) == message
+
+
 def test_a_recipe_that_cannot_be_read_is_refused_in_one_line(tmp_path):
     unknown = _refusal(load_recipe, "quikstart")
     assert unknown.startswith("unknown recipe 'quikstart': not a built-in (['")
     assert unknown.endswith("]) nor a TOML file (did you mean 'quickstart'?)")
-    assert (
-        _refusal(load_recipe, "quickstart", ["data.seq_len.x=3"])
-        == "--set data.seq_len.x: 'seq_len' is not a table"
-    )
     bad = tmp_path / "bad.toml"
     bad.write_text("[suite\nname = 1\n")
     with pytest.raises(ValueError, match=rf"^recipe {bad} is not valid TOML: Expected"):
         load_recipe(bad)
     bad.write_text("probes = 3\n")  # was an AttributeError in the legacy-key migration
     assert _refusal(load_recipe, bad) == "probes must be a table of probe tables"
-
-
-def test_a_recipe_key_names_its_section_and_a_recipe_needs_a_probe(tmp_path):
-    assert (
-        _refusal(load_recipe, "quickstart", ["probes.tangent_energy.bootstrap=-1"])
-        == "probes.tangent_energy.bootstrap must be an integer ≥ 0, got -1"
-    )
-    assert (
-        _refusal(load_recipe, "quickstart", ["proxies..rank=3"])
-        == "--set proxies..rank: an empty key part (e.g. proxies.rank=32)"
-    )
-    bare = tmp_path / "bare.toml"
-    bare.write_text('[suite]\nname = "micro-pythia"\n')
+    bad.write_text('[suite]\nname = "micro-pythia"\n')
     with pytest.raises(ValueError, match=r"^the recipe enables no probe; allowed: \["):
-        load_recipe(bare)
+        load_recipe(bad)
