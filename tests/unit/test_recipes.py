@@ -231,3 +231,22 @@ def test_a_recipe_that_cannot_be_read_is_refused_in_one_line(tmp_path):
     bad.write_text('[suite]\nname = "micro-pythia"\n')
     with pytest.raises(ValueError, match=r"^the recipe enables no probe; allowed: \["):
         load_recipe(bad)
+
+
+def test_a_probes_recipe_check_is_handed_its_own_config_and_the_recipe():
+    """A user probe whose check reads its settings is refused on them, not on defaults."""
+    from tangentlens.core.recipe import Recipe
+    from tangentlens.registry import ProbeEntry
+    from tests.unit.test_contract import Settings, _probe
+
+    def recipe_check(config, recipe):
+        if config.scale > recipe.capture.reservoir:
+            raise ValueError(f"probes.mine.scale {config.scale} is over capture.reservoir")
+
+    probe = _probe(recipe_check=recipe_check)
+    fits = Recipe("mine", probes={"mine": ProbeEntry("mine", probe, Settings(scale=0.5))})
+    assert fits.config("mine") == Settings(scale=0.5)
+    big = fits.capture.reservoir + 1.0
+    entry = ProbeEntry("mine", probe, Settings(scale=big))
+    message = _refusal(Recipe, "mine", probes={"mine": entry})
+    assert message == f"probes.mine.scale {big} is over capture.reservoir"
