@@ -250,3 +250,18 @@ def test_a_probes_recipe_check_is_handed_its_own_config_and_the_recipe():
     entry = ProbeEntry("mine", probe, Settings(scale=big))
     message = _refusal(Recipe, "mine", probes={"mine": entry})
     assert message == f"probes.mine.scale {big} is over capture.reservoir"
+
+
+@pytest.mark.parametrize(
+    "section, line, message",
+    [
+        ("data", "batch_sise = 3", "unknown key data.batch_sise; allowed: ['corpus', 'seq_len',"),
+        ("data", "seq_len = 'long'", "data.seq_len must be an integer, got 'long'"),
+        ("capture", "reservior = 3", "unknown key capture.reservior; allowed: ['sites', 'layers',"),
+        ("capture", "reservoir = -1", "capture.reservoir must be an integer ≥ 0, got -1"),
+    ],
+)
+def test_a_recipe_files_section_refusal_names_its_section(tmp_path, section, line, message):
+    path = tmp_path / "mine.toml"
+    path.write_text(f"[{section}]\n{line}\n[probes.cosine_drift]\n")
+    assert _refusal(load_recipe, path).startswith(message)

@@ -364,3 +364,11 @@ def test_the_plan_inputs_leave_out_what_the_capture_does_not_keep(tmp_path):
     stage = published.recipe.proxies
     assert stage.methods == ("pca",) and stage.mean_direction
     assert published.memory_inputs.draw_columns == control_draw_columns(stage.rank, True, 2) == 15
+
+
+def test_the_capture_keeps_sampled_rows_for_a_proxies_stage_alone():
+    """godey2024's probes need no sampled rows; a proxies stage added to it does."""
+    plain = resolve(load_recipe("godey2024", ["capture.reservoir=64"]))
+    assert plain.recipe.proxies is None and plain.capture.reservoir == 0
+    staged = resolve(load_recipe("godey2024", ["proxies.rank=8", "capture.reservoir=64"]))
+    assert staged.capture.reservoir == 64
