@@ -356,3 +356,60 @@ def test_the_loss_chunk_holds_what_the_loss_keeps():
     assert half["loss chunk"] == 8 * 50 * (2 + 4)  # bfloat16 logits, float32 log-probabilities
     headless = _part_bytes(shape=dataclasses.replace(SHAPE, has_head=False))
     assert headless["loss chunk"] == 0
+
+
+def test_each_part_says_where_it_lives_whether_it_is_exact_and_which_key_shrinks_it():
+    """The printed plan's last column (exact or modelled) and the keys a refusal names as
+    remedies (docs/memory.md), part by part, with two passes (the host copies too)."""
+    plan = memory_plan(dataclasses.replace(INPUTS, passes=2))
+    statistics = (
+        "capture.layers/sites (or more capture.passes), data.n_bins, proxies.methods "
+        "(frozen-early energy sums) or the probes that keep type sums"
+    )
+    device = "accelerator"
+    assert [(p.name, p.where, p.exact, p.reduce) for p in plan.parts] == [
+        ("weights", device, True, "suite.dtype"),
+        ("saved for the backward", device, False, "data.batch_size or data.seq_len"),
+        ("site tensors", device, True, "capture.layers/sites or data.batch_size"),
+        ("loss chunk", device, False, "data.batch_size"),
+        ("statistics", device, True, statistics),
+        ("accumulation", device, False, "data.batch_size or data.n_bins"),
+        ("reservoir", device, True, "capture.reservoir"),
+        ("control draws", "host", False, "proxies.draws"),  # two passes: the probes run there
+        ("probes", "host", False, "capture.reservoir"),
+        ("loading", "host", False, "suite.dtype"),
+        ("statistics (host copy)", "host", True, statistics),
+        ("reservoir (host copy)", "host", True, "capture.reservoir"),
+    ]
+    one = memory_plan(INPUTS)
+    assert (one.device, one.dtype, one.passes) == ("cuda", "float32", 1)
+    fewest = memory_plan(dataclasses.replace(INPUTS, passes=0))  # as one pass, until chosen
+    assert fewest.passes == 1 and fewest.accelerator_peak == one.accelerator_peak
+
+
+def test_the_accumulation_counts_energy_rows_and_the_reservoir_only_when_kept():
+    """Each row's energy sums are 1 + methods wide (+ d drift sums only with them), none
+    without energy sums; no reservoir rows without a reservoir."""
+    rows = 3 * 8 * 8 * 8 + 3 * 64 * 8  # the float64 rows and the per-bin Gram matrices
+    undrifted = _part_bytes(energy_drift=False)
+    assert undrifted["accumulation"] == rows + 8 * (1 + 3) * 8 == ACCUMULATION - 8 * 8 * 8
+    assert _part_bytes(energy_methods=0, energy_drift=False)["accumulation"] == rows
+    assert _part_bytes(reservoir=0)["reservoir"] == 0
+
+
+def test_the_site_tensors_and_the_accumulation_can_set_the_peak():
+    """With no loss to keep and one block saved, the phase of a batch's float64 copies on top
+    of the site tensors is the heaviest."""
+    light = dict(gradients=False, sites=(("resid_post", 3),), bins=16, draws=0, reservoir=0)
+    plan = memory_plan(dataclasses.replace(INPUTS, **light))
+    parts = _part_bytes(**light)
+    tensors, accumulation = parts["site tensors"], parts["accumulation"]
+    phases = (
+        parts["loss chunk"] + parts["saved for the backward"],
+        parts["saved for the backward"] + tensors,
+        tensors + accumulation,
+        parts["probes"] + parts["control draws"],
+    )
+    assert max(phases) == tensors + accumulation > max(phases[:2] + phases[3:])
+    held = parts["weights"] + parts["statistics"] + parts["reservoir"]
+    assert plan.accelerator_peak == held + tensors + accumulation

@@ -489,7 +489,7 @@ def memory_plan(inputs: PlanInputs) -> MemoryPlan:
     groups = site_groups(inputs.sites, inputs.passes)
     # one pass: everything stays on the model's device for the probes; several: each pass's
     # statistics and rows go to the host when it ends, and the probes run there
-    probes_where = "host" if inputs.device == "cpu" or len(groups) > 1 else accelerator
+    probes_where = "host" if len(groups) > 1 else accelerator
     probes = probe_bytes(inputs)
 
     def heaviest_pass(group: list[tuple[str, int | None]]) -> tuple[int, ...]:
