@@ -381,6 +381,7 @@ def test_each_part_says_where_it_lives_whether_it_is_exact_and_which_key_shrinks
         ("statistics (host copy)", "host", True, statistics),
         ("reservoir (host copy)", "host", True, "capture.reservoir"),
     ]
+    assert (plan.device, plan.dtype, plan.passes) == ("cuda", "float32", 2)
     one = memory_plan(INPUTS)
     assert (one.device, one.dtype, one.passes) == ("cuda", "float32", 1)
     fewest = memory_plan(dataclasses.replace(INPUTS, passes=0))  # as one pass, until chosen

@@ -51,7 +51,10 @@ def test_a_live_or_remote_lock_is_never_taken_even_without_a_manifest(tmp_path):
     _left_by_a_killed_sweep(live, os.getppid())  # a live process on this host
     for resume in (False, True):
         with (
-            pytest.raises(ValueError, match=r"locked by a running sweep \(pid \d+\)"),
+            pytest.raises(
+                ValueError,
+                match=r"by a running sweep \(pid \d+\); wait for it or choose another --out$",
+            ),
             RunStore.open(live, resume=resume),
         ):
             pass
@@ -470,3 +473,28 @@ def test_replicates_are_written_in_their_schema(tmp_path):
     (written,) = (tmp_path / "replicates").glob("*.parquet")
     assert pq.read_schema(written).remove_metadata() == REPLICATE_SCHEMA
     assert read_replicates(tmp_path).column("replicates").to_pylist() == [[1.0, 2.0, 3.0]]
+
+
+def test_a_write_goes_through_a_hidden_file_beside_its_target(tmp_path):
+    """Beside it (so the rename stays on one file system) and hidden (so no reader globs it up);
+    a failed write whose temporary file is already gone raises its own error."""
+    from tangentlens.sweep.store import _atomic_write_bytes
+
+    path = tmp_path / "part" / "notes.txt"
+    seen: list[Path] = []
+
+    def write(tmp: str) -> None:
+        seen.append(Path(tmp))
+        Path(tmp).write_text("kept")
+
+    _atomic_write_bytes(path, write)
+    assert path.read_text() == "kept" and seen[0].parent == path.parent
+    assert seen[0].name.startswith(".notes.txt.") and not seen[0].exists()
+
+    def vanishing(tmp: str) -> None:
+        os.unlink(tmp)
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match=r"^disk gone$"):
+        _atomic_write_bytes(path, vanishing)
+    assert path.read_text() == "kept"
