@@ -35,15 +35,21 @@ def _left_by_a_killed_sweep(root, pid: int, host: str | None = None) -> None:
 
 
 @pytest.mark.parametrize("resume", [False, True])
-def test_a_dead_coordinators_lock_without_a_manifest_is_an_unstarted_run(tmp_path, resume):
+def test_a_dead_coordinators_lock_without_a_manifest_is_an_unstarted_run(tmp_path, resume, caplog):
     root = tmp_path / "run"
     _left_by_a_killed_sweep(root, _dead_pid())
-    with RunStore.open(root, resume=resume) as store:
+    assert not RunStore(root).resuming  # a store not opened continues nothing
+    with (
+        caplog.at_level("INFO", logger="tangentlens.sweep.store"),
+        RunStore.open(root, resume=resume) as store,
+    ):
         assert not store.resuming  # nothing to resume: a fresh run
         assert json.loads((root / ".lock").read_text())["pid"] == os.getpid()
         assert sorted(p.name for p in root.iterdir()) == [".lock"]
         store.write_manifest({"recipe": {}})
     assert sorted(p.name for p in root.iterdir()) == ["manifest.json"]
+    said = f"{root} holds no run (its sweep stopped before it began): starting"
+    assert [r.getMessage() for r in caplog.records] == [said]
 
 
 def test_a_live_or_remote_lock_is_never_taken_even_without_a_manifest(tmp_path):
@@ -291,8 +297,10 @@ def test_a_refused_start_lets_go_of_the_lock_and_keeps_what_was_there(tmp_path):
     other = tmp_path / "other"
     _left_by_a_killed_sweep(other, _dead_pid())
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="already holds a run"), RunStore.open(other, resume=False):
+    said = f"{other} already holds a run; pass --resume to continue it or choose another --out"
+    with pytest.raises(ValueError) as error, RunStore.open(other, resume=False):
         pass
+    assert str(error.value) == said
     assert sorted(p.name for p in other.iterdir()) == [".lock.k2j4x8", "notes.txt"]  # lock freed
     missing = tmp_path / "missing"
     with pytest.raises(ValueError) as error, RunStore.open(missing, resume=True):
