@@ -101,7 +101,7 @@ def move_legacy_keys(
     under ``probes.tangent_energy`` moved to ``proxies``, as recipes wrote them before the stage;
     with ``notice``, one warning line names the keys and where they live now. A key given in
     both places with different values is refused. ``data`` itself is not changed."""
-    probes = data.get("probes", {})
+    probes = data.get("probes")
     table = probes.get(LEGACY_PROBE) if isinstance(probes, dict) else None  # else refused later
     if not isinstance(table, dict):
         return data
