@@ -506,3 +506,19 @@ def test_a_write_goes_through_a_hidden_file_beside_its_target(tmp_path):
     with pytest.raises(OSError, match=r"^disk gone$"):
         _atomic_write_bytes(path, vanishing)
     assert path.read_text() == "kept"
+
+
+def test_parts_are_written_in_their_schema_and_the_manifest_as_sorted_json(tmp_path):
+    """An empty unit's part still has the results' columns; the manifest is indented, sorted
+    JSON whose paths and other objects are written as text."""
+    import pyarrow.parquet as pq
+
+    from tangentlens.results import SCHEMA
+
+    store = RunStore(tmp_path)
+    store.write_part("empty", [])
+    assert pq.read_schema(store.part_path("empty")).remove_metadata() == SCHEMA
+    store.write_manifest({"b": 1, "a": {"out": tmp_path / "run"}})
+    written = (tmp_path / "manifest.json").read_text(encoding="utf-8")
+    assert written == f'{{\n  "a": {{\n    "out": "{tmp_path / "run"}"\n  }},\n  "b": 1\n}}'
+    assert store.read_manifest() == {"a": {"out": str(tmp_path / "run")}, "b": 1}
