@@ -175,9 +175,14 @@ def test_a_unit_run_in_process_leaves_the_callers_thread_count(tmp_path, monkeyp
 
 def test_half_precision_slowdown_is_a_timed_ratio(monkeypatch):
     """The ratio of the two timed ``mm`` calls (the second of each: the first warms up)."""
-    clock = iter([0.0, 1.0, 10.0, 70.0])  # float32 1 s, bfloat16 60 s
+    import torch
+
+    clock = iter([0.0, 0.5, 10.0, 40.0])  # float32 0.5 s, bfloat16 30 s
     monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    mm, timed = torch.mm, []
+    monkeypatch.setattr(torch, "mm", lambda a, b: timed.append((a.dtype, a.shape)) or mm(a, b))
     assert runtime.half_precision_slowdown("bfloat16", size=8) == pytest.approx(60.0)
+    assert timed == [(torch.float32, (8, 8))] * 2 + [(torch.bfloat16, (8, 8))] * 2
     monkeypatch.undo()
     assert runtime.half_precision_slowdown("float16", size=64) > 0  # the real clock
 
@@ -514,6 +519,33 @@ def test_exact_float32_turns_reduced_precision_off_and_restores_the_users_choice
             holder.fp32_precision = value
         if not holders:
             torch.set_float32_matmul_precision(legacy)
+
+
+def test_the_precision_settings_are_every_holder_parents_first():
+    """On a torch with ``fp32_precision`` (≥ 2.9; the pinned one): the generic holder, then
+    cuBLAS, cuDNN and oneDNN's."""
+    import torch
+
+    b = torch.backends
+    if not hasattr(b.cuda.matmul, "fp32_precision"):
+        assert runtime._precision_settings() == []
+        return
+    expected = [b, b.cuda.matmul, b.cudnn, b.cudnn.conv, b.cudnn.rnn]
+    expected += [b.mkldnn, b.mkldnn.matmul, b.mkldnn.conv, b.mkldnn.rnn]
+    assert runtime._precision_settings() == expected
+
+
+def test_phases_on_a_cuda_device_wait_for_its_queue_at_both_ends(monkeypatch):
+    import torch
+
+    waited: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    with runtime.Phases("cuda:1").phase("capture"):
+        assert waited == ["cuda:1"]
+    assert waited == ["cuda:1", "cuda:1"]
+    with runtime.Phases("cpu").phase("capture"), runtime.Phases().phase("fit"):
+        pass
+    assert waited == ["cuda:1", "cuda:1"]
 
 
 def test_phases_add_up_in_the_order_first_met(monkeypatch):
