@@ -401,7 +401,7 @@ def test_parts_are_read_sorted_and_a_run_without_any_is_refused(tmp_path):
         (3, "p"),
     ]
     assert read_parts([store.part_path("b")]).column("step").to_pylist() == [1, 3]
-    with pytest.raises(ValueError, match="no result part to read"):
+    with pytest.raises(ValueError, match=r"^no result part to read$"):
         read_parts([])
     with pytest.raises(ValueError) as error:
         read_results(tmp_path / "none")
