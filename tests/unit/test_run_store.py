@@ -522,3 +522,21 @@ def test_parts_are_written_in_their_schema_and_the_manifest_as_sorted_json(tmp_p
     written = (tmp_path / "manifest.json").read_text(encoding="utf-8")
     assert written == f'{{\n  "a": {{\n    "out": "{tmp_path / "run"}"\n  }},\n  "b": 1\n}}'
     assert store.read_manifest() == {"a": {"out": str(tmp_path / "run")}, "b": 1}
+
+
+def test_parts_are_read_in_the_results_schema_whatever_they_were_written_in(tmp_path):
+    """A part whose step column was stored as int32 (another writer's choice) is read as the
+    schema's int64 beside the others, not refused as a different schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tangentlens.results import SCHEMA, row
+    from tangentlens.sweep.store import read_parts
+
+    store = RunStore(tmp_path)
+    store.write_part("a", [row("s", 1, None, "p", "m", 1.0)])
+    other = pa.Table.from_pylist([row("s", 2, None, "p", "m", 2.0)], schema=SCHEMA)
+    at = other.schema.get_field_index("step")
+    pq.write_table(other.set_column(at, "step", other["step"].cast(pa.int32())), tmp_path / "b.pq")
+    table = read_parts([store.part_path("a"), tmp_path / "b.pq"])
+    assert table.schema == SCHEMA and table["step"].to_pylist() == [1, 2]
