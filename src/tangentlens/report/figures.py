@@ -68,7 +68,7 @@ def _lines(
             proxy = (r["method"], r["rank"]) if per_method else (None, None)
             grouped[((_kind(r), r["layer"], *proxy), r["step"])].append(r)
     out: dict[LineKey, list[Point]] = defaultdict(list)
-    for (key, step), found in sorted(grouped.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (key, step), found in sorted(grouped.items(), key=lambda kv: kv[0][1]):  # by step
         out[key].append(point(step, found))
     return dict(out)
 
@@ -78,10 +78,9 @@ def _line_label(key: LineKey, keys: Iterable[LineKey]) -> str:
     its method (rank) where several are drawn."""
     kind, layer, method, rank = key
     keys = list(keys)
-    if layer is None:  # the embedding, a row about the whole model, or a kind with no block
-        parts = [{"embed": layer_name(None), "-": WHOLE_MODEL}.get(kind, kind)]
-    else:
-        parts = [layer_name(layer)]
+    # no block: the embedding ("embed"), a row about the whole model, or a kind with no block
+    blockless = WHOLE_MODEL if kind == "-" else kind
+    parts = [blockless if layer is None else layer_name(layer)]
     if len({k[0] for k in keys if k[1] is not None}) > 1 and layer is not None:
         parts.append(kind)
     if len({k[2:] for k in keys}) > 1:
