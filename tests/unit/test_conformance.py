@@ -132,7 +132,9 @@ def test_needs_may_be_a_function_of_the_config_and_are_checked():
     probe = _probe(needs=needs)
     assert probe.needs_for(Settings(scale=2.0)) == Needs(gradients=True)
     assert probe.needs_for(None) == Needs()  # the config's defaults
-    with pytest.raises(ValueError, match="needs\\(config\\) must return a tangentlens Needs"):
+    with pytest.raises(
+        ValueError, match=r"needs\(config\) must return a tangentlens Needs, got dict$"
+    ):
         _probe(needs=lambda config: {"gradients": True}).needs_for(None)
     with pytest.raises(ValueError, match="a probe needing type sums names its types"):
         _probe(needs=lambda config: Needs(type_sums=True)).needs_for(None)

@@ -525,13 +525,14 @@ def test_parts_are_written_in_their_schema_and_the_manifest_as_sorted_json(tmp_p
 
 
 def test_parts_are_read_in_the_results_schema_whatever_they_were_written_in(tmp_path):
-    """A part whose step column was stored as int32 (another writer's choice) is read as the
-    schema's int64 beside the others, not refused as a different schema."""
+    """A part (or replicates file) whose step column was stored as int32 (another writer's
+    choice) is read as the schema's int64 beside the others, not refused as a different
+    schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tangentlens.results import SCHEMA, row
-    from tangentlens.sweep.store import read_parts
+    from tangentlens.results import REPLICATE_FIELDS, REPLICATE_SCHEMA, SCHEMA, row
+    from tangentlens.sweep.store import read_parts, read_replicates
 
     store = RunStore(tmp_path)
     store.write_part("a", [row("s", 1, None, "p", "m", 1.0)])
@@ -540,3 +541,12 @@ def test_parts_are_read_in_the_results_schema_whatever_they_were_written_in(tmp_
     pq.write_table(other.set_column(at, "step", other["step"].cast(pa.int32())), tmp_path / "b.pq")
     table = read_parts([store.part_path("a"), tmp_path / "b.pq"])
     assert table.schema == SCHEMA and table["step"].to_pylist() == [1, 2]
+    record = {name: None for name in REPLICATE_FIELDS}
+    record.update(suite="s", step=3, probe="p", metric="m", replicates=[1.0])
+    store.write_replicates("a", [record])
+    mine = pa.Table.from_pylist([{**record, "step": 4}], schema=REPLICATE_SCHEMA)
+    at = mine.schema.get_field_index("step")
+    narrow = mine.set_column(at, "step", mine["step"].cast(pa.int32()))
+    pq.write_table(narrow, tmp_path / "replicates" / "b.parquet")
+    replicates = read_replicates(tmp_path)
+    assert replicates.schema == REPLICATE_SCHEMA and replicates["step"].to_pylist() == [3, 4]
