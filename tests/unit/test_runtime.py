@@ -183,6 +183,9 @@ def test_half_precision_slowdown_is_a_timed_ratio(monkeypatch):
     monkeypatch.setattr(torch, "mm", lambda a, b: timed.append((a.dtype, a.shape)) or mm(a, b))
     assert runtime.half_precision_slowdown("bfloat16", size=8) == pytest.approx(60.0)
     assert timed == [(torch.float32, (8, 8))] * 2 + [(torch.bfloat16, (8, 8))] * 2
+    clock, timed[:] = iter([0.0, 1.0, 2.0, 3.0]), []
+    runtime.half_precision_slowdown("float16")
+    assert {shape for _, shape in timed} == {(512, 512)}  # the default: 512³ products
     monkeypatch.undo()
     assert runtime.half_precision_slowdown("float16", size=64) > 0  # the real clock
 
