@@ -403,7 +403,7 @@ def test_the_site_tensors_and_the_accumulation_can_set_the_peak():
     of the site tensors is the heaviest."""
     light = dict(gradients=False, sites=(("resid_post", 3),), bins=16, draws=0, reservoir=0)
     plan = memory_plan(dataclasses.replace(INPUTS, **light))
-    parts = _part_bytes(**light)
+    parts = {p.name: p.bytes for p in plan.parts}
     tensors, accumulation = parts["site tensors"], parts["accumulation"]
     phases = (
         parts["loss chunk"] + parts["saved for the backward"],

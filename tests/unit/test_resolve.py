@@ -349,23 +349,6 @@ def test_the_largest_batch_that_fits_the_host_is_named():
         resolve(load_recipe("quickstart")).memory_plan(host=small)  # batch 16 on the CPU
 
 
-def test_the_plan_inputs_leave_out_what_the_capture_does_not_keep(tmp_path):
-    """No embedding site without ``capture.embed``, no type rows without type sums, and a
-    published SAE counted as one more method in the control frames."""
-    from tangentlens.core.memory import control_draw_columns
-    from tests.unit.test_pretrained_recipe import RECIPE
-
-    geometry = resolve(load_recipe("razzhigaev2023", ["capture.embed=false"])).memory_inputs
-    assert geometry.sites == tuple(("resid_post", layer) for layer in range(4))
-    assert geometry.n_types == 0  # its probes keep no type sums
-    path = tmp_path / "pretrained.toml"
-    path.write_text(RECIPE)
-    published = resolve(load_recipe(path))
-    stage = published.recipe.proxies
-    assert stage.methods == ("pca",) and stage.mean_direction
-    assert published.memory_inputs.draw_columns == control_draw_columns(stage.rank, True, 2) == 15
-
-
 def test_the_capture_keeps_sampled_rows_for_a_proxies_stage_alone():
     """godey2024's probes need no sampled rows; a proxies stage added to it does."""
     plain = resolve(load_recipe("godey2024", ["capture.reservoir=64"]))
