@@ -34,6 +34,13 @@ def _left_by_a_killed_sweep(root, pid: int, host: str | None = None) -> None:
     (root / ".lock.k2j4x8").write_text(holder)
 
 
+def _replicate_record(**fields) -> dict:
+    """A replicate record of probe ``p``'s metric ``m`` (suite ``s``), other labels None."""
+    from tangentlens.results import REPLICATE_FIELDS
+
+    return {**dict.fromkeys(REPLICATE_FIELDS), "suite": "s", "probe": "p", "metric": "m", **fields}
+
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_dead_coordinators_lock_without_a_manifest_is_an_unstarted_run(tmp_path, resume, caplog):
     root = tmp_path / "run"
@@ -471,13 +478,11 @@ def test_replicates_are_written_in_their_schema(tmp_path):
     null, whatever the records' Python types suggest."""
     import pyarrow.parquet as pq
 
-    from tangentlens.results import REPLICATE_FIELDS, REPLICATE_SCHEMA
+    from tangentlens.results import REPLICATE_SCHEMA
     from tangentlens.sweep.store import read_replicates
 
     store = RunStore(tmp_path)
-    record = {name: None for name in REPLICATE_FIELDS}
-    record.update(suite="s", step=10, probe="p", metric="m", replicates=[1, 2, 3])
-    store.write_replicates("step-10", [record])
+    store.write_replicates("step-10", [_replicate_record(step=10, replicates=[1, 2, 3])])
     (written,) = (tmp_path / "replicates").glob("*.parquet")
     assert pq.read_schema(written).remove_metadata() == REPLICATE_SCHEMA
     assert read_replicates(tmp_path).column("replicates").to_pylist() == [[1.0, 2.0, 3.0]]
@@ -531,22 +536,21 @@ def test_parts_are_read_in_the_results_schema_whatever_they_were_written_in(tmp_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tangentlens.results import REPLICATE_FIELDS, REPLICATE_SCHEMA, SCHEMA, row
+    from tangentlens.results import REPLICATE_SCHEMA, SCHEMA, row
     from tangentlens.sweep.store import read_parts, read_replicates
+
+    def write_with_int32_steps(rows: list[dict], schema: pa.Schema, path: Path) -> None:
+        table = pa.Table.from_pylist(rows, schema=schema)
+        at = table.schema.get_field_index("step")
+        pq.write_table(table.set_column(at, "step", table["step"].cast(pa.int32())), path)
 
     store = RunStore(tmp_path)
     store.write_part("a", [row("s", 1, None, "p", "m", 1.0)])
-    other = pa.Table.from_pylist([row("s", 2, None, "p", "m", 2.0)], schema=SCHEMA)
-    at = other.schema.get_field_index("step")
-    pq.write_table(other.set_column(at, "step", other["step"].cast(pa.int32())), tmp_path / "b.pq")
+    write_with_int32_steps([row("s", 2, None, "p", "m", 2.0)], SCHEMA, tmp_path / "b.pq")
     table = read_parts([store.part_path("a"), tmp_path / "b.pq"])
     assert table.schema == SCHEMA and table["step"].to_pylist() == [1, 2]
-    record = {name: None for name in REPLICATE_FIELDS}
-    record.update(suite="s", step=3, probe="p", metric="m", replicates=[1.0])
-    store.write_replicates("a", [record])
-    mine = pa.Table.from_pylist([{**record, "step": 4}], schema=REPLICATE_SCHEMA)
-    at = mine.schema.get_field_index("step")
-    narrow = mine.set_column(at, "step", mine["step"].cast(pa.int32()))
-    pq.write_table(narrow, tmp_path / "replicates" / "b.parquet")
+    store.write_replicates("a", [_replicate_record(step=3, replicates=[1.0])])
+    mine = [_replicate_record(step=4, replicates=[1.0])]
+    write_with_int32_steps(mine, REPLICATE_SCHEMA, tmp_path / "replicates" / "b.parquet")
     replicates = read_replicates(tmp_path)
     assert replicates.schema == REPLICATE_SCHEMA and replicates["step"].to_pylist() == [3, 4]
